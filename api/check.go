@@ -1,0 +1,205 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/engine"
+)
+
+// checkState is the per-request scratch of handleCheck, pooled.
+type checkState struct {
+	body []byte
+	in   engine.Input
+	d    engine.Decision
+	out  []byte
+}
+
+var checkPool = sync.Pool{New: func() any { return &checkState{body: make([]byte, 0, 1024), out: make([]byte, 0, 512)} }}
+
+// handleCheck serves POST /v1/check.
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	st := checkPool.Get().(*checkState)
+	defer checkPool.Put(st)
+
+	body, aerr := readBody(r, st.body[:0])
+	st.body = body[:0]
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	if aerr := decodeCheck(body, &st.in); aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	if err := s.o.Engine.Decide(r.Context(), &st.in, &st.d); err != nil {
+		s.o.Logger.Error("check: decide", "request_id", rid, "err", err)
+		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+		return
+	}
+	st.out = s.respond(w, rid, &st.d, st.out[:0])
+}
+
+// readBody reads at most MaxBody bytes of the request body into buf.
+func readBody(r *http.Request, buf []byte) ([]byte, *apiError) {
+	if r.ContentLength > MaxBody {
+		return buf, &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge, message: "body is larger than 64 KiB"}
+	}
+	rd := http.MaxBytesReader(nil, r.Body, MaxBody)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return buf, &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge, message: "body is larger than 64 KiB"}
+			}
+			return buf, badRequest("body: " + err.Error())
+		}
+	}
+}
+
+// respond writes the decision d: headers and body per the contract.
+func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, b []byte) []byte {
+	h := w.Header()
+	switch d.Outcome {
+	case engine.Allowed, engine.Degraded:
+		if d.Outcome == engine.Degraded {
+			h["X-Ratelimit-Degraded"] = []string{"1"}
+		}
+		setLimitHeaders(h, d)
+		b = append(b, `{"allowed":true`...)
+		if d.Binding != nil {
+			b = append(b, `,"limit":`...)
+			b = strconv.AppendInt(b, d.Limit, 10)
+			b = append(b, `,"remaining":`...)
+			b = strconv.AppendInt(b, d.Remaining, 10)
+			b = append(b, `,"reset":`...)
+			b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
+			b = append(b, `,"policy":`...)
+			b = appendJSONString(b, d.Binding.Name)
+		}
+		b = append(b, `,"request_id":`...)
+		b = appendJSONString(b, rid)
+		b = append(b, "}\n"...)
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return b
+	case engine.Limited:
+		setLimitHeaders(h, d)
+		setRetryAfter(h, d.RetryAfter)
+		details := `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))
+		if d.Binding != nil {
+			details += `,"limit":` + string(appendJSONString(nil, d.Binding.Name)) + `,"scope":` + string(appendJSONString(nil, d.Binding.By[0].String()))
+		}
+		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
+	case engine.Locked:
+		h["X-Ratelimit-Limit"] = []string{"0"}
+		h["X-Ratelimit-Remaining"] = []string{"0"}
+		h["X-Ratelimit-Reset"] = []string{itoa(ceilUnix(d.Lock.Until))}
+		setRetryAfter(h, d.RetryAfter)
+		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins",
+			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"account"`})
+	case engine.StepUp:
+		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required",
+			details: `"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"account","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
+	case engine.Unavailable:
+		setRetryAfter(h, d.RetryAfter)
+		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable",
+			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))})
+	}
+	return b
+}
+
+// setLimitHeaders sets X-RateLimit-* and the IETF RateLimit fields for
+// the binding limit.
+func setLimitHeaders(h http.Header, d *engine.Decision) {
+	if d.Binding == nil {
+		return
+	}
+	reset := ceilUnix(d.Reset)
+	limit := strconv.FormatInt(d.Limit, 10)
+	remaining := strconv.FormatInt(d.Remaining, 10)
+	h["X-Ratelimit-Limit"] = []string{limit}
+	h["X-Ratelimit-Remaining"] = []string{remaining}
+	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+	t := d.Reset.Sub(d.Now)
+	if t < 0 {
+		t = 0
+	}
+	tsec := int64((t + time.Second - 1) / time.Second)
+	name := string(appendSFString(nil, d.Binding.Name))
+	w := int64(d.Window / time.Second)
+	if w < 1 {
+		w = 1
+	}
+	h["Ratelimit-Policy"] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(w, 10)}
+	h["Ratelimit"] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(tsec, 10)}
+}
+
+// appendSFString appends s as a structured-field string (RFC 8941).
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return append(b, '"')
+}
+
+// setRetryAfter sets Retry-After: whole seconds, rounded up, at least 1.
+func setRetryAfter(h http.Header, d time.Duration) {
+	secs := int64((d + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+}
+
+// ceilMS is d in milliseconds, rounded up.
+func ceilMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ceilUnix is t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,177 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/engine"
+)
+
+// Bounds on the check request.
+const (
+	// MaxBody is the largest request body accepted (64 KiB); larger is 413.
+	MaxBody = 64 << 10
+	// MaxIDLen bounds user_id, device_id and account, in bytes.
+	MaxIDLen = 256
+	// MaxEndpointLen bounds endpoint, in bytes.
+	MaxEndpointLen = 2048
+	// MaxCost bounds cost.
+	MaxCost = 1_000_000
+)
+
+// checkRequest is the body of POST /v1/check.
+type checkRequest struct {
+	Endpoint *string     `json:"endpoint"`
+	IP       *string     `json:"ip"`
+	UserID   *string     `json:"user_id"`
+	DeviceID *string     `json:"device_id"`
+	Account  *string     `json:"account"`
+	Cost     json.RawMessage `json:"cost"`
+}
+
+// decodeCheck parses and validates a check body into in. Every failure is
+// a 400 whose message names the field.
+func decodeCheck(body []byte, in *engine.Input) *apiError {
+	var req checkRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("body: unexpected data after the JSON object")
+	}
+	if req.Endpoint == nil || *req.Endpoint == "" {
+		return badRequest(`field "endpoint" is required`)
+	}
+	if msg := checkEndpoint(*req.Endpoint); msg != "" {
+		return badRequest(`field "endpoint" ` + msg)
+	}
+	if req.IP == nil || *req.IP == "" {
+		return badRequest(`field "ip" is required`)
+	}
+	ip, err := netip.ParseAddr(*req.IP)
+	if err != nil || ip.Zone() != "" {
+		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
+	}
+	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Cost: 1}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{{"user_id", req.UserID, &in.UserID}, {"device_id", req.DeviceID, &in.DeviceID}, {"account", req.Account, &in.Account}} {
+		if f.v == nil {
+			continue
+		}
+		if msg := checkID(*f.v); msg != "" {
+			return badRequest(`field "` + f.name + `" ` + msg)
+		}
+		*f.dst = *f.v
+	}
+	if len(req.Cost) > 0 && string(req.Cost) != "null" {
+		if c := req.Cost[0]; c != '-' && (c < '0' || c > '9') {
+			return badRequest(`field "cost" must be a number`)
+		}
+		c, err := strconv.ParseInt(string(req.Cost), 10, 64)
+		switch {
+		case err != nil && strings.ContainsAny(string(req.Cost), ".eE"):
+			return badRequest(`field "cost" must be a whole number`)
+		case err != nil || c > MaxCost:
+			return badRequest(fmt.Sprintf(`field "cost" must be between 0 and %d`, MaxCost))
+		case c < 0:
+			return badRequest(`field "cost" must not be negative`)
+		}
+		in.Cost = float64(c)
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 that names the field.
+func jsonError(err error) *apiError {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest("body: empty; expected a JSON object")
+	case errors.As(err, &syn):
+		return badRequest(fmt.Sprintf("body: invalid JSON at byte %d: %s", syn.Offset, syn.Error()))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return badRequest("body: expected a JSON object")
+		}
+		want := "a string"
+		if typ.Field == "cost" {
+			want = "a number"
+		}
+		return badRequest(fmt.Sprintf(`field %q must be %s`, typ.Field, want))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("body: truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return badRequest("body: " + err.Error())
+}
+
+// checkEndpoint validates "METHOD /path"; it returns "" or what is wrong.
+func checkEndpoint(s string) string {
+	if len(s) > MaxEndpointLen {
+		return fmt.Sprintf("is longer than %d bytes", MaxEndpointLen)
+	}
+	method, path, ok := strings.Cut(s, " ")
+	if !ok || method == "" || !strings.HasPrefix(path, "/") {
+		return `must be "METHOD /path"`
+	}
+	for i := 0; i < len(method); i++ {
+		if !isTokenChar(method[i]) {
+			return `must be "METHOD /path": bad method`
+		}
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c == 0x7f {
+			return `must be "METHOD /path": the path has a space or control character`
+		}
+	}
+	if !utf8.ValidString(path) {
+		return "is not valid UTF-8"
+	}
+	return ""
+}
+
+// checkID validates an identifier; it returns "" or what is wrong.
+func checkID(s string) string {
+	if len(s) > MaxIDLen {
+		return fmt.Sprintf("is longer than %d bytes", MaxIDLen)
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,292 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate-dev/tollgate/engine"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Engine decides (required).
+	Engine *engine.Engine
+	// AdminToken is the bearer token of /v1/admin/*; empty disables the
+	// admin API (it answers 404).
+	AdminToken string
+	// Logger receives request errors (default: discard).
+	Logger *slog.Logger
+	// Gatherer serves /metrics (default: prometheus.DefaultGatherer).
+	Gatherer prometheus.Gatherer
+	// Dependencies reports each dependency's state for /readyz ("up",
+	// "down", "disabled"); nil reports none.
+	Dependencies func(ctx context.Context) map[string]string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server serves the limiter's HTTP API. Its zero value is not usable; use New.
+type Server struct {
+	o        Options
+	mux      *http.ServeMux
+	tokenSum [32]byte
+	ready    sync.Mutex
+	state    string // "starting", "ready", "draining"
+	admin    *adminGuard
+}
+
+// New returns a Server, validating o.
+func New(o Options) (*Server, error) {
+	if o.Engine == nil {
+		return nil, errors.New("api: engine is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.DefaultGatherer
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now)}
+	s.tokenSum = sha256.Sum256([]byte(o.AdminToken))
+	s.routes()
+	return s, nil
+}
+
+// SetState sets the readiness state: "starting" and "draining" answer 503
+// on /readyz, "ready" 200.
+func (s *Server) SetState(state string) {
+	s.ready.Lock()
+	s.state = state
+	s.ready.Unlock()
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
+	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
+	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("PUT /v1/admin/multipliers/{subject}/{id}", s.adminOnly(s.handlePutMultiplier))
+	s.mux.HandleFunc("DELETE /v1/admin/multipliers/{subject}/{id}", s.adminOnly(s.handleDeleteMultiplier))
+	s.mux.HandleFunc("GET /v1/admin/subjects/{subject}/{id}", s.adminOnly(s.handleGetSubject))
+	s.mux.HandleFunc("DELETE /v1/admin/lockouts/{account}", s.adminOnly(s.handleDeleteLockout))
+	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
+		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
+	}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, requestID(w, r), &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(r.URL.Path)})
+	})
+}
+
+// Handle registers an extra handler on the server's mux (for endpoints
+// other packages serve, such as reports and attestation).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler: it recovers from panics so no input
+// crashes the process, and turns the mux's 405 into the envelope.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.o.Logger.Error("panic in handler", "path", r.URL.Path, "panic", v)
+			writeError(w, requestID(w, r), &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+		}
+	}()
+	if _, pattern := s.mux.Handler(r); pattern == "/" || pattern == "/v1/admin/" {
+		// no pattern matched this method: 405 in the envelope
+		if allowed := s.allowedMethods(r); allowed != "" {
+			w.Header().Set("Allow", allowed)
+			writeError(w, requestID(w, r), &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed, message: r.Method + " is not allowed here; use " + allowed})
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// allowedMethods lists the methods that do match r's path.
+func (s *Server) allowedMethods(r *http.Request) string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, p := s.mux.Handler(r2); p != "" && p != "/" && p != "/v1/admin/" {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// requestID returns the request's id: a sane incoming X-Request-Id, else a
+// new ULID. It sets the response header.
+func requestID(w http.ResponseWriter, r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if !saneID(id) {
+		id = ulid.Make().String()
+	}
+	w.Header()["X-Request-Id"] = []string{id}
+	return id
+}
+
+// saneID accepts 1-128 bytes of [A-Za-z0-9._:-].
+func saneID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	requestID(w, r)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	s.ready.Lock()
+	state := s.state
+	s.ready.Unlock()
+	var deps map[string]string
+	if s.o.Dependencies != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		deps = s.o.Dependencies(ctx)
+		cancel()
+	}
+	b := []byte(`{"status":`)
+	b = appendJSONString(b, state)
+	b = append(b, `,"dependencies":{`...)
+	for i, k := range sortedKeys(deps) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, deps[k])
+	}
+	b = append(b, `},"request_id":`...)
+	b = appendJSONString(b, rid)
+	b = append(b, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	if state != "ready" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = w.Write(b)
+}
+
+// adminGuard throttles failed admin token attempts per client address:
+// after 10 failures in a minute the address gets 429 for the rest of it.
+type adminGuard struct {
+	now func() time.Time
+	mu  sync.Mutex
+	by  map[string]*attempts
+}
+
+type attempts struct {
+	n     int
+	start time.Time
+}
+
+func newAdminGuard(now func() time.Time) *adminGuard {
+	return &adminGuard{now: now, by: make(map[string]*attempts)}
+}
+
+const (
+	adminMaxFailures = 10
+	adminWindow      = time.Minute
+	adminMaxTracked  = 10000
+)
+
+func (g *adminGuard) blocked(addr string) (time.Duration, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	a := g.by[addr]
+	if a == nil {
+		return 0, false
+	}
+	left := adminWindow - g.now().Sub(a.start)
+	if left <= 0 {
+		delete(g.by, addr)
+		return 0, false
+	}
+	return left, a.n >= adminMaxFailures
+}
+
+func (g *adminGuard) fail(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	a := g.by[addr]
+	if a == nil || now.Sub(a.start) >= adminWindow {
+		if len(g.by) >= adminMaxTracked {
+			for k, v := range g.by { // bounded: drop expired, else one arbitrary entry
+				if now.Sub(v.start) >= adminWindow || len(g.by) >= adminMaxTracked {
+					delete(g.by, k)
+				}
+				if len(g.by) < adminMaxTracked {
+					break
+				}
+			}
+		}
+		a = &attempts{start: now}
+		g.by[addr] = a
+	}
+	a.n++
+}
+
+// adminOnly wraps an admin handler with the bearer-token check.
+func (s *Server) adminOnly(h func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rid := requestID(w, r)
+		if s.o.AdminToken == "" {
+			writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "the admin API is disabled (no admin token configured)"})
+			return
+		}
+		peer := peerHost(r.RemoteAddr)
+		if left, blocked := s.admin.blocked(peer); blocked {
+			secs := int64((left + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", itoa(secs))
+			writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed admin token attempts",
+				details: `"retry_after_ms":` + itoa(left.Milliseconds())})
+			return
+		}
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+			s.admin.fail(peer)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+			writeError(w, rid, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or wrong admin token"})
+			return
+		}
+		h(w, r, rid)
+	}
+}
+
+// peerHost returns the host part of a RemoteAddr.
+func peerHost(addr string) string {
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
+		return strings.Trim(addr[:i], "[]")
+	}
+	return addr
+}

@@ -1,0 +1,148 @@
+package bucket_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+func layered(prefix string, n int, id string) bucket.Request {
+	parts := []string{"ip", "user", "device", "account"}
+	req := bucket.Request{Cost: 1}
+	for i := 0; i < n; i++ {
+		req.Subjects = append(req.Subjects, bucket.Subject{Key: bucket.MultiplierKey(prefix, parts[i], id), Static: 1})
+		req.Limits = append(req.Limits, bucket.Limit{
+			Key: prefix + "{" + parts[i] + ":" + id + "}:b:" + parts[i], Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(i),
+		})
+	}
+	return req
+}
+
+func benchMemory(b *testing.B, n int) {
+	s := bucket.NewMemoryStore(bucket.MemoryOptions{})
+	req := layered("tg:", n, "k")
+	res := bucket.Result{Limits: make([]bucket.LimitResult, 0, n)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Decide(ctx, &req, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemoryDecide1 is one decision over one limit in the memory store.
+func BenchmarkMemoryDecide1(b *testing.B) { benchMemory(b, 1) }
+
+// BenchmarkMemoryDecide4 is one decision over 4 layered limits (ip, user,
+// device, account, each with its multiplier subject).
+func BenchmarkMemoryDecide4(b *testing.B) { benchMemory(b, 4) }
+
+// BenchmarkMemoryDecide4Parallel spreads 4-limit decisions over 1000 keys.
+func BenchmarkMemoryDecide4Parallel(b *testing.B) {
+	s := bucket.NewMemoryStore(bucket.MemoryOptions{})
+	reqs := make([]bucket.Request, 1000)
+	for i := range reqs {
+		reqs[i] = layered("tg:", 4, strconv.Itoa(i))
+	}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		res := bucket.Result{Limits: make([]bucket.LimitResult, 0, 4)}
+		for pb.Next() {
+			req := &reqs[seq.Add(1)%int64(len(reqs))]
+			if err := s.Decide(context.Background(), req, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRedisDecide4 runs 4-limit decisions in parallel over 1000 keys
+// through the pipelining RedisStore; BenchmarkRawEvalSha, in the same run,
+// is the denominator: a one-key token bucket script, one EVALSHA per call.
+func BenchmarkRedisDecide4(b *testing.B) {
+	c, p := testenv.Redis(b)
+	s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second})
+	defer s.Close()
+	reqs := make([]bucket.Request, 1000)
+	for i := range reqs {
+		reqs[i] = layered(p, 4, strconv.Itoa(i))
+	}
+	var seq atomic.Int64
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var res bucket.Result
+		for pb.Next() {
+			req := &reqs[seq.Add(1)%int64(len(reqs))]
+			if err := s.Decide(context.Background(), req, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRedisDecide4Serial is one decision at a time: the round trip.
+func BenchmarkRedisDecide4Serial(b *testing.B) {
+	c, p := testenv.Redis(b)
+	s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second})
+	defer s.Close()
+	req := layered(p, 4, "serial")
+	var res bucket.Result
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Decide(context.Background(), &req, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var rawBucket = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rate = tonumber(ARGV[1]) / 1000000
+local burst = tonumber(ARGV[2])
+local v = redis.call("HMGET", KEYS[1], "t", "l")
+local tokens = burst
+if v[1] then tokens = math.min(burst, tonumber(v[1]) + (now - tonumber(v[2])) * rate) end
+local ok = 0
+if tokens >= 1 then tokens = tokens - 1; ok = 1 end
+redis.call("HSET", KEYS[1], "t", tostring(tokens), "l", tostring(now))
+redis.call("PEXPIRE", KEYS[1], 60000)
+return ok
+`)
+
+// BenchmarkRawEvalSha is the raw cost of one unpipelined EVALSHA of a
+// one-key token bucket from 32 goroutines: the ratio's denominator.
+func BenchmarkRawEvalSha(b *testing.B) {
+	c, p := testenv.Redis(b)
+	ctx := context.Background()
+	if err := rawBucket.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = p + "raw:" + strconv.Itoa(i)
+	}
+	var seq atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			k := keys[seq.Add(1)%int64(len(keys))]
+			if err := rawBucket.EvalSha(ctx, c, []string{k}, 1000000, 1000000).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

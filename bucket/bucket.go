@@ -1,0 +1,274 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxLimits is the most limits one decision may evaluate, and MaxSubjects
+// the most subjects whose multipliers it may read.
+const (
+	MaxLimits   = 32
+	MaxSubjects = 32
+)
+
+// Sentinel errors.
+var (
+	// ErrUnavailable wraps every failure to reach the store (connection
+	// refused, timeout, circuit open). Callers apply their failure mode.
+	ErrUnavailable = errors.New("bucket: store unavailable")
+	// ErrBadRequest reports a decision request the store cannot evaluate
+	// (too many limits, a subject index out of range, a negative cost).
+	ErrBadRequest = errors.New("bucket: bad request")
+)
+
+// Limit is one token bucket of a decision.
+type Limit struct {
+	// Key is the bucket's full key (see the package doc for the layout).
+	Key string
+	// Burst is the capacity in tokens before multipliers (> 0).
+	Burst float64
+	// Rate is the number of tokens refilled per Period before multipliers (> 0).
+	Rate float64
+	// Period is the rate's period (> 0).
+	Period time.Duration
+	// Shadow marks a limit that never denies.
+	Shadow bool
+	// Subjects is a bit set of indexes into Request.Subjects whose effective
+	// multipliers scale this limit (bit i set: Subjects[i] applies).
+	Subjects uint32
+}
+
+// Subject is one subject whose multipliers a decision reads.
+type Subject struct {
+	// Key is the subject's multiplier hash key (MultiplierKey).
+	Key string
+	// Static is a multiplier the caller already knows for this subject
+	// (reputation, attestation default), combined with the stored ones by
+	// the same rule. 1 is neutral; the zero value blocks, so set it.
+	Static float64
+}
+
+// Request is one decision: every limit that applies to a request.
+type Request struct {
+	// Now is the decision time. The zero value means the store's own clock:
+	// Redis TIME for RedisStore, the injected clock for MemoryStore.
+	Now time.Time
+	// Cost is the number of tokens the request takes from each bucket (>= 0).
+	Cost float64
+	// Limits are the buckets, at most MaxLimits.
+	Limits []Limit
+	// Subjects are the multiplier subjects, at most MaxSubjects.
+	Subjects []Subject
+	// Locks are lock keys (LockKey) checked before any bucket: an unexpired
+	// lock denies the request and takes no token.
+	Locks []string
+}
+
+// LimitResult is the outcome of one limit of a decision.
+type LimitResult struct {
+	// Allowed reports whether this limit had Cost tokens.
+	Allowed bool
+	// Remaining is the tokens left after the decision (fractional).
+	Remaining float64
+	// Burst is the effective capacity: Limit.Burst times Multiplier.
+	Burst float64
+	// Multiplier is the product of the effective multipliers of the limit's subjects.
+	Multiplier float64
+	// Reset is when the bucket will be full again.
+	Reset time.Time
+	// RetryAfter is how long until Cost tokens are available; 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// Lock is an active lockout or step-up requirement.
+type Lock struct {
+	// Kind is "lockout" or "step_up".
+	Kind string
+	// Rule names the velocity rule (or "admin") that set it.
+	Rule string
+	// Until is when it ends.
+	Until time.Time
+}
+
+// Result is the outcome of a decision.
+type Result struct {
+	// Allowed is true when the request was admitted (no lock, every
+	// non-shadow limit had Cost tokens).
+	Allowed bool
+	// Locked is true when a lock denied the request; Lock describes it and
+	// Limits is empty.
+	Locked bool
+	Lock   Lock
+	// Now is the decision time the store used.
+	Now time.Time
+	// Limits holds one result per Request.Limits, in order.
+	Limits []LimitResult
+}
+
+// Multiplier is one source's multiplier on a subject.
+type Multiplier struct {
+	// Source is where it comes from: admin, velocity, anomaly, reputation, attestation.
+	Source string
+	// Value scales burst and refill (>= 0; 0 blocks).
+	Value float64
+	// ExpiresAt is when it ends; the zero value means never.
+	ExpiresAt time.Time
+	// Reason is free text for operators.
+	Reason string
+}
+
+// Decider evaluates decisions. Implementations are safe for concurrent use.
+type Decider interface {
+	// Decide evaluates req and fills res (reusing res.Limits' storage).
+	Decide(ctx context.Context, req *Request, res *Result) error
+}
+
+// Admin reads and writes multipliers and locks.
+type Admin interface {
+	// SetMultiplier sets (replaces) the multiplier of m.Source on the subject.
+	SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error
+	// ClearMultiplier removes the multiplier of source on the subject;
+	// source "" removes all of them.
+	ClearMultiplier(ctx context.Context, subjectKey, source string) error
+	// Multipliers lists the subject's unexpired multipliers, sorted by source.
+	Multipliers(ctx context.Context, subjectKey string) ([]Multiplier, error)
+	// SetLock sets the lock at key until l.Until.
+	SetLock(ctx context.Context, key string, l Lock) error
+	// ClearLock removes the lock at key; it reports whether one was in force.
+	ClearLock(ctx context.Context, key string) (bool, error)
+	// GetLock returns the lock at key if one is in force.
+	GetLock(ctx context.Context, key string) (Lock, bool, error)
+}
+
+// Store is a bucket store: decisions plus administration.
+type Store interface {
+	Decider
+	Admin
+}
+
+// Combine returns the effective multiplier of values by the penalty rule:
+// if any value is below 1 the lowest applies, otherwise the highest; no
+// value means 1.
+func Combine(values ...float64) float64 {
+	if len(values) == 0 {
+		return 1
+	}
+	lo, hi := values[0], values[0]
+	for _, v := range values[1:] {
+		lo = math.Min(lo, v)
+		hi = math.Max(hi, v)
+	}
+	if lo < 1 {
+		return lo
+	}
+	return hi
+}
+
+// Effective returns the effective multiplier of ms at now (expired ones ignored).
+func Effective(ms []Multiplier, now time.Time) float64 {
+	lo, hi := 1.0, 1.0
+	for _, m := range ms {
+		if !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
+			continue
+		}
+		lo = math.Min(lo, m.Value)
+		hi = math.Max(hi, m.Value)
+	}
+	if lo < 1 {
+		return lo
+	}
+	return hi
+}
+
+// validate checks the request's shape.
+func (r *Request) validate() error {
+	if len(r.Limits) > MaxLimits {
+		return errors.Join(ErrBadRequest, errors.New("bucket: "+strconv.Itoa(len(r.Limits))+" limits, at most 32"))
+	}
+	if len(r.Subjects) > MaxSubjects {
+		return errors.Join(ErrBadRequest, errors.New("bucket: "+strconv.Itoa(len(r.Subjects))+" subjects, at most 32"))
+	}
+	if !(r.Cost >= 0) || math.IsInf(r.Cost, 0) {
+		return errors.Join(ErrBadRequest, errors.New("bucket: cost must be a finite number >= 0"))
+	}
+	for i := range r.Limits {
+		l := &r.Limits[i]
+		if !(l.Burst > 0) || !(l.Rate > 0) || l.Period <= 0 || math.IsInf(l.Burst, 0) || math.IsInf(l.Rate, 0) {
+			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" needs burst, rate and period > 0"))
+		}
+		if len(r.Subjects) < 32 && l.Subjects>>uint(len(r.Subjects)) != 0 {
+			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" names a subject out of range"))
+		}
+	}
+	for i := range r.Subjects {
+		if s := r.Subjects[i].Static; !(s >= 0) || math.IsInf(s, 0) {
+			return errors.Join(ErrBadRequest, errors.New("bucket: subject "+strconv.Quote(r.Subjects[i].Key)+" has an invalid static multiplier"))
+		}
+	}
+	return nil
+}
+
+// EscapeID makes an identifier safe inside a key's hash tag: it
+// percent-encodes '{', '}', '%', ':' , '|', whitespace and control bytes.
+// It returns id itself, without allocating, when nothing needs escaping.
+func EscapeID(id string) string {
+	i := 0
+	for ; i < len(id); i++ {
+		if needsEscape(id[i]) {
+			break
+		}
+	}
+	if i == len(id) {
+		return id
+	}
+	var b strings.Builder
+	b.Grow(len(id) + 8)
+	b.WriteString(id[:i])
+	const hex = "0123456789ABCDEF"
+	for ; i < len(id); i++ {
+		c := id[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func needsEscape(c byte) bool {
+	return c <= ' ' || c == 0x7f || c == '{' || c == '}' || c == '%' || c == ':' || c == '|'
+}
+
+// AppendSubjectTag appends prefix + "{subject:escaped-id}" to dst.
+func AppendSubjectTag(dst []byte, prefix, subject, id string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, '{')
+	dst = append(dst, subject...)
+	if id != "" || subject != "global" {
+		dst = append(dst, ':')
+		dst = append(dst, EscapeID(id)...)
+	}
+	return append(dst, '}')
+}
+
+// MultiplierKey returns the key of a subject's multiplier hash.
+func MultiplierKey(prefix, subject, id string) string {
+	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":m"...))
+}
+
+// LockKey returns the key of a subject's lock (accounts are locked).
+func LockKey(prefix, subject, id string) string {
+	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":l"...))
+}
+
+// ErrFull reports that a MemoryStore holds as many subjects or locks as
+// its bound allows and none has expired.
+var ErrFull = errors.New("bucket: memory store full")

@@ -1,0 +1,394 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+// t0 is the injected start of every scripted timeline: an hour ahead of the
+// wall clock, so Redis's own expiry (wall time) never runs ahead of it.
+var t0 = time.Now().Add(time.Hour).Truncate(time.Second)
+
+type storeCase struct {
+	name string
+	new  func(t *testing.T) (bucket.Store, string)
+}
+
+// stores returns the two implementations under test; each test gets a
+// fresh store and a key prefix of its own.
+func stores() []storeCase {
+	return []storeCase{
+		{"memory", func(t *testing.T) (bucket.Store, string) {
+			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }}), "m:"
+		}},
+		{"redis", func(t *testing.T) (bucket.Store, string) {
+			c, prefix := testenv.Redis(t)
+			s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 2 * time.Hour})
+			t.Cleanup(func() { s.Close() })
+			return s, prefix
+		}},
+	}
+}
+
+// step is one decision of a scripted timeline with its exact expectations.
+type step struct {
+	at        time.Duration // since t0
+	cost      float64
+	allowed   bool
+	remaining []float64 // per limit
+	retry     []time.Duration
+	reset     []time.Duration // since t0
+}
+
+func runSteps(t *testing.T, s bucket.Store, req bucket.Request, steps []step) {
+	t.Helper()
+	var res bucket.Result
+	for i, st := range steps {
+		req.Now = t0.Add(st.at)
+		req.Cost = st.cost
+		if err := s.Decide(context.Background(), &req, &res); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if res.Allowed != st.allowed {
+			t.Fatalf("step %d at %v: allowed = %v, want %v", i, st.at, res.Allowed, st.allowed)
+		}
+		for j, want := range st.remaining {
+			if got := res.Limits[j].Remaining; math.Abs(got-want) > 1e-9 {
+				t.Errorf("step %d limit %d: remaining = %v, want %v", i, j, got, want)
+			}
+		}
+		for j, want := range st.retry {
+			if got := res.Limits[j].RetryAfter; got != want {
+				t.Errorf("step %d limit %d: retry = %v, want %v", i, j, got, want)
+			}
+		}
+		for j, want := range st.reset {
+			if got := res.Limits[j].Reset.Sub(t0); got != want {
+				t.Errorf("step %d limit %d: reset = t0+%v, want t0+%v", i, j, got, want)
+			}
+		}
+	}
+}
+
+func TestSingleBucket(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			req := bucket.Request{Limits: []bucket.Limit{{Key: p + "{ip:1}:b:x", Burst: 10, Rate: 10, Period: time.Minute}}}
+			var steps []step
+			for i := 0; i < 10; i++ {
+				steps = append(steps, step{cost: 1, allowed: true, remaining: []float64{float64(9 - i)},
+					reset: []time.Duration{time.Duration(i+1) * 6 * time.Second}})
+			}
+			steps = append(steps,
+				step{cost: 1, allowed: false, remaining: []float64{0}, retry: []time.Duration{6 * time.Second}, reset: []time.Duration{60 * time.Second}},
+				step{at: 3 * time.Second, cost: 1, allowed: false, remaining: []float64{0.5}, retry: []time.Duration{3 * time.Second}},
+				step{at: 6 * time.Second, cost: 1, allowed: true, remaining: []float64{0}, retry: []time.Duration{0}, reset: []time.Duration{66 * time.Second}},
+				step{at: 6 * time.Second, cost: 0, allowed: true, remaining: []float64{0}},
+				// the clock steps back: no refill, no error
+				step{at: 2 * time.Second, cost: 1, allowed: false, remaining: []float64{0}, retry: []time.Duration{6 * time.Second}},
+				step{at: 18 * time.Second, cost: 2, allowed: true, remaining: []float64{0}},
+				// cost above the burst can never pass
+				step{at: 10 * time.Minute, cost: 11, allowed: false, remaining: []float64{10}, retry: []time.Duration{time.Hour}},
+				step{at: 10 * time.Minute, cost: 10, allowed: true, remaining: []float64{0}},
+			)
+			runSteps(t, s, req, steps)
+		})
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			req := bucket.Request{Limits: []bucket.Limit{
+				{Key: p + "{ip:1}:b:a", Burst: 5, Rate: 5, Period: time.Minute},
+				{Key: p + "{user:1}:b:b", Burst: 2, Rate: 2, Period: time.Hour},
+				{Key: p + "{device:1}:b:shadow", Burst: 1, Rate: 1, Period: time.Hour, Shadow: true},
+			}}
+			runSteps(t, s, req, []step{
+				{cost: 1, allowed: true, remaining: []float64{4, 1, 0}},
+				// the shadow limit is out but never denies; it takes nothing
+				{cost: 1, allowed: true, remaining: []float64{3, 0, 0}},
+				// b denies: a keeps its 3 tokens, nobody pays
+				{cost: 1, allowed: false, remaining: []float64{3, 0, 0}, retry: []time.Duration{0, 30 * time.Minute, time.Hour}},
+				{cost: 1, allowed: false, remaining: []float64{3, 0, 0}},
+			})
+		})
+	}
+}
+
+func TestMultipliers(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			ctx := context.Background()
+			dev := bucket.MultiplierKey(p, "device", "d1")
+			ip := bucket.MultiplierKey(p, "ip", "1.2.3.4")
+			req := bucket.Request{
+				Subjects: []bucket.Subject{{Key: dev, Static: 1}, {Key: ip, Static: 1}},
+				Limits: []bucket.Limit{
+					{Key: p + "{device:d1}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
+					{Key: p + "{ip:1.2.3.4}:b:ip", Burst: 100, Rate: 100, Period: time.Minute, Subjects: 2},
+				},
+			}
+			var res bucket.Result
+			decide := func(at time.Duration) {
+				t.Helper()
+				req.Now, req.Cost = t0.Add(at), 0
+				if err := s.Decide(ctx, &req, &res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// a bonus alone applies
+			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "attestation", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
+			decide(0)
+			if res.Limits[0].Burst != 20 || res.Limits[0].Multiplier != 2 || res.Limits[1].Burst != 100 {
+				t.Fatalf("bonus: %+v", res.Limits)
+			}
+			// penalties win over bonuses
+			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "anomaly", Value: 0.5, ExpiresAt: t0.Add(10 * time.Minute)}))
+			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 0.8, ExpiresAt: t0.Add(20 * time.Minute)}))
+			decide(0)
+			if res.Limits[0].Burst != 5 {
+				t.Fatalf("penalty: burst %v, want 5", res.Limits[0].Burst)
+			}
+			// expiry per source: at +10m the anomaly is gone, admin 0.8 remains
+			decide(10 * time.Minute)
+			if res.Limits[0].Burst != 8 {
+				t.Fatalf("after anomaly expiry: burst %v, want 8", res.Limits[0].Burst)
+			}
+			// 0 blocks, and the wait is the block's remaining time
+			must(s.SetMultiplier(ctx, ip, bucket.Multiplier{Source: "admin", Value: 0, ExpiresAt: t0.Add(15 * time.Minute)}))
+			req.Now, req.Cost = t0.Add(10*time.Minute), 1
+			must(s.Decide(ctx, &req, &res))
+			if res.Allowed || res.Limits[1].Allowed || res.Limits[1].RetryAfter != 5*time.Minute || !res.Limits[0].Allowed {
+				t.Fatalf("blocked: %+v", res)
+			}
+			must(s.ClearMultiplier(ctx, ip, "admin"))
+			must(s.Decide(ctx, &req, &res))
+			if !res.Allowed {
+				t.Fatalf("after clear: %+v", res)
+			}
+			ms, err := s.Multipliers(ctx, dev)
+			must(err)
+			if len(ms) != 3 || ms[0].Source != "admin" || ms[1].Source != "anomaly" || ms[2].Source != "attestation" || ms[0].Value != 0.8 {
+				t.Fatalf("multipliers: %+v", ms)
+			}
+			// a static multiplier (reputation) combines by the same rule
+			req.Subjects[1].Static = 0.25
+			req.Cost = 0
+			must(s.Decide(ctx, &req, &res))
+			if res.Limits[1].Burst != 25 {
+				t.Fatalf("static: burst %v, want 25", res.Limits[1].Burst)
+			}
+		})
+	}
+}
+
+func TestLocks(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			ctx := context.Background()
+			lk := bucket.LockKey(p, "account", "alice")
+			req := bucket.Request{Cost: 1, Locks: []string{lk}, Limits: []bucket.Limit{{Key: p + "{account:alice}:b:l", Burst: 3, Rate: 3, Period: time.Minute}}}
+			var res bucket.Result
+			until := t0.Add(15 * time.Minute)
+			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "account-failures", Until: until}); err != nil {
+				t.Fatal(err)
+			}
+			req.Now = t0
+			if err := s.Decide(ctx, &req, &res); err != nil {
+				t.Fatal(err)
+			}
+			if !res.Locked || res.Allowed || res.Lock.Kind != "lockout" || res.Lock.Rule != "account-failures" || !res.Lock.Until.Equal(until) {
+				t.Fatalf("locked: %+v", res)
+			}
+			l, ok, err := s.GetLock(ctx, lk)
+			if err != nil || !ok || l.Kind != "lockout" {
+				t.Fatalf("GetLock = %+v %v %v", l, ok, err)
+			}
+			if ok, err := s.ClearLock(ctx, lk); err != nil || !ok {
+				t.Fatalf("ClearLock = %v %v", ok, err)
+			}
+			if err := s.Decide(ctx, &req, &res); err != nil || !res.Allowed || res.Limits[0].Remaining != 2 {
+				t.Fatalf("after clear: %+v %v", res, err)
+			}
+			// an expired lock is not in force
+			req.Now = until.Add(time.Second)
+			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "step_up", Rule: "r", Until: until}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Decide(ctx, &req, &res); err != nil || res.Locked {
+				t.Fatalf("expired lock: %+v %v", res, err)
+			}
+		})
+	}
+}
+
+// TestConformance runs one long random sequence of decisions, multiplier
+// changes and clock moves against both stores and requires bit-identical
+// results: the memory store and decide.lua are one semantics.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{})
+	c, p := testenv.Redis(t)
+	red := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 24 * time.Hour})
+	defer red.Close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	subjects := []bucket.Subject{
+		{Key: bucket.MultiplierKey(p, "ip", "a"), Static: 1},
+		{Key: bucket.MultiplierKey(p, "user", "b"), Static: 1},
+		{Key: bucket.MultiplierKey(p, "device", "c"), Static: 1},
+	}
+	all := []bucket.Limit{
+		{Key: p + "{ip:a}:b:1", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
+		{Key: p + "{user:b}:b:2", Burst: 3, Rate: 0.5, Period: time.Second, Subjects: 2},
+		{Key: p + "{device:c}:b:3", Burst: 7, Rate: 100, Period: time.Hour, Subjects: 4 | 1},
+		{Key: p + "{global}:b:4", Burst: 50, Rate: 1000, Period: time.Minute, Subjects: 0},
+		{Key: p + "{ip:a}:b:5", Burst: 2, Rate: 1, Period: time.Second, Shadow: true, Subjects: 1},
+	}
+	sources := []string{"admin", "anomaly", "velocity", "attestation"}
+	values := []float64{0, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3}
+	now := t0
+	var rm, rr bucket.Result
+	for i := 0; i < 3000; i++ {
+		switch r := rng.IntN(100); {
+		case r < 60:
+			now = now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		case r < 62:
+			now = now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond)
+		case r < 63:
+			now = now.Add(time.Duration(rng.IntN(7200)) * time.Second)
+		}
+		switch r := rng.IntN(100); {
+		case r < 6:
+			m := bucket.Multiplier{Source: sources[rng.IntN(len(sources))], Value: values[rng.IntN(len(values))], Reason: "r"}
+			if rng.IntN(4) > 0 {
+				m.ExpiresAt = now.Add(time.Duration(1+rng.IntN(600)) * time.Second)
+			}
+			key := subjects[rng.IntN(len(subjects))].Key
+			for _, s := range []bucket.Store{mem, red} {
+				if err := s.SetMultiplier(ctx, key, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		case r < 8:
+			key := subjects[rng.IntN(len(subjects))].Key
+			src := sources[rng.IntN(len(sources))]
+			for _, s := range []bucket.Store{mem, red} {
+				if err := s.ClearMultiplier(ctx, key, src); err != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		}
+		req := bucket.Request{Now: now, Cost: float64(rng.IntN(4)), Subjects: subjects}
+		if rng.IntN(10) == 0 {
+			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))]}}
+		}
+		for _, l := range all {
+			if rng.IntN(3) > 0 {
+				req.Limits = append(req.Limits, l)
+			}
+		}
+		if err := mem.Decide(ctx, &req, &rm); err != nil {
+			t.Fatal(err)
+		}
+		if err := red.Decide(ctx, &req, &rr); err != nil {
+			t.Fatal(err)
+		}
+		if d := diff(&rm, &rr); d != "" {
+			t.Fatalf("op %d at %v cost %v: stores disagree: %s\nmemory: %+v\nredis:  %+v", i, now.Sub(t0), req.Cost, d, rm, rr)
+		}
+	}
+}
+
+func diff(a, b *bucket.Result) string {
+	if a.Allowed != b.Allowed || a.Locked != b.Locked || !a.Now.Equal(b.Now) || len(a.Limits) != len(b.Limits) {
+		return "decision"
+	}
+	for i := range a.Limits {
+		x, y := a.Limits[i], b.Limits[i]
+		if x.Allowed != y.Allowed || math.Float64bits(x.Remaining) != math.Float64bits(y.Remaining) ||
+			math.Float64bits(x.Burst) != math.Float64bits(y.Burst) || math.Float64bits(x.Multiplier) != math.Float64bits(y.Multiplier) ||
+			!x.Reset.Equal(y.Reset) || x.RetryAfter != y.RetryAfter {
+			return fmt.Sprintf("limit %d", i)
+		}
+	}
+	return ""
+}
+
+// TestExactConcurrency: N parallel takes on a bucket of capacity C admit
+// exactly C, in each store, and in Redis also through two client pools.
+func TestExactConcurrency(t *testing.T) {
+	t.Parallel()
+	const n, capacity = 400, 57
+	run := func(t *testing.T, deciders []bucket.Decider, key string) {
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(d bucket.Decider) {
+				defer wg.Done()
+				req := bucket.Request{Now: t0, Cost: 1, Limits: []bucket.Limit{
+					{Key: key, Burst: capacity, Rate: 1, Period: time.Hour},
+					{Key: key + "-wide", Burst: 1e6, Rate: 1, Period: time.Hour},
+				}}
+				var res bucket.Result
+				if err := d.Decide(context.Background(), &req, &res); err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				}
+			}(deciders[i%len(deciders)])
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != capacity {
+			t.Fatalf("admitted %d of %d, want exactly %d", got, n, capacity)
+		}
+	}
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		run(t, []bucket.Decider{bucket.NewMemoryStore(bucket.MemoryOptions{})}, "{ip:x}:b:c")
+	})
+	t.Run("redis-two-pools", func(t *testing.T) {
+		t.Parallel()
+		c1, p := testenv.Redis(t)
+		c2, _ := testenv.Redis(t)
+		s1 := bucket.NewRedisStore(c1, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 2 * time.Hour})
+		s2 := bucket.NewRedisStore(c2, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 2 * time.Hour, Lanes: 2, MaxBatch: 7})
+		defer s1.Close()
+		defer s2.Close()
+		run(t, []bucket.Decider{s1, s2}, p+"{ip:x}:b:c")
+	})
+}

@@ -1,0 +1,159 @@
+-- decide.lua: one Tollgate decision, atomically, in one round trip.
+--
+-- KEYS: nl bucket keys, then ns multiplier hash keys, then nk lock keys.
+-- ARGV[1] now in microseconds, or "0" for Redis TIME
+-- ARGV[2] nl, ARGV[3] ns, ARGV[4] nk, ARGV[5] cost, ARGV[6] expiry slack in ms
+-- then per subject: static multiplier
+-- then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub subject indexes (1-based)
+--
+-- Reply: {2, now, kind, until_us, rule} when a lock is in force, else
+-- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us}.
+--
+-- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
+-- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
+-- integers: no fraction is ever formatted or parsed. Refill rounds down.
+--
+-- The arithmetic mirrors evaluate() in memory.go operation for operation;
+-- change both or neither (the conformance tests compare them bit for bit).
+local nl = tonumber(ARGV[2])
+local ns = tonumber(ARGV[3])
+local nk = tonumber(ARGV[4])
+local cost = tonumber(ARGV[5])
+local slack = tonumber(ARGV[6])
+local now
+if ARGV[1] == "0" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local fmt = string.format
+
+for i = 1, nk do
+  local v = redis.call("GET", KEYS[nl + ns + i])
+  if v then
+    local kind, us, rule = string.match(v, "^(%S+) (%S+) ?(.*)$")
+    local u = tonumber(us)
+    if u and u > now then
+      return {2, now, kind, us, rule}
+    end
+  end
+end
+
+local argi = 7
+local mults = {}
+local pens = {}
+for j = 1, ns do
+  local lo = tonumber(ARGV[argi])
+  argi = argi + 1
+  local hi = lo
+  local h = redis.call("HGETALL", KEYS[nl + j])
+  local vals = {}
+  local exps = {}
+  for f = 2, #h, 2 do
+    local vs, es = string.match(h[f], "^(%S+) (%S+)")
+    local v = tonumber(vs)
+    local e = tonumber(es)
+    if v and e and v >= 0 and (e == 0 or e > now) then
+      vals[#vals + 1] = v
+      exps[#exps + 1] = e
+      if v < lo then lo = v end
+      if v > hi then hi = v end
+    end
+  end
+  local pen = 0
+  if lo < 1 then
+    mults[j] = lo
+    -- when the lowest penalty ends: the latest expiry among the entries at
+    -- the lowest value; 0 (unknown) when one never ends or the static is it
+    if tonumber(ARGV[argi - 1]) > lo then
+      for k = 1, #vals do
+        if vals[k] == lo then
+          if exps[k] == 0 then pen = -1 elseif pen >= 0 and exps[k] > pen then pen = exps[k] end
+        end
+      end
+    end
+    if pen < 0 then pen = 0 end
+  else
+    mults[j] = hi
+  end
+  pens[j] = pen
+end
+
+local allowed = 1
+local U = 1000000
+cost = math.floor(cost * U)
+local toks, lasts, effbs, pers, oks, retries = {}, {}, {}, {}, {}, {}
+for i = 1, nl do
+  local burst = tonumber(ARGV[argi])
+  local rate = tonumber(ARGV[argi + 1])
+  local period = tonumber(ARGV[argi + 2])
+  local shadow = ARGV[argi + 3] == "1"
+  local nsub = tonumber(ARGV[argi + 4])
+  argi = argi + 5
+  local m = 1
+  local pend = 0
+  local unknown = false
+  for s = 1, nsub do
+    local j = tonumber(ARGV[argi])
+    argi = argi + 1
+    m = m * mults[j]
+    if mults[j] < 1 then
+      if pens[j] == 0 then unknown = true elseif pens[j] > pend then pend = pens[j] end
+    end
+  end
+  local effb = math.floor(burst * m * U)
+  local per = rate * m * U / period
+  local tokens = effb
+  local last = now
+  local v = redis.call("GET", KEYS[i])
+  if v then
+    local ts, ls = string.match(v, "^(%d+) (%d+)$")
+    local t = tonumber(ts)
+    local l = tonumber(ls)
+    if t and l then
+      local el = 0
+      if l > now then last = l else el = now - l end
+      tokens = t + math.floor(el * per)
+      if tokens > effb then tokens = effb end
+    end
+  end
+  local ok = tokens >= cost
+  local retry = 0
+  if not ok then
+    if not shadow then allowed = 0 end
+    if cost > effb then
+      if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
+    else
+      retry = math.ceil((cost - tokens) / per)
+    end
+  end
+  toks[i] = tokens
+  lasts[i] = last
+  effbs[i] = effb
+  pers[i] = per
+  oks[i] = ok
+  retries[i] = retry
+end
+
+local reply = {allowed, now}
+for i = 1, nl do
+  local tokens = toks[i]
+  if allowed == 1 and oks[i] and cost > 0 then
+    tokens = tokens - cost
+    local ttl = math.ceil((effbs[i] - tokens) / pers[i] / 1000) + slack
+    redis.call("SET", KEYS[i], fmt("%d %d", tokens, lasts[i]), "PX", ttl)
+  end
+  local reset = now
+  if effbs[i] > tokens and pers[i] > 0 then
+    reset = now + math.ceil((effbs[i] - tokens) / pers[i])
+  end
+  local ok = 0
+  if oks[i] then ok = 1 end
+  reply[#reply + 1] = ok
+  reply[#reply + 1] = tokens
+  reply[#reply + 1] = effbs[i]
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = retries[i]
+end
+return reply

@@ -1,0 +1,39 @@
+// Package bucket implements Tollgate's token buckets: one semantics, two stores.
+//
+// A bucket holds up to Burst tokens and refills at Rate tokens per Period.
+// A decision evaluates every limit of one request together and is
+// all-or-nothing: the request is allowed only if every non-shadow limit has
+// Cost tokens, and a denied request takes no token from any bucket. Shadow
+// limits are evaluated and reported but never deny; they take tokens only
+// when they have them.
+//
+// Each limit's burst and refill are scaled by the product of the effective
+// multipliers of its subjects (ip, user, device, account, asn). A subject's
+// multipliers come from sources (admin, velocity, anomaly, reputation,
+// attestation), each with its own expiry; penalties win: if any unexpired
+// multiplier is below 1 the lowest applies, otherwise the highest (see
+// Combine). A multiplier of 0 blocks.
+//
+// RedisStore evaluates a decision with one embedded Lua script (decide.lua),
+// one round trip whatever the number of layers, on Redis's own clock (TIME),
+// so several limiter hosts never disagree. MemoryStore is the same semantics
+// in process for the one-process default. Both compute in float64 with the
+// same operations in the same order, so they agree to the bit; the
+// conformance tests in this package prove it on a shared table of steps.
+//
+// # Key layout
+//
+// Every key starts with a configurable prefix (default "tg:") and carries a
+// Redis Cluster hash tag naming its subject, so one subject's buckets,
+// multipliers and lockout share a slot:
+//
+//	tg:{ip:198.51.100.7}:b:login-ip|POST /auth/login   bucket (string "tokens last_us")
+//	tg:{device:d_1}:m                                 multipliers (hash: source -> "value expires_us reason")
+//	tg:{account:alice}:l                              lockout / step-up (string "kind until_us rule")
+//	tg:{global}:b:global                              a bucket keyed by no subject
+//
+// A bucket whose limit is keyed by several subjects lives in the slot of the
+// first subject of its `by`. Identifiers are escaped (see EscapeID) so an id
+// cannot break out of its hash tag. Buckets expire (PX) once they would be
+// full again; multiplier hashes expire with their last entry.
+package bucket

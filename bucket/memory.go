@@ -1,0 +1,484 @@
+package bucket
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sort"
+	"sync"
+	"time"
+)
+
+// memShards is the number of independently locked shards of a MemoryStore.
+const memShards = 64
+
+// DefaultMaxKeys is the MemoryStore's default bound on buckets.
+const DefaultMaxKeys = 1 << 20
+
+// MemoryOptions configures a MemoryStore.
+type MemoryOptions struct {
+	// MaxKeys bounds the number of buckets held (default DefaultMaxKeys).
+	// When a shard is full, a new bucket evicts the sampled bucket that was
+	// full again earliest: an already full bucket first (which changes no
+	// decision), else the one closest to full.
+	MaxKeys int
+	// MaxSubjects bounds the subjects with multipliers and the locks held,
+	// each (default MaxKeys/4, at least 1024). Expired entries go first.
+	MaxSubjects int
+	// Now is the clock for requests without Request.Now (default time.Now).
+	Now func() time.Time
+}
+
+// MemoryStore is the in-process Store: the same semantics as RedisStore,
+// for one process. It is safe for concurrent use; decisions on distinct
+// shards run in parallel. The zero value is not usable; use NewMemoryStore.
+type MemoryStore struct {
+	seed        maphash.Seed
+	now         func() time.Time
+	maxPerShard int
+	maxSubjects int
+	shards      [memShards]memShard
+
+	mu    sync.RWMutex // guards mults and locks
+	mults map[string]map[string]Multiplier
+	locks map[string]Lock
+}
+
+type memShard struct {
+	mu      sync.Mutex
+	buckets map[string]*memBucket
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// memBucket is one bucket's state: the same two numbers decide.lua stores.
+type memBucket struct {
+	tokens float64 // micro-tokens, a whole number
+	last   float64 // microseconds
+	full   float64 // microseconds: when it is full again (eviction order and expiry)
+}
+
+// NewMemoryStore returns a MemoryStore with opts applied.
+func NewMemoryStore(opts MemoryOptions) *MemoryStore {
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = DefaultMaxKeys
+	}
+	if opts.MaxSubjects <= 0 {
+		opts.MaxSubjects = max(opts.MaxKeys/4, 1024)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &MemoryStore{
+		seed:        maphash.MakeSeed(),
+		now:         opts.Now,
+		maxPerShard: max(opts.MaxKeys/memShards, 1),
+		maxSubjects: opts.MaxSubjects,
+		mults:       make(map[string]map[string]Multiplier),
+		locks:       make(map[string]Lock),
+	}
+	for i := range s.shards {
+		s.shards[i].buckets = make(map[string]*memBucket)
+	}
+	return s
+}
+
+// Len returns the number of buckets held.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.buckets)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops buckets that are full again at now (they change no
+// decision) and expired multipliers and locks. Call it periodically.
+func (s *MemoryStore) Sweep(now time.Time) {
+	us := float64(now.UnixMicro())
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.buckets {
+			if b.full <= us {
+				delete(sh.buckets, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.sweepSubjectsLocked(now)
+	s.mu.Unlock()
+}
+
+// sweepSubjectsLocked requires s.mu held for writing.
+func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
+	for k, ms := range s.mults {
+		for src, m := range ms {
+			if !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
+				delete(ms, src)
+			}
+		}
+		if len(ms) == 0 {
+			delete(s.mults, k)
+		}
+	}
+	for k, l := range s.locks {
+		if !l.Until.After(now) {
+			delete(s.locks, k)
+		}
+	}
+}
+
+// Decide implements Decider.
+func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	t := req.Now
+	if t.IsZero() {
+		t = s.now()
+	}
+	now := float64(t.UnixMicro())
+	res.Now = time.UnixMicro(int64(now))
+	res.Allowed, res.Locked, res.Lock = false, false, Lock{}
+	res.Limits = res.Limits[:0]
+
+	var mults, pens [MaxSubjects]float64
+	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
+		s.mu.RLock()
+		for _, k := range req.Locks {
+			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now {
+				s.mu.RUnlock()
+				res.Locked, res.Lock = true, l
+				return nil
+			}
+		}
+		for j := range req.Subjects {
+			mults[j], pens[j] = combineAt(req.Subjects[j].Static, s.mults[req.Subjects[j].Key], now)
+		}
+		s.mu.RUnlock()
+	}
+
+	// Lock every shard the request touches, in ascending order, so the
+	// decision is atomic across its buckets and cannot deadlock.
+	var idx, order [MaxLimits]uint8
+	nl := len(req.Limits)
+	for i := range req.Limits {
+		sh := uint8(maphash.String(s.seed, req.Limits[i].Key) % memShards)
+		idx[i] = sh
+		j := i
+		for ; j > 0 && order[j-1] > sh; j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = sh
+	}
+	s.lockShards(&order, nl, true)
+	defer s.lockShards(&order, nl, false)
+
+	cost := math.Floor(req.Cost * unit)
+	var evs [MaxLimits]eval
+	allowed := true
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		m, pend, unknown := limitMultiplier(l.Subjects, &mults, &pens, len(req.Subjects))
+		b := s.shards[idx[i]].buckets[l.Key]
+		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
+		if !evs[i].ok && !l.Shadow {
+			allowed = false
+		}
+	}
+	res.Allowed = allowed
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		ev := &evs[i]
+		if allowed && ev.ok && cost > 0 {
+			ev.tokens -= cost
+			s.store(&s.shards[idx[i]], l.Key, ev, now)
+		}
+		res.Limits = append(res.Limits, ev.result(now, l))
+	}
+	return nil
+}
+
+// lockShards locks (or unlocks) each distinct shard of the sorted order[:n].
+func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
+	for i := 0; i < n; i++ {
+		if i > 0 && order[i] == order[i-1] {
+			continue
+		}
+		if lock {
+			s.shards[order[i]].mu.Lock()
+		} else {
+			s.shards[order[i]].mu.Unlock()
+		}
+	}
+}
+
+// store writes ev's state for key; sh.mu must be held.
+func (s *MemoryStore) store(sh *memShard, key string, ev *eval, now float64) {
+	full := resetAt(now, ev.tokens, ev.effb, ev.per)
+	if b := sh.buckets[key]; b != nil {
+		b.tokens, b.last, b.full = ev.tokens, ev.last, full
+		return
+	}
+	if len(sh.buckets) >= s.maxPerShard {
+		s.evict(sh, now)
+	}
+	sh.buckets[key] = &memBucket{tokens: ev.tokens, last: ev.last, full: full}
+}
+
+// evict removes one bucket from sh, preferring ones already full; sh.mu held.
+func (s *MemoryStore) evict(sh *memShard, now float64) {
+	const samples = 8
+	var victim string
+	best := math.Inf(1)
+	n := 0
+	for k, b := range sh.buckets {
+		if b.full <= now {
+			delete(sh.buckets, k)
+			return
+		}
+		if b.full < best {
+			best, victim = b.full, k
+		}
+		if n++; n >= samples {
+			break
+		}
+	}
+	delete(sh.buckets, victim)
+}
+
+// unit is the number of micro-tokens in a token: buckets count whole
+// micro-tokens, so both stores hold exact integers in float64.
+const unit = 1e6
+
+// eval is one limit's evaluation, in micro-tokens and microseconds.
+type eval struct {
+	tokens, last, effb, per, retry float64
+	ok                             bool
+}
+
+func (ev *eval) result(now float64, l *Limit) LimitResult {
+	return limitResult(ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
+}
+
+// resetAt is when a bucket holding tokens is full again (decide.lua's reset).
+func resetAt(now, tokens, effb, per float64) float64 {
+	if effb > tokens && per > 0 {
+		return now + math.Ceil((effb-tokens)/per)
+	}
+	return now
+}
+
+// limitResult converts a limit's integer outcome to a LimitResult; both
+// stores build their results here.
+func limitResult(ok bool, tokens, effb, reset, retry float64, l *Limit) LimitResult {
+	return LimitResult{
+		Allowed:    ok,
+		Remaining:  tokens / unit,
+		Burst:      effb / unit,
+		Multiplier: effb / (l.Burst * unit),
+		Reset:      time.UnixMicro(int64(reset)),
+		RetryAfter: time.Duration(retry) * time.Microsecond,
+	}
+}
+
+// evaluate is decide.lua's per-limit arithmetic, operation for operation.
+// b is the stored state (nil when absent); now is in microseconds, cost in
+// micro-tokens.
+func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool, cost float64) eval {
+	effb := math.Floor(l.Burst * m * unit)
+	per := l.Rate * m * unit / float64(l.Period.Microseconds())
+	tokens := effb
+	last := now
+	if b != nil {
+		el := 0.0
+		if b.last > now {
+			last = b.last
+		} else {
+			el = now - b.last
+		}
+		tokens = b.tokens + math.Floor(el*per)
+		if tokens > effb {
+			tokens = effb
+		}
+	}
+	ok := tokens >= cost
+	retry := 0.0
+	if !ok {
+		if cost > effb {
+			if pend > now && !unknown {
+				retry = pend - now
+			} else {
+				retry = 3600000000
+			}
+		} else {
+			retry = math.Ceil((cost - tokens) / per)
+		}
+	}
+	return eval{tokens: tokens, last: last, effb: effb, per: per, retry: retry, ok: ok}
+}
+
+// limitMultiplier multiplies the subjects' multipliers in index order and
+// finds when their penalties end, as decide.lua does.
+func limitMultiplier(mask uint32, mults, pens *[MaxSubjects]float64, ns int) (m, pend float64, unknown bool) {
+	m = 1
+	for j := 0; j < ns; j++ {
+		if mask&(1<<uint(j)) == 0 {
+			continue
+		}
+		m = m * mults[j]
+		if mults[j] < 1 {
+			if pens[j] == 0 {
+				unknown = true
+			} else if pens[j] > pend {
+				pend = pens[j]
+			}
+		}
+	}
+	return m, pend, unknown
+}
+
+// combineAt is decide.lua's per-subject rule: the effective multiplier of
+// static plus the unexpired stored ones, and when the lowest penalty ends
+// (0 when unknown or when nothing is below 1).
+func combineAt(static float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
+	lo, hi := static, static
+	for _, m := range stored {
+		e := expUS(m.ExpiresAt)
+		if m.Value >= 0 && (e == 0 || e > now) {
+			lo = math.Min(lo, m.Value)
+			hi = math.Max(hi, m.Value)
+		}
+	}
+	if lo >= 1 {
+		return hi, 0
+	}
+	if static > lo {
+		for _, m := range stored {
+			e := expUS(m.ExpiresAt)
+			if m.Value != lo || !(e == 0 || e > now) {
+				continue
+			}
+			if e == 0 {
+				pen = -1
+			} else if pen >= 0 && e > pen {
+				pen = e
+			}
+		}
+	}
+	if pen < 0 {
+		pen = 0
+	}
+	return lo, pen
+}
+
+// expUS returns t in Unix microseconds, 0 for the zero time (never).
+func expUS(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMicro())
+}
+
+// SetMultiplier implements Admin.
+func (s *MemoryStore) SetMultiplier(_ context.Context, subjectKey string, m Multiplier) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := s.mults[subjectKey]
+	if ms == nil {
+		if len(s.mults) >= s.maxSubjects {
+			s.sweepSubjectsLocked(s.now())
+			if len(s.mults) >= s.maxSubjects {
+				return ErrFull
+			}
+		}
+		ms = make(map[string]Multiplier, 2)
+		s.mults[subjectKey] = ms
+	}
+	m.ExpiresAt = truncUS(m.ExpiresAt)
+	ms[m.Source] = m
+	return nil
+}
+
+// ClearMultiplier implements Admin.
+func (s *MemoryStore) ClearMultiplier(_ context.Context, subjectKey, source string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if source == "" {
+		delete(s.mults, subjectKey)
+		return nil
+	}
+	if ms := s.mults[subjectKey]; ms != nil {
+		delete(ms, source)
+		if len(ms) == 0 {
+			delete(s.mults, subjectKey)
+		}
+	}
+	return nil
+}
+
+// Multipliers implements Admin.
+func (s *MemoryStore) Multipliers(_ context.Context, subjectKey string) ([]Multiplier, error) {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Multiplier
+	for _, m := range s.mults[subjectKey] {
+		if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
+	return out, nil
+}
+
+// SetLock implements Admin.
+func (s *MemoryStore) SetLock(_ context.Context, key string, l Lock) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.locks[key]; !ok && len(s.locks) >= s.maxSubjects {
+		s.sweepSubjectsLocked(s.now())
+		if len(s.locks) >= s.maxSubjects {
+			return ErrFull
+		}
+	}
+	l.Until = truncUS(l.Until)
+	s.locks[key] = l
+	return nil
+}
+
+// ClearLock implements Admin.
+func (s *MemoryStore) ClearLock(_ context.Context, key string) (bool, error) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.locks[key]
+	delete(s.locks, key)
+	return ok && l.Until.After(now), nil
+}
+
+// GetLock implements Admin.
+func (s *MemoryStore) GetLock(_ context.Context, key string) (Lock, bool, error) {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l, ok := s.locks[key]
+	if !ok || !l.Until.After(now) {
+		return Lock{}, false, nil
+	}
+	return l, true, nil
+}
+
+// truncUS truncates t to whole microseconds, the resolution both stores keep.
+func truncUS(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMicro(t.UnixMicro())
+}
+
+var _ Store = (*MemoryStore)(nil)

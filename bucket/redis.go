@@ -1,0 +1,415 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is what RedisStore needs of a go-redis client. *redis.Client,
+// *redis.ClusterClient and *redis.Ring (any redis.UniversalClient) fit.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+	SetArgs(ctx context.Context, key string, value interface{}, a redis.SetArgs) *redis.StatusCmd
+}
+
+// RedisOptions configures a RedisStore.
+type RedisOptions struct {
+	// Timeout bounds each round trip to Redis (default 50ms). A decision
+	// whose round trip runs over fails with ErrUnavailable.
+	Timeout time.Duration
+	// Lanes is the number of pipelines in flight at once (default 4).
+	Lanes int
+	// MaxBatch is the most decisions sent in one pipeline (default 128).
+	MaxBatch int
+	// ExpirySlack is how long a bucket key outlives the moment it would be
+	// full again (default 1s). Tests that inject time set it higher.
+	ExpirySlack time.Duration
+}
+
+// RedisStore is the Redis-backed Store. Every decision is one EVALSHA of
+// decide.lua; decisions made concurrently are batched into pipelines by a
+// few lanes, so many callers share few round trips. It is safe for
+// concurrent use; Close stops its lanes.
+type RedisStore struct {
+	c       Client
+	timeout time.Duration
+	max     int
+	slack   string
+	queue   chan *call
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// call is one decision waiting for its lane.
+type call struct {
+	keys  []string
+	args  []interface{}
+	reply interface{}
+	err   error
+	done  chan struct{}
+}
+
+var callPool = sync.Pool{New: func() any {
+	return &call{keys: make([]string, 0, 16), args: make([]interface{}, 0, 48), done: make(chan struct{}, 1)}
+}}
+
+// NewRedisStore returns a RedisStore over c and starts its lanes.
+func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 50 * time.Millisecond
+	}
+	if opts.Lanes <= 0 {
+		opts.Lanes = 4
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 128
+	}
+	if opts.ExpirySlack <= 0 {
+		opts.ExpirySlack = time.Second
+	}
+	s := &RedisStore{
+		c:       c,
+		slack:   strconv.FormatInt(opts.ExpirySlack.Milliseconds(), 10),
+		timeout: opts.Timeout,
+		max:     opts.MaxBatch,
+		queue:   make(chan *call, opts.Lanes*opts.MaxBatch),
+		stop:    make(chan struct{}),
+	}
+	for i := 0; i < opts.Lanes; i++ {
+		s.wg.Add(1)
+		go s.lane()
+	}
+	return s
+}
+
+// Close stops the lanes; decisions after Close fail with ErrUnavailable.
+func (s *RedisStore) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	return nil
+}
+
+// errClosed is returned by decisions on a closed store.
+var errClosed = errors.New("bucket: store closed")
+
+// Decide implements Decider.
+func (s *RedisStore) Decide(ctx context.Context, req *Request, res *Result) error {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	c := callPool.Get().(*call)
+	c.build(req, s.slack)
+	select {
+	case s.queue <- c:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case <-s.stop:
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		// The lane still owns c; leave it to the garbage collector.
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	reply, err := c.reply, c.err
+	c.reply, c.err = nil, nil
+	callPool.Put(c)
+	if err != nil {
+		return fmt.Errorf("%w: decide: %w", ErrUnavailable, err)
+	}
+	if err := parseDecision(reply, req, res); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// build fills c's keys and args for req (see decide.lua for the layout).
+func (c *call) build(req *Request, slack string) {
+	c.keys = c.keys[:0]
+	c.args = c.args[:0]
+	for i := range req.Limits {
+		c.keys = append(c.keys, req.Limits[i].Key)
+	}
+	for i := range req.Subjects {
+		c.keys = append(c.keys, req.Subjects[i].Key)
+	}
+	c.keys = append(c.keys, req.Locks...)
+	now := "0"
+	if !req.Now.IsZero() {
+		now = strconv.FormatInt(req.Now.UnixMicro(), 10)
+	}
+	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), ftoa(req.Cost), slack)
+	for i := range req.Subjects {
+		c.args = append(c.args, ftoa(req.Subjects[i].Static))
+	}
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		shadow := "0"
+		if l.Shadow {
+			shadow = "1"
+		}
+		n := 0
+		for j := range req.Subjects {
+			if l.Subjects&(1<<uint(j)) != 0 {
+				n++
+			}
+		}
+		c.args = append(c.args, ftoa(l.Burst), ftoa(l.Rate), l.Period.Microseconds(), shadow, n)
+		for j := range req.Subjects {
+			if l.Subjects&(1<<uint(j)) != 0 {
+				c.args = append(c.args, j+1)
+			}
+		}
+	}
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// lane collects queued calls into a pipeline and runs it, until Close.
+func (s *RedisStore) lane() {
+	defer s.wg.Done()
+	batch := make([]*call, 0, s.max)
+	for {
+		select {
+		case c := <-s.queue:
+			batch = append(batch[:0], c)
+		case <-s.stop:
+			return
+		}
+	drain:
+		for len(batch) < s.max {
+			select {
+			case c := <-s.queue:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		s.run(batch)
+	}
+}
+
+// run sends batch as one pipeline and hands each call its reply.
+func (s *RedisStore) run(batch []*call) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	cmds := s.exec(ctx, batch)
+	if cmds != nil && isNoScript(cmds) {
+		// Redis lost its script cache (restart, SCRIPT FLUSH): load it once
+		// and run the batch again. NOSCRIPT means nothing was evaluated.
+		if err := decideScript.Load(ctx, s.c).Err(); err == nil {
+			cmds = s.exec(ctx, batch)
+		}
+	}
+	for i, c := range batch {
+		if cmds == nil {
+			c.err = ctx.Err()
+			if c.err == nil {
+				c.err = errors.New("bucket: pipeline failed")
+			}
+		} else {
+			c.reply, c.err = cmds[i].Val(), cmds[i].Err()
+		}
+		c.done <- struct{}{}
+	}
+}
+
+// exec runs one pipeline of EVALSHA calls.
+func (s *RedisStore) exec(ctx context.Context, batch []*call) []*redis.Cmd {
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, c := range batch {
+		cmds[i] = pipe.EvalSha(ctx, decideScript.Hash(), c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	return cmds
+}
+
+func isNoScript(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDecision turns decide.lua's reply into res, checking its shape.
+func parseDecision(reply interface{}, req *Request, res *Result) error {
+	vals, ok := reply.([]interface{})
+	if !ok || len(vals) < 2 {
+		return fmt.Errorf("bucket: unexpected reply %T", reply)
+	}
+	status, ok1 := vals[0].(int64)
+	now, ok2 := vals[1].(int64)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("bucket: unexpected reply head %T %T", vals[0], vals[1])
+	}
+	res.Now = time.UnixMicro(now)
+	res.Allowed, res.Locked, res.Lock = false, false, Lock{}
+	res.Limits = res.Limits[:0]
+	if status == 2 {
+		if len(vals) != 5 {
+			return fmt.Errorf("bucket: lock reply has %d values", len(vals))
+		}
+		kind, _ := vals[2].(string)
+		rule, _ := vals[4].(string)
+		until, err := usAt(vals[3])
+		if err != nil {
+			return err
+		}
+		res.Locked, res.Lock = true, Lock{Kind: kind, Rule: rule, Until: until}
+		return nil
+	}
+	nl := len(req.Limits)
+	if len(vals) != 2+5*nl {
+		return fmt.Errorf("bucket: reply has %d values for %d limits", len(vals), nl)
+	}
+	res.Allowed = status == 1
+	for i := 0; i < nl; i++ {
+		var f [5]float64
+		for k := range f {
+			n, isInt := vals[2+5*i+k].(int64)
+			if !isInt {
+				return fmt.Errorf("bucket: reply value %d of limit %d is %T", k, i, vals[2+5*i+k])
+			}
+			f[k] = float64(n)
+		}
+		res.Limits = append(res.Limits, limitResult(f[0] == 1, f[1], f[2], f[3], f[4], &req.Limits[i]))
+	}
+	return nil
+}
+
+func usAt(v interface{}) (time.Time, error) {
+	s, ok := v.(string)
+	if !ok {
+		return time.Time{}, fmt.Errorf("bucket: unexpected time %T", v)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bucket: time %q: %w", s, err)
+	}
+	return time.UnixMicro(int64(f)), nil
+}
+
+// SetMultiplier implements Admin.
+func (s *RedisStore) SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error {
+	v := ftoa(m.Value) + " " + strconv.FormatInt(int64(expUS(m.ExpiresAt)), 10) + " " + m.Reason
+	if err := setMultiplierScript.Run(ctx, s.c, []string{subjectKey}, m.Source, v).Err(); err != nil {
+		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
+	}
+	return nil
+}
+
+// ClearMultiplier implements Admin.
+func (s *RedisStore) ClearMultiplier(ctx context.Context, subjectKey, source string) error {
+	var err error
+	if source == "" {
+		err = s.c.Del(ctx, subjectKey).Err()
+	} else {
+		err = s.c.HDel(ctx, subjectKey, source).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: clear multiplier on %s: %w", ErrUnavailable, subjectKey, err)
+	}
+	return nil
+}
+
+// Multipliers implements Admin.
+func (s *RedisStore) Multipliers(ctx context.Context, subjectKey string) ([]Multiplier, error) {
+	h, err := s.c.HGetAll(ctx, subjectKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read multipliers of %s: %w", ErrUnavailable, subjectKey, err)
+	}
+	now := time.Now()
+	out := make([]Multiplier, 0, len(h))
+	for src, v := range h {
+		parts := strings.SplitN(v, " ", 3)
+		if len(parts) < 2 {
+			continue
+		}
+		val, err1 := strconv.ParseFloat(parts[0], 64)
+		exp, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		m := Multiplier{Source: src, Value: val}
+		if exp != 0 {
+			m.ExpiresAt = time.UnixMicro(exp)
+			if !m.ExpiresAt.After(now) {
+				continue
+			}
+		}
+		if len(parts) == 3 {
+			m.Reason = parts[2]
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
+	return out, nil
+}
+
+// SetLock implements Admin.
+func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
+	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + l.Rule
+	if err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)}).Err(); err != nil {
+		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
+	}
+	return nil
+}
+
+// ClearLock implements Admin.
+func (s *RedisStore) ClearLock(ctx context.Context, key string) (bool, error) {
+	_, ok, err := s.GetLock(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if err := s.c.Del(ctx, key).Err(); err != nil {
+		return false, fmt.Errorf("%w: clear lock %s: %w", ErrUnavailable, key, err)
+	}
+	return ok, nil
+}
+
+// GetLock implements Admin.
+func (s *RedisStore) GetLock(ctx context.Context, key string) (Lock, bool, error) {
+	v, err := s.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return Lock{}, false, nil
+	}
+	if err != nil {
+		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
+	}
+	parts := strings.SplitN(v, " ", 3)
+	if len(parts) < 2 {
+		return Lock{}, false, nil
+	}
+	us, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Lock{}, false, nil
+	}
+	l := Lock{Kind: parts[0], Until: time.UnixMicro(us)}
+	if len(parts) == 3 {
+		l.Rule = parts[2]
+	}
+	if !l.Until.After(time.Now()) {
+		return Lock{}, false, nil
+	}
+	return l, true, nil
+}
+
+var _ Store = (*RedisStore)(nil)

@@ -1,0 +1,153 @@
+// Command limiter is Tollgate's decision service: the check API, admin API
+// and metrics. Run alone it is the whole system in one process.
+//
+//	limiter [flags]                    run the service
+//	limiter validate --config FILE     check a policy file (exit 0, or FILE:LINE errors and 1)
+//	limiter budgets --config FILE      print every budget as a Markdown table
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/service"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "validate":
+			return validate(args[1:], stdout, stderr)
+		case "budgets":
+			return budgets(args[1:], stdout, stderr)
+		}
+	}
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := service.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "limiter:", err)
+		return 1
+	}
+	<-r.Done
+	if r.Err != nil {
+		fmt.Fprintln(stderr, "limiter:", r.Err)
+		return 1
+	}
+	return 0
+}
+
+// env returns the environment variable or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
+	var cfg service.Config
+	fs := flag.NewFlagSet("limiter", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.ConfigPath, "config", env("TOLLGATE_CONFIG", ""), "policy file (env TOLLGATE_CONFIG; default: built-in example policy)")
+	fs.StringVar(&cfg.Listen, "listen", env("TOLLGATE_LISTEN", "127.0.0.1:8080"), "HTTP listen address (env TOLLGATE_LISTEN)")
+	fs.StringVar(&cfg.RedisURL, "redis", env("TOLLGATE_REDIS", ""), "redis://host:port/db, host:port,host:port or redis+cluster://... (env TOLLGATE_REDIS; default: in-process memory store)")
+	nats := fs.String("nats", env("TOLLGATE_NATS", ""), "NATS server URL(s) (env TOLLGATE_NATS)")
+	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
+	upstream := fs.String("upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
+	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
+	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
+	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets)\n", fs.Arg(0))
+		return cfg, errors.New("bad arguments")
+	}
+	if *nats != "" || *upstream != "" {
+		fmt.Fprintln(stderr, "limiter: --nats and --upstream are not available in this build yet")
+		return cfg, errors.New("unsupported flag")
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "limiter:", err)
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func durEnv(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+// policyFlag parses the --config of validate and budgets.
+func policyFlag(cmd string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet("limiter "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", env("TOLLGATE_CONFIG", ""), "policy file")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if *path == "" {
+		fmt.Fprintf(stderr, "limiter %s: --config FILE is required\n", cmd)
+		return "", false
+	}
+	return *path, true
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	path, ok := policyFlag("validate", args, stderr)
+	if !ok {
+		return 2
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d routes, %d limits)\n", path, len(p.Routes), len(p.Limits))
+	return 0
+}
+
+func budgets(args []string, stdout, stderr io.Writer) int {
+	path, ok := policyFlag("budgets", args, stderr)
+	if !ok {
+		return 2
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := p.WriteBudgets(stdout); err != nil {
+		fmt.Fprintln(stderr, "limiter budgets:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,474 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+// Outcome is what a decision concluded.
+type Outcome uint8
+
+// Outcomes, in the order the API maps them to statuses.
+const (
+	// Allowed: every enforced limit had the tokens (200).
+	Allowed Outcome = iota
+	// Limited: a limit denied (429 RATE_LIMITED).
+	Limited
+	// Locked: the account is locked out (429 ACCOUNT_LOCKED).
+	Locked
+	// StepUp: the account must pass step-up first (403 STEP_UP_REQUIRED).
+	StepUp
+	// Unavailable: the store is down and a limit fails closed (503).
+	Unavailable
+	// Degraded: the store is down and every limit fails open (200 + X-RateLimit-Degraded).
+	Degraded
+)
+
+// String returns the outcome's metric result label.
+func (o Outcome) String() string {
+	switch o {
+	case Limited:
+		return ResultLimited
+	case Locked:
+		return ResultLocked
+	case StepUp:
+		return ResultStepUp
+	case Unavailable:
+		return ResultUnavailable
+	case Degraded:
+		return ResultDegraded
+	}
+	return ResultAllowed
+}
+
+// Input is one request to decide on. Endpoint and IP are required.
+type Input struct {
+	// Endpoint is "METHOD /path".
+	Endpoint string
+	// IP is the client address, already validated.
+	IP string
+	// UserID, DeviceID, Account and ASN are optional key parts; a limit
+	// keyed by a part the request lacks does not apply to it. A non-empty
+	// UserID means the request is authenticated.
+	UserID, DeviceID, Account, ASN string
+	// Cost is the number of tokens to take (>= 0).
+	Cost float64
+	// Now, when set, is the decision time for stores with an injected
+	// clock (tests); the zero value is the store's clock.
+	Now time.Time
+	// Static holds multipliers the caller already knows per subject kind
+	// (reputation, attestation defaults), indexed by policy.KeyPart; 0
+	// means none (neutral).
+	Static [8]float64
+}
+
+// Decision is the outcome of Decide. It can be reused across calls.
+type Decision struct {
+	Outcome Outcome
+	// Class is the request's route class; Route the matched route's
+	// `match` ("" when none matched).
+	Class, Route string
+	// Binding is the binding limit (nil when no limit applied).
+	Binding *policy.Limit
+	// Limit is the binding limit's effective burst, Remaining its whole
+	// tokens left, Reset when it is full again, Window its rate's period.
+	Limit, Remaining int64
+	Reset            time.Time
+	Window           time.Duration
+	// RetryAfter is the exact wait for Cost tokens (Limited), the lock's
+	// time left (Locked) or a hint (Unavailable).
+	RetryAfter time.Duration
+	// Lock describes the lock of a Locked or StepUp outcome.
+	Lock bucket.Lock
+	// Now is the decision time.
+	Now time.Time
+	// Err is the store error behind Unavailable and Degraded.
+	Err error
+
+	applied []*policy.Limit
+	breq    bucket.Request
+	bres    bucket.Result
+	keybuf  []byte
+	spans   []span
+}
+
+// span is one key in Decision.keybuf: where it ends and what it is.
+type span struct {
+	end  int
+	kind uint8 // spanBucket, spanSubject or spanLock
+}
+
+const (
+	spanBucket uint8 = iota
+	spanSubject
+	spanLock
+)
+
+// Applied returns the limits that applied to the request, in policy order.
+func (d *Decision) Applied() []*policy.Limit { return d.applied }
+
+// LimitResult returns the store's result for the i-th applied limit (valid
+// when Outcome is Allowed or Limited).
+func (d *Decision) LimitResult(i int) bucket.LimitResult { return d.bres.Limits[i] }
+
+// Options configures an Engine.
+type Options struct {
+	// Store is the bucket store (required).
+	Store bucket.Store
+	// Policy returns the policy in force (required); it is called once per decision.
+	Policy func() *policy.Policy
+	// Prefix starts every key (default "tg:").
+	Prefix string
+	// Metrics, when set, records every decision.
+	Metrics *Metrics
+	// Breaker guards the store (default NewBreaker with default options).
+	Breaker *Breaker
+	// UnavailableRetry is the Retry-After hint of a 503 (default 1s).
+	UnavailableRetry time.Duration
+	// Clock measures decision time for metrics (default time.Now).
+	Clock func() time.Time
+}
+
+// Engine decides. It is safe for concurrent use.
+type Engine struct {
+	o Options
+}
+
+// New returns an Engine, validating o.
+func New(o Options) (*Engine, error) {
+	if o.Store == nil || o.Policy == nil {
+		return nil, errors.New("engine: store and policy are required")
+	}
+	if o.Prefix == "" {
+		o.Prefix = "tg:"
+	}
+	if o.Breaker == nil {
+		o.Breaker = NewBreaker(BreakerOptions{}, nil, nil)
+	}
+	if o.UnavailableRetry <= 0 {
+		o.UnavailableRetry = time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return &Engine{o: o}, nil
+}
+
+// Prefix returns the key prefix.
+func (e *Engine) Prefix() string { return e.o.Prefix }
+
+// Store returns the bucket store.
+func (e *Engine) Store() bucket.Store { return e.o.Store }
+
+// Breaker returns the store's circuit breaker.
+func (e *Engine) Breaker() *Breaker { return e.o.Breaker }
+
+var decisionPool = sync.Pool{New: func() any { return new(Decision) }}
+
+// GetDecision returns a Decision from a pool; PutDecision gives it back.
+func GetDecision() *Decision { return decisionPool.Get().(*Decision) }
+
+// PutDecision returns d to the pool; d must not be used afterwards.
+func PutDecision(d *Decision) { decisionPool.Put(d) }
+
+// subjectKinds maps key parts to subject names for multiplier keys.
+var subjectKinds = [...]string{
+	policy.PartIP: "ip", policy.PartUser: "user", policy.PartDevice: "device",
+	policy.PartAccount: "account", policy.PartASN: "asn",
+}
+
+// Decide decides on in and fills d. It returns an error only for an input
+// the engine cannot evaluate (a bug in the caller: the api validates
+// first); store failures become Unavailable or Degraded.
+func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
+	start := e.o.Clock()
+	p := e.o.Policy()
+	method, path, ok := strings.Cut(in.Endpoint, " ")
+	if !ok {
+		return fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", in.Endpoint)
+	}
+	ci, route := p.Route(method, path)
+	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
+	d.Class = p.Classes[ci]
+	routeVal := policy.DefaultClass
+	if route != nil {
+		d.Route = route.Match
+		routeVal = route.Match
+	}
+	req := &d.breq
+	req.Limits, req.Subjects, req.Locks = req.Limits[:0], req.Subjects[:0], req.Locks[:0]
+	req.Cost, req.Now = in.Cost, in.Now
+
+	// Build every key into one buffer, then cut them out of one string.
+	var subjOf [8]int8 // key part -> subject index + 1
+	for _, l := range p.Applicable(ci, in.UserID != "") {
+		if len(d.applied) == bucket.MaxLimits {
+			break
+		}
+		var mask uint32
+		applies := true
+		for _, part := range l.By {
+			v := value(in, part, routeVal)
+			if part != policy.PartGlobal && v == "" {
+				applies = false
+				break
+			}
+		}
+		if !applies {
+			continue
+		}
+		d.keybuf = e.appendBucketKey(d.keybuf, l, in, routeVal)
+		d.spans = append(d.spans, span{len(d.keybuf), spanBucket})
+		for _, part := range l.By {
+			if !part.IsSubject() {
+				continue
+			}
+			if subjOf[part] == 0 {
+				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, subjectKinds[part], value(in, part, routeVal)), ":m"...)
+				d.spans = append(d.spans, span{len(d.keybuf), spanSubject})
+				static := in.Static[part]
+				if static == 0 {
+					static = 1
+				}
+				req.Subjects = append(req.Subjects, bucket.Subject{Static: static})
+				subjOf[part] = int8(len(req.Subjects))
+			}
+			mask |= 1 << uint(subjOf[part]-1)
+		}
+		d.applied = append(d.applied, l)
+		req.Limits = append(req.Limits, bucket.Limit{
+			Burst: l.Burst, Rate: l.Rate, Period: l.Period, Shadow: l.Shadow, Subjects: mask,
+		})
+	}
+	locks := false
+	if d.Class == "auth" && in.Account != "" {
+		d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
+		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		locks = true
+	}
+	if len(req.Limits) == 0 && !locks {
+		d.Outcome = Allowed
+		d.Now = start
+		e.record(d, p, start)
+		return nil
+	}
+	// Hand the keys out in the order they were appended.
+	keys := string(d.keybuf)
+	from, li, si := 0, 0, 0
+	for _, sp := range d.spans {
+		k := keys[from:sp.end]
+		from = sp.end
+		switch sp.kind {
+		case spanLock:
+			req.Locks = append(req.Locks, k)
+		case spanSubject:
+			req.Subjects[si].Key = k
+			si++
+		default:
+			req.Limits[li].Key = k
+			li++
+		}
+	}
+
+	if !e.o.Breaker.Allow() {
+		e.fail(d, p, ci, bucket.ErrUnavailable, start)
+		e.record(d, p, start)
+		return nil
+	}
+	err := e.o.Store.Decide(ctx, req, &d.bres)
+	e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
+	if err != nil {
+		if errors.Is(err, bucket.ErrBadRequest) {
+			return fmt.Errorf("engine: %w", err)
+		}
+		if e.o.Metrics != nil {
+			e.o.Metrics.StoreErrors.Inc()
+		}
+		e.fail(d, p, ci, err, start)
+		e.record(d, p, start)
+		return nil
+	}
+	e.conclude(d)
+	e.record(d, p, start)
+	return nil
+}
+
+// value returns the request's value of a key part ("" when absent).
+func value(in *Input, part policy.KeyPart, route string) string {
+	switch part {
+	case policy.PartIP:
+		return in.IP
+	case policy.PartUser:
+		return in.UserID
+	case policy.PartDevice:
+		return in.DeviceID
+	case policy.PartAccount:
+		return in.Account
+	case policy.PartASN:
+		return in.ASN
+	case policy.PartRoute:
+		return route
+	}
+	return ""
+}
+
+// appendBucketKey appends a limit's bucket key: the hash tag of its first
+// subject (or of its first part), ":b:", the limit name, then "|" and each
+// further part's escaped value.
+func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route string) []byte {
+	first := -1
+	for i, part := range l.By {
+		if part.IsSubject() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		first = 0
+	}
+	tag := l.By[first]
+	if tag == policy.PartGlobal {
+		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, "global", "")
+	} else {
+		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
+	}
+	dst = append(dst, ":b:"...)
+	dst = append(dst, l.Name...)
+	for i, part := range l.By {
+		if i == first || part == policy.PartGlobal {
+			continue
+		}
+		dst = append(dst, '|')
+		dst = append(dst, bucket.EscapeID(value(in, part, route))...)
+	}
+	return dst
+}
+
+// conclude picks the outcome and binding limit from the store's result.
+func (e *Engine) conclude(d *Decision) {
+	r := &d.bres
+	d.Now = r.Now
+	if r.Locked {
+		d.Lock = r.Lock
+		d.RetryAfter = r.Lock.Until.Sub(r.Now)
+		if r.Lock.Kind == "step_up" {
+			d.Outcome = StepUp
+		} else {
+			d.Outcome = Locked
+		}
+		return
+	}
+	bi := -1
+	if r.Allowed {
+		d.Outcome = Allowed
+		best := math.Inf(1)
+		for i, l := range d.applied {
+			if l.Shadow {
+				continue
+			}
+			lr := &r.Limits[i]
+			ratio := 0.0
+			if lr.Burst > 0 {
+				ratio = lr.Remaining / lr.Burst
+			}
+			if ratio < best {
+				best, bi = ratio, i
+			}
+		}
+	} else {
+		d.Outcome = Limited
+		var longest time.Duration = -1
+		for i, l := range d.applied {
+			lr := &r.Limits[i]
+			if l.Shadow || lr.Allowed {
+				continue
+			}
+			if lr.RetryAfter > longest {
+				longest, bi = lr.RetryAfter, i
+			}
+		}
+		d.RetryAfter = longest
+	}
+	if bi < 0 {
+		return
+	}
+	lr := &r.Limits[bi]
+	d.Binding = d.applied[bi]
+	d.Limit = int64(math.Floor(lr.Burst + 1e-9))
+	d.Remaining = int64(math.Floor(lr.Remaining + 1e-9))
+	d.Reset = lr.Reset
+	d.Window = d.Binding.Period
+}
+
+// fail applies the failure mode of the applicable limits to a store error.
+func (e *Engine) fail(d *Decision, p *policy.Policy, ci int, err error, start time.Time) {
+	d.Now, d.Err = start, err
+	d.Outcome = Degraded
+	for _, l := range d.applied {
+		if !l.Shadow && p.FailureModeOf(l, ci) == policy.FailClosed {
+			d.Outcome = Unavailable
+			d.RetryAfter = e.o.UnavailableRetry
+			break
+		}
+	}
+	// Degraded answers carry the nominal numbers of the tightest limit.
+	for _, l := range d.applied {
+		if l.Shadow {
+			continue
+		}
+		if d.Binding == nil || l.Burst < d.Binding.Burst {
+			d.Binding = l
+		}
+	}
+	if d.Binding != nil {
+		d.Limit = int64(d.Binding.Burst)
+		d.Remaining = d.Limit
+		d.Reset = start
+		d.Window = d.Binding.Period
+	}
+}
+
+// record updates the metrics for d.
+func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
+	m := e.o.Metrics
+	if m == nil {
+		return
+	}
+	m.Seconds.Observe(e.o.Clock().Sub(start).Seconds())
+	switch d.Outcome {
+	case Locked, StepUp:
+		m.Decisions.WithLabelValues(d.Lock.Rule, d.Class, d.Outcome.String()).Inc()
+		return
+	case Unavailable, Degraded:
+		for _, l := range d.applied {
+			m.Decisions.WithLabelValues(l.Name, d.Class, d.Outcome.String()).Inc()
+		}
+		return
+	}
+	if len(d.applied) == 0 {
+		m.Decisions.WithLabelValues("none", d.Class, ResultAllowed).Inc()
+		return
+	}
+	for i, l := range d.applied {
+		lr := &d.bres.Limits[i]
+		res := ResultAllowed
+		switch {
+		case !lr.Allowed && l.Shadow:
+			res = ResultShadowLimited
+		case !lr.Allowed:
+			res = ResultLimited
+		}
+		m.Decisions.WithLabelValues(l.Name, d.Class, res).Inc()
+		if !l.Shadow && lr.Burst > 0 {
+			m.Remaining.WithLabelValues(l.Name).Observe(lr.Remaining / lr.Burst)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Result labels of tollgate_decisions_total.
+const (
+	ResultAllowed       = "allowed"
+	ResultLimited       = "limited"
+	ResultLocked        = "locked"
+	ResultStepUp        = "step_up"
+	ResultUnavailable   = "unavailable"
+	ResultDegraded      = "degraded"
+	ResultShadowLimited = "shadow_limited"
+)
+
+// Metrics are the decision metrics of the contract. Labels are bounded:
+// limit names come from the policy, classes from its routes, results from
+// the constants above; never a user, device or IP.
+type Metrics struct {
+	// Decisions counts, per applicable limit, what that limit said:
+	// tollgate_decisions_total{limit,class,result}.
+	Decisions *prometheus.CounterVec
+	// Remaining observes remaining/burst of each enforced limit at decision.
+	Remaining *prometheus.HistogramVec
+	// Seconds observes the time of one decision (store round trip included).
+	Seconds prometheus.Histogram
+	// StoreErrors counts failed store calls (circuit-open fast fails excluded).
+	StoreErrors prometheus.Counter
+	// Circuit is the breaker state: 0 closed, 1 open, 2 half-open.
+	Circuit prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them on reg (when not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_decisions_total",
+			Help: "Decisions per applicable limit, by what that limit said (allowed, limited, locked, step_up, unavailable, degraded, shadow_limited).",
+		}, []string{"limit", "class", "result"}),
+		Remaining: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_tokens_remaining_ratio",
+			Help:    "Remaining tokens over effective burst at decision, per enforced limit; a p99 near 0 means the limit is too tight.",
+			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1},
+		}, []string{"limit"}),
+		Seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_decision_seconds",
+			Help:    "Time to reach one decision, store round trip included.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		StoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_store_errors_total",
+			Help: "Bucket store calls that failed (timeout, connection, script error).",
+		}),
+		Circuit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_store_circuit_state",
+			Help: "Circuit breaker over the bucket store: 0 closed, 1 open, 2 half-open.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit)
+	}
+	return m
+}

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteBudgets writes the policy as Markdown for the teams that call the
+// API (what `limiter budgets` prints): a table of routes and their classes,
+// then one row per route class and limit that applies to it, with the
+// limit's key, rate, burst and failure mode. Limits restricted by
+// `if.authenticated` are marked "(authenticated)" or "(unauthenticated)";
+// shadow limits "(shadow)".
+func (p *Policy) WriteBudgets(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	source := p.Source
+	if source == "" {
+		source = "built-in policy"
+	}
+	fmt.Fprintf(bw, "# Rate-limit budgets (%s)\n\n", mdEscape(source))
+
+	bw.WriteString("## Routes\n\nFirst match wins; `*` matches any run of characters, `/` included.\n\n")
+	bw.WriteString("| route | class |\n| --- | --- |\n")
+	catchAll := false
+	for i := range p.Routes {
+		r := &p.Routes[i]
+		fmt.Fprintf(bw, "| %s | %s |\n", mdCode(r.Match), r.Class)
+		if r.Method == "*" && r.Pattern == "*" {
+			catchAll = true
+			break
+		}
+	}
+	switch {
+	case len(p.Routes) == 0:
+		fmt.Fprintf(bw, "| any request | %s |\n", DefaultClass)
+	case !catchAll:
+		fmt.Fprintf(bw, "| anything else | %s |\n", DefaultClass)
+	}
+
+	bw.WriteString("\n## Budgets\n\nEvery limit of a request's class applies; a request is allowed only if all allow it. ")
+	bw.WriteString("A limit whose key includes `user` applies only to authenticated requests; one keyed by `device` or `account` only when the request carries one.\n\n")
+	bw.WriteString("| route class | limit | key | rate | burst | failure mode |\n")
+	bw.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	for c, class := range p.Classes {
+		for _, l := range p.classLimits(c) {
+			name := l.Name
+			if l.IfAuthenticated != nil {
+				if *l.IfAuthenticated {
+					name += " (authenticated)"
+				} else {
+					name += " (unauthenticated)"
+				}
+			}
+			if l.Shadow {
+				name += " (shadow)"
+			}
+			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
+				class, mdEscape(name), keyText(l.By), mdEscape(rateText(l)),
+				strconv.FormatFloat(l.Burst, 'f', -1, 64), p.FailureModeOf(l, c))
+		}
+	}
+	return bw.Flush()
+}
+
+// classLimits lists, in file order, the limits that apply to some request
+// of class c, authenticated or not.
+func (p *Policy) classLimits(c int) []*Limit {
+	unauth, auth := p.Applicable(c, false), p.Applicable(c, true)
+	out := make([]*Limit, 0, len(unauth)+len(auth))
+	i, j := 0, 0
+	for i < len(unauth) || j < len(auth) {
+		switch {
+		case j == len(auth) || i < len(unauth) && unauth[i].Index < auth[j].Index:
+			out = append(out, unauth[i])
+			i++
+		case i == len(unauth) || auth[j].Index < unauth[i].Index:
+			out = append(out, auth[j])
+			j++
+		default: // the same limit
+			out = append(out, unauth[i])
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// keyText joins key parts with " + ".
+func keyText(by []KeyPart) string {
+	parts := make([]string, len(by))
+	for i, k := range by {
+		parts[i] = k.String()
+	}
+	return strings.Join(parts, " + ")
+}
+
+// rateText returns the rate as written, or rebuilds it for a hand-made Limit.
+func rateText(l *Limit) string {
+	if l.RateText != "" {
+		return l.RateText
+	}
+	unit := "s"
+	switch l.Period {
+	case time.Minute:
+		unit = "min"
+	case time.Hour:
+		unit = "h"
+	}
+	return strconv.FormatFloat(l.Rate, 'f', -1, 64) + "/" + unit
+}
+
+// mdEscape escapes the characters that would break a Markdown table cell.
+func mdEscape(s string) string {
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+// mdCode writes s as inline code in a table cell.
+func mdCode(s string) string {
+	return "`" + mdEscape(strings.ReplaceAll(s, "`", "'")) + "`"
+}

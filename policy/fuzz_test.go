@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// errLine is the shape of every line of a Parse error.
+var errLine = regexp.MustCompile(`^fuzz\.yaml:\d+: `)
+
+func FuzzParse(f *testing.F) {
+	f.Add(Example())
+	f.Add([]byte(contractExample))
+	f.Add([]byte(head))
+	f.Add([]byte(policyV2))
+	f.Add([]byte(badFile))
+	f.Add([]byte(""))
+	f.Add([]byte("version: 1\nlimits: [\n"))
+	f.Add([]byte("version: 1\nx: &a [*a]\nlimits: [{<<: *a}]\n"))
+	f.Add([]byte(withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 0, window: 1m, action: tighten, duration: 1m}\n")))
+	f.Add([]byte(withRisk("  reputation: {rules: [{asns: [0, 4294967296], cidrs: [x]}]}\n")))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		start := time.Now()
+		p, err := Parse("fuzz.yaml", data)
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("SLOW %v len %d", d, len(data))
+		}
+		if err == nil {
+			if p == nil {
+				t.Fatal("nil policy and nil error")
+			}
+			// A valid policy answers lookups without panicking.
+			for c := range p.Classes {
+				for _, l := range p.Applicable(c, true) {
+					p.FailureModeOf(l, c)
+				}
+			}
+			p.Route("GET", "/x")
+			var b strings.Builder
+			if err := p.WriteBudgets(&b); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if p != nil {
+			t.Fatal("policy returned with an error")
+		}
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if !errLine.MatchString(line) {
+				t.Fatalf("error line %q does not start with fuzz.yaml:LINE: ", line)
+			}
+		}
+	})
+}

@@ -1,0 +1,719 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Limits on what a policy may say.
+const (
+	// MaxRate is the largest N of a `rate: N/period` (and the largest burst).
+	MaxRate  = 1e9
+	maxName  = 64 // limit and velocity rule names
+	maxClass = 32
+)
+
+// The keys each mapping of the file may have.
+var (
+	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field"}
+	routeFields    = []string{"match", "class"}
+	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
+	ifFields       = []string{"authenticated", "class"}
+	failureModes   = []string{"open", "closed"}
+	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
+)
+
+// Load reads and parses the policy file at path. Errors in the file are
+// reported as "PATH:LINE: ..." with path as given; relative file names
+// inside the policy resolve against the policy file's directory.
+func Load(path string) (*Policy, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(path, filepath.Dir(path), data)
+}
+
+// readFile reads at most MaxFileSize bytes of path, refusing larger files.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: read config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("policy: read config %q: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(path)
+	}
+	return data, nil
+}
+
+func tooLarge(name string) error {
+	return joinErrors([]*Error{{File: name, Line: 1,
+		Msg: fmt.Sprintf("file too large (more than %d bytes)", MaxFileSize), Err: ErrTooLarge}})
+}
+
+// Parse parses and validates a policy file held in memory. name is used in
+// errors ("NAME:LINE: ...") and as Policy.Source; relative file names inside
+// the policy resolve against the current directory.
+//
+// On failure Parse returns a nil Policy and every problem it found, each an
+// *Error, joined with errors.Join and sorted by line.
+func Parse(name string, data []byte) (*Policy, error) {
+	return parse(name, "", data)
+}
+
+func parse(name, baseDir string, data []byte) (p *Policy, err error) {
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(name)
+	}
+	defer func() {
+		// The YAML library is fuzzed and should not panic; should it still, a
+		// bad file must not take the process down.
+		if r := recover(); r != nil {
+			p, err = nil, joinErrors([]*Error{{File: name, Line: 1,
+				Msg: fmt.Sprintf("invalid YAML: %v", r)}})
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, joinErrors([]*Error{{File: name, Line: 1,
+				Msg: "file is empty: want a mapping with at least version and limits"}})
+		}
+		return nil, joinErrors([]*Error{syntaxError(name, data, err)})
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, joinErrors([]*Error{{File: name, Line: max(extra.Line, 1),
+			Msg: "only one YAML document is allowed (found a second one)"}})
+	} else if !errors.Is(err, io.EOF) {
+		return nil, joinErrors([]*Error{syntaxError(name, data, err)})
+	}
+
+	ps := &parser{file: name, baseDir: baseDir, budget: nodeBudget}
+	p = ps.policy(&doc)
+	if err := joinErrors(ps.errs); err != nil {
+		return nil, err
+	}
+	p.Source = name
+	p.sum = sha256.Sum256(data)
+	p.index()
+	return p, nil
+}
+
+// policy walks the document.
+func (ps *parser) policy(doc *yaml.Node) *Policy {
+	p := &Policy{}
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	root = deref(root)
+	if root.Kind != yaml.MappingNode {
+		ps.errorf(root, "want a mapping with at least version and limits at the top, got %s", kindName(root))
+		return p
+	}
+	top := ps.mapping(root, "policy", topFields)
+	if top == nil {
+		return p
+	}
+	ps.require(top, "", "version", "limits")
+
+	if f, ok := top.get("version"); ok {
+		if v, ok := ps.integer(f); ok {
+			if v != 1 {
+				ps.errorf(f.val, "version %d: unsupported (want 1)", v)
+			}
+			p.Version = int(v)
+		}
+	}
+	if f, ok := top.get("identity"); ok {
+		p.Identity = ps.identity(f)
+	}
+
+	// Routes first: limits and failure_mode name their classes.
+	classes := []string{}
+	if f, ok := top.get("routes"); ok && !isNull(f.val) {
+		p.Routes, classes = ps.routes(f)
+	}
+	if !contains(classes, DefaultClass) {
+		classes = append(classes, DefaultClass)
+	}
+	p.Classes = classes
+
+	if f, ok := top.get("limits"); ok {
+		p.Limits = ps.limits(f, classes)
+	}
+	if f, ok := top.get("failure_mode"); ok {
+		p.FailureDefault, p.FailureByClass = ps.failureModes(f, classes)
+	}
+	if f, ok := top.get("risk"); ok {
+		p.Risk = ps.risk(f)
+	}
+	return p
+}
+
+// identity parses the `identity` section.
+func (ps *parser) identity(f field) Identity {
+	var id Identity
+	m := ps.mapping(f.val, f.name, identityFields)
+	if m == nil {
+		return id
+	}
+	for _, g := range m.fields {
+		switch g.name {
+		case "trusted_proxies":
+			if isNull(g.val) {
+				continue
+			}
+			l, ok := ps.list(g)
+			if !ok {
+				continue
+			}
+			for _, n := range l {
+				s, ok := ps.scalar(n, g.name)
+				if !ok {
+					continue
+				}
+				pfx, err := parsePrefixOrAddr(s)
+				if err != nil {
+					ps.errorf(n, "trusted_proxies %q: %v", s, err)
+					continue
+				}
+				id.TrustedProxies = append(id.TrustedProxies, pfx)
+			}
+		case "user_header", "user_signature_header", "device_header":
+			s, ok := ps.str(g)
+			if !ok {
+				continue
+			}
+			if !isToken(s) {
+				ps.errorf(g.val, "%s %q: not a valid HTTP header name", g.name, s)
+				continue
+			}
+			switch g.name {
+			case "user_header":
+				id.UserHeader = s
+			case "user_signature_header":
+				id.UserSignatureHeader = s
+			default:
+				id.DeviceHeader = s
+			}
+		case "user_signature_key_env":
+			if s, ok := ps.envName(g); ok {
+				id.UserSignatureKeyEnv = s
+			}
+		case "account_body_field":
+			if s, ok := ps.str(g); ok {
+				id.AccountBodyField = s
+			}
+		}
+	}
+	if id.UserSignatureKeyEnv != "" && id.UserSignatureHeader == "" {
+		g, _ := m.get("user_signature_key_env")
+		ps.errorf(g.val, "user_signature_key_env is set but user_signature_header is not")
+	}
+	return id
+}
+
+// parsePrefixOrAddr parses a CIDR prefix (masked) or a bare address (a /32
+// or /128).
+func parsePrefixOrAddr(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, errors.New("not a CIDR prefix or IP address")
+		}
+		return pfx.Masked(), nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil || addr.Zone() != "" {
+		return netip.Prefix{}, errors.New("not a CIDR prefix or IP address")
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+// envName returns f's value when it is a valid environment variable name.
+func (ps *parser) envName(f field) (string, bool) {
+	s, ok := ps.str(f)
+	if !ok {
+		return "", false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		ps.errorf(f.val, "%s %q: not a valid environment variable name", f.name, s)
+		return "", false
+	}
+	return s, true
+}
+
+// routes parses `routes` and returns them with their classes in order of
+// first appearance.
+func (ps *parser) routes(f field) ([]Route, []string) {
+	l, ok := ps.list(f)
+	if !ok {
+		return nil, nil
+	}
+	var routes []Route
+	var classes []string
+	for _, n := range l {
+		m := ps.mapping(n, "routes entry", routeFields)
+		if m == nil {
+			continue
+		}
+		if !ps.require(m, "route", "match", "class") {
+			continue
+		}
+		r := Route{Line: n.Line}
+		ok := true
+		g, _ := m.get("match")
+		if s, good := ps.str(g); !good {
+			ok = false
+		} else if r.Method, r.Pattern, good = ps.routeMatch(g, s); !good {
+			ok = false
+		} else {
+			r.Match = r.Method + " " + r.Pattern
+		}
+		g, _ = m.get("class")
+		if s, good := ps.str(g); !good {
+			ok = false
+		} else if !validClass(s) {
+			ps.errorf(g.val, "class %q: want 1-%d characters of a-z 0-9 _ -", s, maxClass)
+			ok = false
+		} else {
+			r.Class = s
+		}
+		if !ok {
+			continue
+		}
+		r.ClassIndex = indexOf(classes, r.Class)
+		if r.ClassIndex < 0 {
+			r.ClassIndex = len(classes)
+			classes = append(classes, r.Class)
+		}
+		routes = append(routes, r)
+	}
+	return routes, classes
+}
+
+// routeMatch splits and checks "METHOD PATH".
+func (ps *parser) routeMatch(g field, s string) (method, pattern string, ok bool) {
+	parts := strings.Fields(s)
+	if len(parts) != 2 {
+		ps.errorf(g.val, "match %q: want \"METHOD /path\" (METHOD may be *, the path a glob with *)", s)
+		return "", "", false
+	}
+	method, pattern = parts[0], parts[1]
+	if !isToken(method) {
+		ps.errorf(g.val, "match %q: method %q is not an HTTP method token", s, method)
+		return "", "", false
+	}
+	if pattern != "*" && !strings.HasPrefix(pattern, "/") {
+		ps.errorf(g.val, "match %q: path %q must start with / (or be *)", s, pattern)
+		return "", "", false
+	}
+	for i := 0; i < len(pattern); i++ {
+		if c := pattern[i]; c < 0x21 || c == 0x7f {
+			ps.errorf(g.val, "match %q: path has a control character", s)
+			return "", "", false
+		}
+	}
+	return method, pattern, true
+}
+
+// limits parses `limits`.
+func (ps *parser) limits(f field, classes []string) []Limit {
+	if isNull(f.val) {
+		ps.errorf(f.val, "limits: must not be empty")
+		return nil
+	}
+	l, ok := ps.nonEmptyList(f)
+	if !ok {
+		return nil
+	}
+	var limits []Limit
+	seen := map[string]int{} // name -> line
+	for _, n := range l {
+		lim, ok := ps.limit(n, classes, seen)
+		if ok {
+			lim.Index = len(limits)
+			limits = append(limits, lim)
+		}
+	}
+	return limits
+}
+
+// limit parses one entry of `limits`.
+func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Limit, bool) {
+	lim := Limit{Line: n.Line}
+	m := ps.mapping(n, "limits entry", limitFields)
+	if m == nil {
+		return lim, false
+	}
+	ok := ps.require(m, "limit", "name", "by", "rate")
+	burstSet := false
+	for _, g := range m.fields {
+		switch g.name {
+		case "name":
+			s, good := ps.str(g)
+			switch {
+			case !good:
+				ok = false
+			case !validName(s):
+				ps.errorf(g.val, "name %q: want 1-%d characters of A-Z a-z 0-9 _ . -", s, maxName)
+				ok = false
+			default:
+				if first, dup := seen[s]; dup {
+					ps.errorf(g.val, "duplicate limit name %q (first at line %d)", s, first)
+					ok = false
+				} else {
+					seen[s] = g.val.Line
+				}
+				lim.Name = s
+			}
+		case "by":
+			by, good := ps.keyParts(g)
+			ok = ok && good
+			lim.By = by
+		case "rate":
+			s, good := ps.scalar(g.val, g.name)
+			if !good {
+				ok = false
+				continue
+			}
+			n, period, err := parseRate(s)
+			if err != nil {
+				ps.errorf(g.val, "rate %q: %v", s, err)
+				ok = false
+				continue
+			}
+			lim.Rate, lim.Period, lim.RateText = n, period, s
+		case "burst":
+			x, good := ps.number(g)
+			switch {
+			case !good:
+				ok = false
+			case x < 1:
+				ps.errorf(g.val, "burst %s: must be at least 1 (a smaller bucket never holds a whole request)", g.val.Value)
+				ok = false
+			case x > MaxRate:
+				ps.errorf(g.val, "burst %s: must be at most %g", g.val.Value, MaxRate)
+				ok = false
+			default:
+				lim.Burst, burstSet = x, true
+			}
+		case "shadow":
+			b, good := ps.boolean(g)
+			ok = ok && good
+			lim.Shadow = b
+		case "failure_mode":
+			mode, good := ps.failureMode(g)
+			if good {
+				lim.FailureMode = &mode
+			}
+			ok = ok && good
+		case "if":
+			ok = ps.limitIf(g, classes, &lim) && ok
+		}
+	}
+	if !burstSet {
+		lim.Burst = max(lim.Rate, 1)
+	}
+	if ok && lim.IfAuthenticated != nil && !*lim.IfAuthenticated {
+		for _, part := range lim.By {
+			if part == PartUser {
+				g, _ := m.get("by")
+				ps.errorf(g.val, "by user: never present on unauthenticated requests, and this limit has if.authenticated: false")
+				ok = false
+			}
+		}
+	}
+	return lim, ok
+}
+
+// keyParts parses a limit's `by`.
+func (ps *parser) keyParts(g field) ([]KeyPart, bool) {
+	l, ok := ps.nonEmptyList(g)
+	if !ok {
+		return nil, false
+	}
+	var parts []KeyPart
+	for _, n := range l {
+		s, good := ps.scalar(n, "by")
+		if !good {
+			ok = false
+			continue
+		}
+		part, good := keyPartOf(s)
+		if !good {
+			ps.errorf(n, "by %q: want %s", s, orList(keyPartNames))
+			ok = false
+			continue
+		}
+		if indexOfPart(parts, part) >= 0 {
+			ps.errorf(n, "by: %q listed twice", s)
+			ok = false
+			continue
+		}
+		parts = append(parts, part)
+	}
+	if ok && len(parts) > 1 && indexOfPart(parts, PartGlobal) >= 0 {
+		ps.errorf(g.val, "by: global cannot be combined with other key parts")
+		ok = false
+	}
+	return parts, ok
+}
+
+// limitIf parses a limit's `if`.
+func (ps *parser) limitIf(g field, classes []string, lim *Limit) bool {
+	m := ps.mapping(g.val, "if", ifFields)
+	if m == nil {
+		return false
+	}
+	ok := true
+	if h, has := m.get("authenticated"); has {
+		b, good := ps.boolean(h)
+		if good {
+			lim.IfAuthenticated = &b
+		}
+		ok = good
+	}
+	if h, has := m.get("class"); has {
+		var nodes []*yaml.Node
+		if h.val.Kind == yaml.SequenceNode {
+			l, good := ps.nonEmptyList(h)
+			if !good {
+				return false
+			}
+			nodes = l
+		} else {
+			nodes = []*yaml.Node{h.val}
+		}
+		for _, n := range nodes {
+			s, good := ps.scalar(n, "class")
+			if !good {
+				ok = false
+				continue
+			}
+			if !contains(classes, s) {
+				ps.errorf(n, "unknown class %q (classes: %s)", s, strings.Join(classes, ", "))
+				ok = false
+				continue
+			}
+			if !contains(lim.IfClasses, s) {
+				lim.IfClasses = append(lim.IfClasses, s)
+			}
+		}
+	}
+	return ok
+}
+
+// failureMode parses "open" or "closed".
+func (ps *parser) failureMode(g field) (FailureMode, bool) {
+	s, ok := ps.oneOf(g, failureModes...)
+	if s == "closed" {
+		return FailClosed, ok
+	}
+	return FailOpen, ok
+}
+
+// failureModes parses the top-level `failure_mode`.
+func (ps *parser) failureModes(f field, classes []string) (FailureMode, map[string]FailureMode) {
+	m := ps.mapping(f.val, f.name, nil)
+	if m == nil {
+		return FailOpen, nil
+	}
+	def := FailOpen
+	var byClass map[string]FailureMode
+	for _, g := range m.fields {
+		if g.name != DefaultClass && !contains(classes, g.name) {
+			ps.errorf(g.key, "failure_mode: unknown class %q (classes: %s)", g.name, strings.Join(classes, ", "))
+			continue
+		}
+		mode, ok := ps.failureMode(g)
+		if !ok {
+			continue
+		}
+		if g.name == DefaultClass {
+			def = mode
+			continue
+		}
+		if byClass == nil {
+			byClass = map[string]FailureMode{}
+		}
+		byClass[g.name] = mode
+	}
+	return def, byClass
+}
+
+// rateUnits maps the unit of `N/unit` to its period.
+var rateUnits = map[string]time.Duration{
+	"s": time.Second, "sec": time.Second, "second": time.Second,
+	"min": time.Minute, "minute": time.Minute,
+	"h": time.Hour, "hour": time.Hour,
+}
+
+// errRateSyntax is the error for a rate that is not N/unit.
+var errRateSyntax = errors.New("want N/s, N/min or N/h (N a positive number)")
+
+// parseRate parses "N/s", "N/min", "N/h" (and the long unit names).
+func parseRate(s string) (float64, time.Duration, error) {
+	num, unit, found := strings.Cut(s, "/")
+	period, known := rateUnits[unit]
+	if !found || !known || !isDecimal(num) {
+		return 0, 0, errRateSyntax
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, 0, errRateSyntax
+	}
+	if n <= 0 {
+		return 0, 0, errors.New("N must be positive")
+	}
+	if n > MaxRate {
+		return 0, 0, fmt.Errorf("N must be at most %g", MaxRate)
+	}
+	return n, period, nil
+}
+
+// isDecimal reports whether s is digits with an optional fraction ("12", "0.5").
+func isDecimal(s string) bool {
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	return allDigits(intPart) && (!hasFrac || allDigits(frac))
+}
+
+func allDigits(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// keyPartOf maps a `by` word to its KeyPart.
+func keyPartOf(s string) (KeyPart, bool) {
+	for i, name := range keyPartNames {
+		if name == s {
+			return KeyPart(i + 1), true
+		}
+	}
+	return 0, false
+}
+
+func indexOfPart(parts []KeyPart, p KeyPart) int {
+	for i, x := range parts {
+		if x == p {
+			return i
+		}
+	}
+	return -1
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// validName reports whether s is a valid limit or rule name.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > maxName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validClass reports whether s is a valid class name.
+func validClass(s string) bool {
+	if len(s) == 0 || len(s) > maxClass {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// existingFile checks that the file named by f exists and returns its path, resolved
+// against the policy file's directory when relative.
+func (ps *parser) existingFile(f field) (string, bool) {
+	s, ok := ps.str(f)
+	if !ok {
+		return "", false
+	}
+	path := s
+	if !filepath.IsAbs(path) && ps.baseDir != "" {
+		path = filepath.Join(ps.baseDir, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		ps.errorf(f.val, "%s %q: no such file", f.name, s)
+		return "", false
+	case err != nil:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		ps.errorf(f.val, "%s %q: %v", f.name, s, err)
+		return "", false
+	case fi.IsDir():
+		ps.errorf(f.val, "%s %q: is a directory", f.name, s)
+		return "", false
+	}
+	return path, true
+}

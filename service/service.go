@@ -1,0 +1,323 @@
+// Package service wires the limiter together: policy, store, engine, HTTP
+// API, metrics, signals. cmd/limiter is a thin main over Run, and tests run
+// the whole daemon in-process through it.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+// Config is the limiter's configuration. Every field has a flag and an
+// environment variable in cmd/limiter; the zero value of each is its default.
+type Config struct {
+	// ConfigPath is the policy file; "" uses the built-in example policy.
+	ConfigPath string
+	// Listen is the HTTP address (default 127.0.0.1:8080; ":0" picks a port).
+	Listen string
+	// RedisURL selects the Redis store: "redis://host:port/db", a
+	// comma-separated host:port list or "redis+cluster://h1:p1,h2:p2" for
+	// Cluster. "" uses the in-process memory store.
+	RedisURL string
+	// AdminToken enables /v1/admin/* with this bearer token.
+	AdminToken string
+	// KeyPrefix starts every Redis key (default "tg:").
+	KeyPrefix string
+	// StoreTimeout bounds each store round trip (default 50ms).
+	StoreTimeout time.Duration
+	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).
+	MemoryMaxKeys int
+	// WatchInterval is how often the policy file is checked for changes
+	// (default 2s).
+	WatchInterval time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests (default 10s).
+	ShutdownTimeout time.Duration
+	// Logger receives JSON logs (default: JSON on stderr).
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "tg:"
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = 50 * time.Millisecond
+	}
+	if c.WatchInterval <= 0 {
+		c.WatchInterval = 2 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.RedisURL != "" {
+		if _, err := RedisOptions(c.RedisURL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Running is a started limiter.
+type Running struct {
+	// Addr is the address the HTTP server listens on.
+	Addr string
+	// Done is closed when the limiter has stopped; Err then holds why.
+	Done chan struct{}
+	Err  error
+}
+
+// Start starts the limiter and returns once it listens. It stops when ctx
+// ends: readiness turns to draining, in-flight requests finish (up to
+// ShutdownTimeout), then the store closes.
+func Start(ctx context.Context, cfg Config) (*Running, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "limiter")
+
+	var p *policy.Policy
+	if cfg.ConfigPath != "" {
+		var err error
+		if p, err = policy.Load(cfg.ConfigPath); err != nil {
+			return nil, fmt.Errorf("service: policy: %w", err)
+		}
+	}
+	holder := policy.NewHolder(cfg.ConfigPath, p, log.With("component", "policy"))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_reloads_total",
+		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
+	}, []string{"result"})
+	reg.MustRegister(reloads)
+	holder.OnReload = func(_ *policy.Policy, err error) {
+		if err != nil {
+			reloads.WithLabelValues("error").Inc()
+			log.Error("policy reload refused; the running policy stays", "err", err.Error())
+			return
+		}
+		reloads.WithLabelValues("ok").Inc()
+		log.Info("policy reloaded", "file", cfg.ConfigPath)
+	}
+
+	metrics := engine.NewMetrics(reg)
+	breaker := engine.NewBreaker(engine.BreakerOptions{}, nil, func(s engine.BreakerState) {
+		metrics.Circuit.Set(float64(s))
+		log.Warn("store circuit breaker", "state", s.String())
+	})
+
+	var (
+		store   bucket.Store
+		rclient redis.UniversalClient
+		closers []func()
+	)
+	if cfg.RedisURL == "" {
+		ms := bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: cfg.MemoryMaxKeys})
+		store = ms
+		sweepCtx, stop := context.WithCancel(context.Background())
+		closers = append(closers, stop)
+		go func() {
+			t := time.NewTicker(10 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case now := <-t.C:
+					ms.Sweep(now)
+				case <-sweepCtx.Done():
+					return
+				}
+			}
+		}()
+	} else {
+		opts, _ := RedisOptions(cfg.RedisURL)
+		opts.DialTimeout = 2 * cfg.StoreTimeout
+		opts.ReadTimeout = 2 * cfg.StoreTimeout
+		opts.WriteTimeout = 2 * cfg.StoreTimeout
+		opts.MaxRetries = -1
+		rclient = redis.NewUniversalClient(opts)
+		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout})
+		store = rs
+		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
+	}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+
+	eng, err := engine.New(engine.Options{
+		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker,
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	srv, err := api.New(api.Options{
+		Engine:     eng,
+		AdminToken: cfg.AdminToken,
+		Logger:     log,
+		Gatherer:   reg,
+		Dependencies: func(ctx context.Context) map[string]string {
+			deps := map[string]string{"redis": "disabled", "nats": "disabled"}
+			if rclient != nil {
+				deps["redis"] = "up"
+				if err := rclient.Ping(ctx).Err(); err != nil {
+					deps["redis"] = "down"
+				}
+			}
+			return deps
+		},
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	store_ := "memory"
+	if cfg.RedisURL != "" {
+		store_ = "redis " + RedactURL(cfg.RedisURL)
+	}
+	policyName := cfg.ConfigPath
+	if policyName == "" {
+		policyName = "built-in example"
+	}
+	log.Info("listening", "addr", addr, "store", store_, "policy", policyName,
+		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
+
+	run := &Running{Addr: addr, Done: make(chan struct{})}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	srv.SetState("ready")
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	if cfg.ConfigPath != "" {
+		go holder.Watch(watchCtx, cfg.WatchInterval)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+
+	go func() {
+		defer close(run.Done)
+		defer closeAll()
+		defer stopWatch()
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-hup:
+				if cfg.ConfigPath != "" {
+					_ = holder.Reload()
+				}
+				continue
+			case err := <-serveErr:
+				run.Err = fmt.Errorf("service: serve: %w", err)
+				return
+			case <-ctx.Done():
+			}
+			break
+		}
+		log.Info("draining")
+		srv.SetState("draining")
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			run.Err = fmt.Errorf("service: shutdown: %w", err)
+		}
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
+			run.Err = fmt.Errorf("service: serve: %w", err)
+		}
+		log.Info("stopped")
+	}()
+	return run, nil
+}
+
+// RedisOptions parses a --redis value: "redis://host:port/db" (or
+// rediss://), a comma-separated host:port list, or
+// "redis+cluster://h1:p1,h2:p2" (Cluster).
+func RedisOptions(u string) (*redis.UniversalOptions, error) {
+	switch {
+	case strings.HasPrefix(u, "redis+cluster://"):
+		addrs := strings.Split(strings.TrimPrefix(u, "redis+cluster://"), ",")
+		for _, a := range addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
+			}
+		}
+		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
+	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
+		}
+		return &redis.UniversalOptions{Addrs: []string{o.Addr}, DB: o.DB, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}, nil
+	case strings.Contains(u, ","):
+		addrs := strings.Split(u, ",")
+		for _, a := range addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
+			}
+		}
+		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
+	}
+	if _, _, err := net.SplitHostPort(u); err != nil {
+		return nil, fmt.Errorf("service: redis %q is neither redis://host:port/db nor host:port", RedactURL(u))
+	}
+	return &redis.UniversalOptions{Addrs: []string{u}}, nil
+}
+
+// RedactURL hides a password in a URL for logs.
+func RedactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.LastIndexByte(u, '@'); at > i {
+			return u[:i+3] + "***@" + u[at+1:]
+		}
+	}
+	return u
+}
