@@ -55,15 +55,21 @@ func (e *Error) Unwrap() []error {
 	return []error{ErrInvalid}
 }
 
+// oneError returns e as Parse returns its errors.
+func oneError(e *Error) error {
+	return joinErrors([]*Error{e}, 0)
+}
+
 // joinErrors sorts errs by line (stably, so errors on one line keep the order
-// they were found in), caps their number and joins them.
-func joinErrors(errs []*Error) error {
+// they were found in), caps their number and joins them. dropped counts
+// errors found but not kept.
+func joinErrors(errs []*Error, dropped int) error {
 	if len(errs) == 0 {
 		return nil
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 	if len(errs) > maxErrors {
-		more := len(errs) - maxErrors
+		more := len(errs) - maxErrors + dropped
 		last := errs[maxErrors]
 		errs = append(errs[:maxErrors:maxErrors], &Error{
 			File: last.File, Line: last.Line,

@@ -65,8 +65,8 @@ func readFile(path string) ([]byte, error) {
 }
 
 func tooLarge(name string) error {
-	return joinErrors([]*Error{{File: name, Line: 1,
-		Msg: fmt.Sprintf("file too large (more than %d bytes)", MaxFileSize), Err: ErrTooLarge}})
+	return oneError(&Error{File: name, Line: 1,
+		Msg: fmt.Sprintf("file too large (more than %d bytes)", MaxFileSize), Err: ErrTooLarge})
 }
 
 // Parse parses and validates a policy file held in memory. name is used in
@@ -87,30 +87,30 @@ func parse(name, baseDir string, data []byte) (p *Policy, err error) {
 		// The YAML library is fuzzed and should not panic; should it still, a
 		// bad file must not take the process down.
 		if r := recover(); r != nil {
-			p, err = nil, joinErrors([]*Error{{File: name, Line: 1,
-				Msg: fmt.Sprintf("invalid YAML: %v", r)}})
+			p, err = nil, oneError(&Error{File: name, Line: 1,
+				Msg: fmt.Sprintf("invalid YAML: %v", r)})
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, joinErrors([]*Error{{File: name, Line: 1,
-				Msg: "file is empty: want a mapping with at least version and limits"}})
+			return nil, oneError(&Error{File: name, Line: 1,
+				Msg: "file is empty: want a mapping with at least version and limits"})
 		}
-		return nil, joinErrors([]*Error{syntaxError(name, data, err)})
+		return nil, oneError(syntaxError(name, data, err))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, joinErrors([]*Error{{File: name, Line: max(extra.Line, 1),
-			Msg: "only one YAML document is allowed (found a second one)"}})
+		return nil, oneError(&Error{File: name, Line: max(extra.Line, 1),
+			Msg: "only one YAML document is allowed (found a second one)"})
 	} else if !errors.Is(err, io.EOF) {
-		return nil, joinErrors([]*Error{syntaxError(name, data, err)})
+		return nil, oneError(syntaxError(name, data, err))
 	}
 
 	ps := &parser{file: name, baseDir: baseDir, budget: nodeBudget}
 	p = ps.policy(&doc)
-	if err := joinErrors(ps.errs); err != nil {
+	if err := joinErrors(ps.errs, ps.dropped); err != nil {
 		return nil, err
 	}
 	p.Source = name

@@ -24,10 +24,19 @@ type parser struct {
 	errs    []*Error
 	budget  int
 	broke   bool // budget exhausted (reported once)
+	dropped int  // errors found beyond maxCollected
+	deep    bool // merge keys nested too deep (reported once)
 }
+
+// maxCollected bounds the errors one parse keeps in memory.
+const maxCollected = 10 * maxErrors
 
 // errorf records an error at n's line.
 func (ps *parser) errorf(n *yaml.Node, format string, args ...any) {
+	if len(ps.errs) >= maxCollected {
+		ps.dropped++
+		return
+	}
 	line := 1
 	if n != nil && n.Line > 0 {
 		line = n.Line
@@ -168,7 +177,10 @@ func (ps *parser) collect(m *mapping, n *yaml.Node, allowed []string, explicit b
 func (ps *parser) merge(m *mapping, v *yaml.Node, allowed []string, depth int) {
 	v = deref(v)
 	if depth > maxMergeDepth {
-		ps.errorf(v, "merge keys nested more than %d deep", maxMergeDepth)
+		if !ps.deep {
+			ps.deep = true
+			ps.errorf(v, "merge keys nested more than %d deep (does an alias refer to itself?)", maxMergeDepth)
+		}
 		return
 	}
 	switch v.Kind {

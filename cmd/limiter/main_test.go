@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+func write(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	good := write(t, "good.yaml", string(policy.Example()))
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "--config", good}, &out, &errb); code != 0 {
+		t.Fatalf("valid policy: exit %d, stderr %s", code, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), good+": ok (") {
+		t.Fatalf("stdout %q", out.String())
+	}
+
+	bad := write(t, "bad.yaml", "version: 1\nlimits:\n  - {name: a, by: [ip], rate: 10/min}\n  - {name: b, by: [ip], rate: fast}\n")
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"validate", "--config", bad}, &out, &errb); code != 1 {
+		t.Fatalf("broken policy: exit %d", code)
+	}
+	if !strings.HasPrefix(errb.String(), bad+":4: ") {
+		t.Fatalf("stderr %q, want it to start with %q", errb.String(), bad+":4: ")
+	}
+
+	missing := write(t, "missing.yaml", "version: 1\nlimits:\n  - {name: a, by: [ip], rate: 10/min}\nrisk:\n  reputation:\n    asn_database: /nonexistent/GeoLite2-ASN.mmdb\n")
+	errb.Reset()
+	if code := run([]string{"validate", "--config", missing}, &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), missing+":6: ") {
+		t.Fatalf("missing asn db: exit %d, stderr %q", code, errb.String())
+	}
+	if code := run([]string{"validate"}, &out, &errb); code != 2 {
+		t.Fatalf("no --config: exit %d", code)
+	}
+}
+
+func TestBudgets(t *testing.T) {
+	t.Parallel()
+	good := write(t, "good.yaml", string(policy.Example()))
+	var out, errb bytes.Buffer
+	if code := run([]string{"budgets", "--config", good}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{
+		"| route class | limit | key | rate | burst | failure mode |",
+		"| auth | login-account | account + route | 5/min | 5 | closed |",
+		"| read | user-read | user | 300/min | 300 | open |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("budgets lack %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := run([]string{"--redis", "nonsense"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "neither redis://") {
+		t.Fatalf("exit %d %s", code, errb.String())
+	}
+	if code := run([]string{"serve"}, &out, &errb); code != 2 {
+		t.Fatalf("stray argument: exit %d", code)
+	}
+}

@@ -1,0 +1,230 @@
+package service
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+func start(t *testing.T, cfg Config) (*Running, string) {
+	t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-r.Done
+	})
+	return r, "http://" + r.Addr
+}
+
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
+}
+
+// eventually polls f until it returns "" or the deadline passes.
+func eventually(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestOneProcessDefault(t *testing.T) {
+	t.Parallel()
+	r, base := start(t, Config{})
+	resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"policy":"login-account"`) || resp.Header.Get("X-RateLimit-Limit") != "5" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	code, body := get(t, base+"/readyz")
+	if code != 200 || !strings.HasPrefix(body, `{"status":"ready","dependencies":{"nats":"disabled","redis":"disabled"}`) {
+		t.Fatalf("readyz %d %s", code, body)
+	}
+	code, body = get(t, base+"/metrics")
+	if code != 200 || !strings.Contains(body, `tollgate_decisions_total{class="auth",limit="login-account",result="allowed"} 1`) {
+		t.Fatalf("metrics %d", code)
+	}
+	_ = r
+}
+
+func TestRedisStoreEndToEnd(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0"})
+	for i := 4; i >= 0; i-- {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`)
+		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != itoa(i) {
+			t.Fatalf("request %d: %d remaining %s", 5-i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+		}
+	}
+	resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`)
+	if resp.StatusCode != 429 || !strings.Contains(body, `"code":"RATE_LIMITED"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	code, body := get(t, base+"/readyz")
+	if code != 200 || !strings.Contains(body, `"redis":"up"`) {
+		t.Fatalf("readyz %d %s", code, body)
+	}
+}
+
+// TestRedisOutage kills Redis under the service: fail-open classes answer
+// 200 degraded, fail-closed ones 503, nobody waits past the deadline, the
+// breaker opens, and decisions are normal again soon after Redis returns.
+func TestRedisOutage(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: 100 * time.Millisecond})
+	read := `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`
+	login := `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"alice"}`
+	if resp, _ := post(t, base+"/v1/check", read); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
+		t.Fatalf("before: %d", resp.StatusCode)
+	}
+	srv.Stop()
+	for i := 0; i < 20; i++ {
+		t0 := time.Now()
+		resp, _ := post(t, base+"/v1/check", read)
+		if took := time.Since(t0); took > time.Second {
+			t.Fatalf("a request waited %v on a dead Redis", took)
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "1" {
+			t.Fatalf("read during outage: %d degraded=%q", resp.StatusCode, resp.Header.Get("X-RateLimit-Degraded"))
+		}
+		resp, body := post(t, base+"/v1/check", login)
+		if resp.StatusCode != 503 || !strings.Contains(body, `"code":"LIMITER_UNAVAILABLE"`) || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("login during outage: %d %s", resp.StatusCode, body)
+		}
+	}
+	_, metrics := get(t, base+"/metrics")
+	if !strings.Contains(metrics, "tollgate_store_circuit_state 1") && !strings.Contains(metrics, "tollgate_store_circuit_state 2") {
+		t.Fatalf("circuit not open after 40 failures")
+	}
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, `"redis":"down"`) {
+		t.Fatalf("readyz during outage: %d %s", code, body)
+	}
+	srv.Restart(t)
+	back := time.Now()
+	eventually(t, 5*time.Second, func() string {
+		resp, _ := post(t, base+"/v1/check", login)
+		if resp.StatusCode != 200 {
+			return "login still " + resp.Status
+		}
+		return ""
+	})
+	if d := time.Since(back); d > 2*time.Second {
+		t.Errorf("decisions normal %v after Redis returned, want < 2s", d)
+	}
+}
+
+func TestPolicyHotReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	write := func(rate string) {
+		if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("10/min")
+	_, base := start(t, Config{ConfigPath: path, WatchInterval: 20 * time.Millisecond})
+	limit := func() string {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1"}`)
+		return resp.Header.Get("X-RateLimit-Limit")
+	}
+	if l := limit(); l != "10" {
+		t.Fatalf("limit %s", l)
+	}
+	write("20/min")
+	eventually(t, 5*time.Second, func() string {
+		if l := limit(); l != "20" {
+			return "limit still " + l
+		}
+		return ""
+	})
+	if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: lots}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		_, m := get(t, base+"/metrics")
+		if !strings.Contains(m, `tollgate_policy_reloads_total{result="error"} 1`) {
+			return "refusal not counted"
+		}
+		return ""
+	})
+	if l := limit(); l != "20" {
+		t.Fatalf("an invalid file replaced the policy: limit %s", l)
+	}
+}
+
+func TestRedisOptions(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in      string
+		addrs   string
+		cluster bool
+		db      int
+		wantErr string
+	}{
+		{in: "redis://127.0.0.1:6379/3", addrs: "127.0.0.1:6379", db: 3},
+		{in: "127.0.0.1:6379", addrs: "127.0.0.1:6379"},
+		{in: "a:1,b:2", addrs: "a:1,b:2", cluster: true},
+		{in: "redis+cluster://a:1,b:2", addrs: "a:1,b:2", cluster: true},
+		{in: "redis://:pw@127.0.0.1:6379/x", wantErr: "service: redis url redis://***@127.0.0.1:6379/x: redis: invalid database number: \"x\""},
+		{in: "nonsense", wantErr: `service: redis "nonsense" is neither redis://host:port/db nor host:port`},
+		{in: "a:1,b", wantErr: `service: redis cluster address "b": address b: missing port in address`},
+	} {
+		o, err := RedisOptions(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("%s: err = %v, want %s", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || strings.Join(o.Addrs, ",") != tt.addrs || o.IsClusterMode != tt.cluster || o.DB != tt.db {
+			t.Errorf("%s: %+v %v", tt.in, o, err)
+		}
+	}
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
