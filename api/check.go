@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // checkState is the per-request scratch of handleCheck, pooled.
@@ -44,6 +45,25 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.out = s.respond(w, rid, &st.d, st.out[:0])
+	if s.o.Events != nil {
+		s.publish(rid, &st.in, &st.d)
+	}
+}
+
+// publish hands the decision to the event sink (never blocks).
+func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
+	ev := streams.Decision{
+		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class,
+		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
+		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
+	}
+	switch {
+	case d.Outcome == engine.Locked || d.Outcome == engine.StepUp:
+		ev.Limit = d.Lock.Rule
+	case d.Binding != nil:
+		ev.Limit = d.Binding.Name
+	}
+	s.o.Events.Decision(&ev)
 }
 
 // readBody reads at most MaxBody bytes of the request body into buf.
@@ -113,10 +133,10 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 		h["X-Ratelimit-Reset"] = []string{itoa(ceilUnix(d.Lock.Until))}
 		setRetryAfter(h, d.RetryAfter)
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins",
-			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"account"`})
+			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `"`})
 	case engine.StepUp:
 		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required",
-			details: `"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"account","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
+			details: `"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
 	case engine.Unavailable:
 		setRetryAfter(h, d.RetryAfter)
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable",

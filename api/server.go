@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/signals"
 )
 
 // Options configures a Server.
@@ -35,6 +36,12 @@ type Options struct {
 	Dependencies func(ctx context.Context) map[string]string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Events receives every decision for publishing (nil: none published).
+	Events DecisionSink
+	// Reporter publishes /v1/report bodies (nil: the endpoint answers 503).
+	Reporter Reporter
+	// Offenders lists repeat offenders for GET /v1/admin/offenders.
+	Offenders func(ctx context.Context) ([]signals.Offender, error)
 }
 
 // Server serves the limiter's HTTP API. Its zero value is not usable; use New.
@@ -77,6 +84,8 @@ func (s *Server) SetState(state string) {
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
+	s.mux.HandleFunc("POST /v1/report", s.handleReport)
+	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Gatherer, promhttp.HandlerOpts{}))

@@ -104,6 +104,8 @@ type Result struct {
 	// Limits is empty.
 	Locked bool
 	Lock   Lock
+	// LockIndex is the index in Request.Locks of the lock in force.
+	LockIndex int
 	// Now is the decision time the store used.
 	Now time.Time
 	// Limits holds one result per Request.Limits, in order.

@@ -6,7 +6,7 @@
 -- then per subject: static multiplier
 -- then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub subject indexes (1-based)
 --
--- Reply: {2, now, kind, until_us, rule} when a lock is in force, else
+-- Reply: {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
 -- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us}.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
@@ -35,7 +35,7 @@ for i = 1, nk do
     local kind, us, rule = string.match(v, "^(%S+) (%S+) ?(.*)$")
     local u = tonumber(us)
     if u and u > now then
-      return {2, now, kind, us, rule}
+      return {2, now, kind, us, rule, i}
     end
   end
 end

@@ -143,16 +143,16 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	now := float64(t.UnixMicro())
 	res.Now = time.UnixMicro(int64(now))
-	res.Allowed, res.Locked, res.Lock = false, false, Lock{}
+	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits = res.Limits[:0]
 
 	var mults, pens [MaxSubjects]float64
 	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
 		s.mu.RLock()
-		for _, k := range req.Locks {
+		for i, k := range req.Locks {
 			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now {
 				s.mu.RUnlock()
-				res.Locked, res.Lock = true, l
+				res.Locked, res.Lock, res.LockIndex = true, l, i
 				return nil
 			}
 		}

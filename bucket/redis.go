@@ -261,19 +261,20 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 		return fmt.Errorf("bucket: unexpected reply head %T %T", vals[0], vals[1])
 	}
 	res.Now = time.UnixMicro(now)
-	res.Allowed, res.Locked, res.Lock = false, false, Lock{}
+	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits = res.Limits[:0]
 	if status == 2 {
-		if len(vals) != 5 {
+		if len(vals) != 6 {
 			return fmt.Errorf("bucket: lock reply has %d values", len(vals))
 		}
+		idx, _ := vals[5].(int64)
 		kind, _ := vals[2].(string)
 		rule, _ := vals[4].(string)
 		until, err := usAt(vals[3])
 		if err != nil {
 			return err
 		}
-		res.Locked, res.Lock = true, Lock{Kind: kind, Rule: rule, Until: until}
+		res.Locked, res.Lock, res.LockIndex = true, Lock{Kind: kind, Rule: rule, Until: until}, int(idx)-1
 		return nil
 	}
 	nl := len(req.Limits)

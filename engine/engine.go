@@ -86,8 +86,10 @@ type Decision struct {
 	// RetryAfter is the exact wait for Cost tokens (Limited), the lock's
 	// time left (Locked) or a hint (Unavailable).
 	RetryAfter time.Duration
-	// Lock describes the lock of a Locked or StepUp outcome.
-	Lock bucket.Lock
+	// Lock describes the lock of a Locked or StepUp outcome; LockScope is
+	// the subject it is on ("account" or "ip").
+	Lock      bucket.Lock
+	LockScope string
 	// Now is the decision time.
 	Now time.Time
 	// Err is the store error behind Unavailable and Degraded.
@@ -248,9 +250,15 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			Burst: l.Burst, Rate: l.Rate, Period: l.Period, Shadow: l.Shadow, Subjects: mask,
 		})
 	}
+	// Lockouts and step-up apply on auth routes to the account, and to the
+	// IP for velocity rules keyed by ip.
 	locks := false
-	if d.Class == "auth" && in.Account != "" {
-		d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
+	if d.Class == "auth" {
+		if in.Account != "" {
+			d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
+			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		}
+		d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "ip", in.IP), ":l"...)
 		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
 		locks = true
 	}
@@ -358,6 +366,10 @@ func (e *Engine) conclude(d *Decision) {
 	d.Now = r.Now
 	if r.Locked {
 		d.Lock = r.Lock
+		d.LockScope = "ip"
+		if r.LockIndex == 0 && len(d.breq.Locks) == 2 {
+			d.LockScope = "account"
+		}
 		d.RetryAfter = r.Lock.Until.Sub(r.Now)
 		if r.Lock.Kind == "step_up" {
 			d.Outcome = StepUp

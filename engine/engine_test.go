@@ -87,7 +87,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("subject %d: %+v, want %+v", i, rs.req.Subjects[i], w)
 		}
 	}
-	if len(rs.req.Locks) != 1 || rs.req.Locks[0] != "tg:{account:alice@example.com}:l" {
+	if len(rs.req.Locks) != 2 || rs.req.Locks[0] != "tg:{account:alice@example.com}:l" || rs.req.Locks[1] != "tg:{ip:198.51.100.7}:l" {
 		t.Errorf("locks %q", rs.req.Locks)
 	}
 	// the ip multiplier 0.25 applies to login-ip: burst 10 -> 2.5, 1.5 left

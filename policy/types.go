@@ -108,12 +108,21 @@ type Policy struct {
 
 // Identity is the `identity` section: how the reverse proxy finds who is calling.
 type Identity struct {
-	TrustedProxies      []netip.Prefix
-	UserHeader          string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (bare
+	// addresses become /32 or /128 prefixes; prefixes are masked).
+	TrustedProxies []netip.Prefix
+	// UserHeader carries the user id; "" means none is read.
+	UserHeader string
+	// UserSignatureHeader carries hex HMAC-SHA256(user id); checked when
+	// UserSignatureKeyEnv is set.
 	UserSignatureHeader string
+	// UserSignatureKeyEnv names the environment variable holding the HMAC key.
 	UserSignatureKeyEnv string
-	DeviceHeader        string
-	AccountBodyField    string
+	// DeviceHeader carries the device id; "" means none is read.
+	DeviceHeader string
+	// AccountBodyField is the JSON body field holding the account on class
+	// auth routes; "" means none is read.
+	AccountBodyField string
 }
 
 // Route is one entry of `routes`.
@@ -162,7 +171,10 @@ type Limit struct {
 
 // Risk is the `risk` section.
 type Risk struct {
-	Velocity       []VelocityRule
+	// Velocity are the `velocity` rules, in file order.
+	Velocity []VelocityRule
+	// Anomaly, Reputation, Attestation and RepeatOffender are nil when their
+	// section is absent.
 	Anomaly        *Anomaly
 	Reputation     *Reputation
 	Attestation    *Attestation
@@ -171,82 +183,124 @@ type Risk struct {
 
 // VelocityRule is one entry of `risk.velocity`.
 type VelocityRule struct {
-	Name      string
-	Event     string // login_failed, login_succeeded, step_up_passed
-	By        KeyPart
+	// Name is the rule's unique name.
+	Name string
+	// Event is the reported event counted: login_failed, login_succeeded or
+	// step_up_passed.
+	Event string
+	// By is the subject counted: PartAccount, PartIP, PartUser or PartDevice.
+	By KeyPart
+	// Threshold is the count within Window at which the rule fires (>= 1).
 	Threshold int
-	Window    time.Duration
-	Action    string // lockout | step_up | tighten
-	Duration  time.Duration
+	// Window is the counting window.
+	Window time.Duration
+	// Action is lockout, step_up or tighten.
+	Action string
+	// Duration is how long the action lasts.
+	Duration time.Duration
 	// Multiplier applies to action tighten.
 	Multiplier float64
 	// Escalate is optional: each repeat within 24 h lasts Factor times longer, capped at Max.
-	Escalate       *Escalate
+	Escalate *Escalate
+	// ExemptAttested spares a device that attested and logged in to the
+	// account before.
 	ExemptAttested bool
-	Line           int
+	// Line is the line of the rule in the policy file.
+	Line int
 }
 
 // Escalate is a velocity rule's `escalate`.
 type Escalate struct {
+	// Factor (>= 1) multiplies the duration on each repeat.
 	Factor float64
-	Max    time.Duration
+	// Max caps the escalated duration (>= the rule's Duration).
+	Max time.Duration
 }
 
 // Anomaly is `risk.anomaly`.
 type Anomaly struct {
-	By          KeyPart
-	Factor      float64
+	// By is the subject watched: PartDevice, PartIP, PartUser or PartAccount.
+	By KeyPart
+	// Factor (> 1): the rule fires when the short-window rate reaches Factor
+	// times the baseline.
+	Factor float64
+	// ShortWindow is the recent window; LongWindow (longer) the baseline's.
 	ShortWindow time.Duration
 	LongWindow  time.Duration
 	// MinBaseline is the baseline floor in events per second.
 	MinBaseline float64
-	Multiplier  float64
-	Duration    time.Duration
+	// Multiplier in [0, 1] is applied to the subject for Duration.
+	Multiplier float64
+	Duration   time.Duration
 }
 
 // Reputation is `risk.reputation`.
 type Reputation struct {
+	// ASNDatabase is the path of the MaxMind ASN database, resolved against
+	// the policy file's directory; "" when unset.
 	ASNDatabase string
-	Rules       []ReputationRule
+	// Rules are the `rules`, in file order.
+	Rules []ReputationRule
 }
 
 // ReputationRule is one entry of `risk.reputation.rules`.
 type ReputationRule struct {
-	ASNs       []uint32
-	CIDRs      []netip.Prefix
+	// ASNs and CIDRs select the requests the rule applies to; at least one
+	// is set. CIDRs are masked; bare addresses are /32 or /128.
+	ASNs  []uint32
+	CIDRs []netip.Prefix
+	// Multiplier (>= 0) applies to the request's ip subject (and to its asn
+	// subject for ASN matches).
 	Multiplier float64
-	Reason     string
-	Line       int
+	// Reason is shown with the multiplier (admin API, events).
+	Reason string
+	// Line is the line of the rule in the policy file.
+	Line int
 }
 
 // Attestation is `risk.attestation`.
 type Attestation struct {
-	VerifiedMultiplier   float64
-	UnverifiedMultiplier float64 // 0 when unset (no penalty)
+	// VerifiedMultiplier (>= 1, default 1) applies to attested devices.
+	VerifiedMultiplier float64
+	// UnverifiedMultiplier in [0, 1] applies to every device without a
+	// valid attestation, when UnverifiedSet; 0 when unset (no penalty).
+	UnverifiedMultiplier float64
 	UnverifiedSet        bool
-	ValidFor             time.Duration
-	Apple                *AppleAttestation
-	Android              *AndroidAttestation
+	// ValidFor is how long an attestation counts (default 24h).
+	ValidFor time.Duration
+	// Apple and Android are nil when their platform is not configured.
+	Apple   *AppleAttestation
+	Android *AndroidAttestation
 }
 
 // AppleAttestation is `risk.attestation.apple`.
 type AppleAttestation struct {
-	AppID       string
-	Environment string // production | development
-	RootCAFile  string
+	// AppID is "TEAMID.bundle.id".
+	AppID string
+	// Environment is production (default) or development.
+	Environment string
+	// RootCAFile is the path of Apple's App Attestation root CA (PEM),
+	// resolved against the policy file's directory.
+	RootCAFile string
 }
 
 // AndroidAttestation is `risk.attestation.android`.
 type AndroidAttestation struct {
-	PackageName        string
+	// PackageName is the app's package name (com.example.app).
+	PackageName string
+	// DecryptionKeyEnv and VerificationKeyEnv name the environment
+	// variables holding the Play Integrity keys.
 	DecryptionKeyEnv   string
 	VerificationKeyEnv string
-	MaxAge             time.Duration // default 5m
+	// MaxAge bounds the verdict's age (default 5m).
+	MaxAge time.Duration
 	// RequireStrongIntegrity demands MEETS_STRONG_INTEGRITY.
 	RequireStrongIntegrity bool
 }
 
 // RepeatOffender is `risk.repeat_offender`.
 type RepeatOffender struct {
+	// PerMinute: a key denied more often than this in the last minute is a
+	// repeat offender (default 100).
 	PerMinute int
 }

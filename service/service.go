@@ -37,10 +37,19 @@ type Config struct {
 	// comma-separated host:port list or "redis+cluster://h1:p1,h2:p2" for
 	// Cluster. "" uses the in-process memory store.
 	RedisURL string
+	// NATSURL is the NATS server; "" starts an embedded NATS server
+	// (JetStream in a temp dir, loopback) and the risk engine in process.
+	NATSURL string
+	// NATSPort is the embedded NATS server's port (0: a free port).
+	NATSPort int
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
 	// KeyPrefix starts every Redis key (default "tg:").
 	KeyPrefix string
+	// SubjectPrefix starts every NATS subject (default "tollgate.").
+	SubjectPrefix string
+	// StreamName starts the JetStream stream names (default "TOLLGATE").
+	StreamName string
 	// StoreTimeout bounds each store round trip (default 50ms).
 	StoreTimeout time.Duration
 	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).
@@ -92,6 +101,8 @@ func (c *Config) Validate() error {
 type Running struct {
 	// Addr is the address the HTTP server listens on.
 	Addr string
+	// NATSURL is the NATS server in use (the embedded one's, when embedded).
+	NATSURL string
 	// Done is closed when the limiter has stopped; Err then holds why.
 	Done chan struct{}
 	Err  error
@@ -178,6 +189,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 	}
 
+	ev, err := startEvents(ctx, cfg, log, reg, store, rclient, holder)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	closers = append(closers, ev.close)
+
 	eng, err := engine.New(engine.Options{
 		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker,
 	})
@@ -190,8 +208,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		AdminToken: cfg.AdminToken,
 		Logger:     log,
 		Gatherer:   reg,
+		Events:     ev.publisher,
+		Reporter:   ev.publisher,
+		Offenders:  ev.offenders,
 		Dependencies: func(ctx context.Context) map[string]string {
-			deps := map[string]string{"redis": "disabled", "nats": "disabled"}
+			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {
 				deps["redis"] = "up"
 				if err := rclient.Ping(ctx).Err(); err != nil {
@@ -229,10 +250,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName,
+	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url,
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
 
-	run := &Running{Addr: addr, Done: make(chan struct{})}
+	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	srv.SetState("ready")

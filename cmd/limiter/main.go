@@ -72,7 +72,9 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.ConfigPath, "config", env("TOLLGATE_CONFIG", ""), "policy file (env TOLLGATE_CONFIG; default: built-in example policy)")
 	fs.StringVar(&cfg.Listen, "listen", env("TOLLGATE_LISTEN", "127.0.0.1:8080"), "HTTP listen address (env TOLLGATE_LISTEN)")
 	fs.StringVar(&cfg.RedisURL, "redis", env("TOLLGATE_REDIS", ""), "redis://host:port/db, host:port,host:port or redis+cluster://... (env TOLLGATE_REDIS; default: in-process memory store)")
-	nats := fs.String("nats", env("TOLLGATE_NATS", ""), "NATS server URL(s) (env TOLLGATE_NATS)")
+	fs.StringVar(&cfg.NATSURL, "nats", env("TOLLGATE_NATS", ""), "NATS server URL(s) (env TOLLGATE_NATS; default: embedded NATS server and in-process risk engine)")
+	fs.IntVar(&cfg.NATSPort, "nats-port", 0, "port of the embedded NATS server (default: a free port)")
+	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (env TOLLGATE_SUBJECT_PREFIX)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
 	upstream := fs.String("upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
@@ -86,8 +88,8 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets)\n", fs.Arg(0))
 		return cfg, errors.New("bad arguments")
 	}
-	if *nats != "" || *upstream != "" {
-		fmt.Fprintln(stderr, "limiter: --nats and --upstream are not available in this build yet")
+	if *upstream != "" {
+		fmt.Fprintln(stderr, "limiter: --upstream (reverse-proxy mode) is not available in this build yet")
 		return cfg, errors.New("unsupported flag")
 	}
 	if err := cfg.Validate(); err != nil {

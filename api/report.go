@@ -1,0 +1,130 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tollgate-dev/tollgate/signals"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// DecisionSink receives every decision for publishing; it must not block.
+type DecisionSink interface {
+	Decision(d *streams.Decision)
+}
+
+// Reporter publishes a report and returns once it is accepted (acknowledged).
+type Reporter interface {
+	Report(ctx context.Context, r *streams.Report) error
+}
+
+// reportRequest is the body of POST /v1/report.
+type reportRequest struct {
+	Type     string  `json:"type"`
+	Account  *string `json:"account"`
+	IP       *string `json:"ip"`
+	DeviceID *string `json:"device_id"`
+	UserID   *string `json:"user_id"`
+}
+
+// decodeReport parses and validates a report body.
+func decodeReport(body []byte, r *streams.Report) *apiError {
+	var req reportRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("body: unexpected data after the JSON object")
+	}
+	switch req.Type {
+	case streams.ReportLoginFailed, streams.ReportLoginSucceeded, streams.ReportStepUpPassed:
+	case "":
+		return badRequest(`field "type" is required`)
+	default:
+		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
+	}
+	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{{"account", req.Account, &r.Account}, {"device_id", req.DeviceID, &r.DeviceID}, {"user_id", req.UserID, &r.UserID}} {
+		if f.v == nil {
+			continue
+		}
+		if msg := checkID(*f.v); msg != "" {
+			return badRequest(`field "` + f.name + `" ` + msg)
+		}
+		*f.dst = *f.v
+	}
+	if req.IP != nil && *req.IP != "" {
+		ip, err := netip.ParseAddr(*req.IP)
+		if err != nil || ip.Zone() != "" {
+			return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
+		}
+		r.IP = ip.Unmap().String()
+	}
+	if r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "" {
+		return badRequest(`one of "account", "ip", "device_id", "user_id" is required`)
+	}
+	if r.Type == streams.ReportStepUpPassed && r.Account == "" {
+		return badRequest(`field "account" is required for step_up_passed`)
+	}
+	return nil
+}
+
+// handleReport serves POST /v1/report: 202 once the report is accepted
+// for publishing (acknowledged by JetStream), 503 when it cannot be.
+func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	body, aerr := readBody(r, nil)
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	var rep streams.Report
+	if aerr := decodeReport(body, &rep); aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	if s.o.Reporter == nil {
+		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "reports are not enabled (no NATS)", details: `"retry_after_ms":1000`})
+		return
+	}
+	rep.ID = ulid.Make().String()
+	rep.TS = s.o.Now().UTC()
+	rep.Source = "api"
+	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
+		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "report could not be published; retry", details: `"retry_after_ms":1000`})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
+}
+
+// handleOffenders serves GET /v1/admin/offenders.
+func (s *Server) handleOffenders(w http.ResponseWriter, r *http.Request, rid string) {
+	list := []signals.Offender{}
+	if s.o.Offenders != nil {
+		l, err := s.o.Offenders(r.Context())
+		if err != nil {
+			s.storeError(w, rid, err)
+			return
+		}
+		if l != nil {
+			list = l
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"offenders": list, "request_id": rid})
+}

@@ -1,0 +1,41 @@
+package risk
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are riskd's own metrics.
+type Metrics struct {
+	Events      *prometheus.CounterVec // tollgate_riskd_events_total{type}
+	Multipliers prometheus.Counter     // tollgate_riskd_multipliers_written_total
+	Locks       prometheus.Counter     // tollgate_riskd_locks_written_total
+	Alerts      *prometheus.CounterVec // tollgate_riskd_alerts_total{kind}
+	Lag         *prometheus.GaugeVec   // tollgate_riskd_consumer_lag{stream}
+	Errors      *prometheus.CounterVec // tollgate_riskd_errors_total{op}
+	Offenders   *prometheus.GaugeVec   // tollgate_repeat_offenders{limit}
+	Skipped     prometheus.Counter     // tollgate_riskd_redelivered_total
+}
+
+// NewMetrics creates riskd's metrics and registers them on reg (when not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_events_total",
+			Help: "Events processed by riskd, by type (decision, report)."}, []string{"type"}),
+		Multipliers: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_riskd_multipliers_written_total",
+			Help: "Multipliers riskd wrote to the store (re-assertions included)."}),
+		Locks: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_riskd_locks_written_total",
+			Help: "Lockouts and step-up requirements riskd wrote or cleared."}),
+		Alerts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_alerts_total",
+			Help: "Alerts riskd published, by kind."}, []string{"kind"}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_riskd_consumer_lag",
+			Help: "Messages in the stream not yet delivered to riskd's durable consumer."}, []string{"stream"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_errors_total",
+			Help: "riskd failures by operation (store, alert, decode, consume)."}, []string{"op"}),
+		Offenders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_repeat_offenders",
+			Help: "Keys denied more than repeat_offender.per_minute times in the last minute, per limit."}, []string{"limit"}),
+		Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_riskd_redelivered_total",
+			Help: "Messages riskd had already processed and skipped (redeliveries)."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.Lag, m.Errors, m.Offenders, m.Skipped)
+	}
+	return m
+}

@@ -1,0 +1,136 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream name suffixes. Decisions are high-volume and kept briefly;
+// reports and alerts are rare and kept long enough for velocity escalation
+// (24 h). The full names are Config.Name + the suffix.
+const (
+	DecisionsStream = "_DECISIONS"
+	EventsStream    = "_EVENTS"
+)
+
+// Config names the subjects and retention.
+type Config struct {
+	// Prefix starts every subject (default DefaultPrefix, "tollgate.").
+	Prefix string
+	// Name starts the stream names (default "TOLLGATE": TOLLGATE_DECISIONS,
+	// TOLLGATE_EVENTS).
+	Name string
+	// DecisionsMaxAge is how long decisions are kept (default 1h).
+	DecisionsMaxAge time.Duration
+	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
+	DecisionsMaxBytes int64
+	// EventsMaxAge is how long reports and alerts are kept (default 48h).
+	EventsMaxAge time.Duration
+	// Memory keeps streams in memory instead of files (tests, embedded mode).
+	Memory bool
+}
+
+func (c *Config) defaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Name == "" {
+		c.Name = "TOLLGATE"
+	}
+	if c.DecisionsMaxAge <= 0 {
+		c.DecisionsMaxAge = time.Hour
+	}
+	if c.DecisionsMaxBytes <= 0 {
+		c.DecisionsMaxBytes = 1 << 30
+	}
+	if c.EventsMaxAge <= 0 {
+		c.EventsMaxAge = 48 * time.Hour
+	}
+}
+
+// Stream returns the full name of a stream (DecisionsStream or EventsStream).
+func (c Config) Stream(suffix string) string {
+	c.defaults()
+	return c.Name + suffix
+}
+
+// Subjects.
+func (c Config) decisionsSubject(class string) string { return c.Prefix + "decisions." + class }
+func (c Config) reportsSubject(typ string) string     { return c.Prefix + "reports." + typ }
+func (c Config) alertsSubject(kind string) string     { return c.Prefix + "alerts." + kind }
+
+// Connect dials NATS with reconnection forever and no reconnect buffer: a
+// publish while disconnected fails at once (and is counted as dropped)
+// instead of piling up in memory.
+func Connect(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectBufSize(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.Timeout(2*time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("streams: connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// EnsureStreams creates the two streams, or updates them to cfg when they
+// exist: calling it again is harmless.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg.defaults()
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{
+			Name:        cfg.Name + DecisionsStream,
+			Description: "Tollgate decisions (batched), for riskd",
+			Subjects:    []string{cfg.Prefix + "decisions.>"},
+			MaxAge:      cfg.DecisionsMaxAge,
+			MaxBytes:    cfg.DecisionsMaxBytes,
+			Storage:     storage,
+			Discard:     jetstream.DiscardOld,
+		},
+		{
+			Name:        cfg.Name + EventsStream,
+			Description: "Tollgate reports and alerts",
+			Subjects:    []string{cfg.Prefix + "reports.>", cfg.Prefix + "alerts.>"},
+			MaxAge:      cfg.EventsMaxAge,
+			Storage:     storage,
+			Duplicates:  10 * time.Minute,
+		},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("streams: ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// EnsureConsumer creates or updates a durable pull consumer on stream.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string, filters ...string) (jetstream.Consumer, error) {
+	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:        durable,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  20000,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("streams: ensure consumer %s on %s: %w", durable, stream, err)
+	}
+	return c, nil
+}
+
+// ErrNotConnected is returned by report and alert publishing while NATS is down.
+var ErrNotConnected = errors.New("streams: not connected to NATS")
