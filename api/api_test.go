@@ -56,7 +56,7 @@ func newFixture(t *testing.T, store bucket.Store, token string) *fixture {
 	}
 	f.store = store
 	eng, err := engine.New(engine.Options{Store: store, Policy: func() *policy.Policy { return p }, Metrics: engine.NewMetrics(f.reg),
-		Clock: func() time.Time { return f.now },
+		Clock:   func() time.Time { return f.now },
 		Breaker: engine.NewBreaker(engine.BreakerOptions{Failures: 1000}, nil, nil)})
 	if err != nil {
 		t.Fatal(err)

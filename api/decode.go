@@ -28,11 +28,11 @@ const (
 
 // checkRequest is the body of POST /v1/check.
 type checkRequest struct {
-	Endpoint *string     `json:"endpoint"`
-	IP       *string     `json:"ip"`
-	UserID   *string     `json:"user_id"`
-	DeviceID *string     `json:"device_id"`
-	Account  *string     `json:"account"`
+	Endpoint *string         `json:"endpoint"`
+	IP       *string         `json:"ip"`
+	UserID   *string         `json:"user_id"`
+	DeviceID *string         `json:"device_id"`
+	Account  *string         `json:"account"`
 	Cost     json.RawMessage `json:"cost"`
 }
 

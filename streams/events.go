@@ -92,7 +92,7 @@ type Alert struct {
 	V int `json:"v"`
 	// ID identifies the alert's episode; republishing the same episode
 	// (after a riskd restart) is dropped by JetStream's duplicate window.
-	ID string `json:"alert_id"`
+	ID string    `json:"alert_id"`
 	TS time.Time `json:"ts"`
 	// Kind is anomaly, lockout, step_up, repeat_offender or tighten.
 	Kind string `json:"kind"`
