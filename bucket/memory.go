@@ -82,6 +82,10 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	return s
 }
 
+// LocalClock reports that the store keeps time in process: callers that
+// already read the clock may pass it as Request.Now and save a read.
+func (s *MemoryStore) LocalClock() bool { return true }
+
 // Len returns the number of buckets held.
 func (s *MemoryStore) Len() int {
 	n := 0
@@ -146,7 +150,13 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits = res.Limits[:0]
 
-	var mults, pens [MaxSubjects]float64
+	// Scratch space on the stack for the common case of at most 8 limits
+	// and subjects; larger requests spill to the heap.
+	var multsA, pensA [8]float64
+	mults, pens := multsA[:], pensA[:]
+	if len(req.Subjects) > len(multsA) {
+		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
+	}
 	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
 		s.mu.RLock()
 		for i, k := range req.Locks {
@@ -156,8 +166,13 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 				return nil
 			}
 		}
+		empty := len(s.mults) == 0
 		for j := range req.Subjects {
-			mults[j], pens[j] = combineAt(req.Subjects[j].Static, s.mults[req.Subjects[j].Key], now)
+			var stored map[string]Multiplier
+			if !empty {
+				stored = s.mults[req.Subjects[j].Key]
+			}
+			mults[j], pens[j] = combineAt(req.Subjects[j].Static, stored, now)
 		}
 		s.mu.RUnlock()
 	}
@@ -179,11 +194,15 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	defer s.lockShards(&order, nl, false)
 
 	cost := math.Floor(req.Cost * unit)
-	var evs [MaxLimits]eval
+	var evsA [8]eval
+	evs := evsA[:]
+	if len(req.Limits) > len(evsA) {
+		evs = make([]eval, len(req.Limits))
+	}
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		m, pend, unknown := limitMultiplier(l.Subjects, &mults, &pens, len(req.Subjects))
+		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
 		b := s.shards[idx[i]].buckets[l.Key]
 		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
 		if !evs[i].ok && !l.Shadow {
@@ -324,7 +343,7 @@ func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool
 
 // limitMultiplier multiplies the subjects' multipliers in index order and
 // finds when their penalties end, as decide.lua does.
-func limitMultiplier(mask uint32, mults, pens *[MaxSubjects]float64, ns int) (m, pend float64, unknown bool) {
+func limitMultiplier(mask uint32, mults, pens []float64, ns int) (m, pend float64, unknown bool) {
 	m = 1
 	for j := 0; j < ns; j++ {
 		if mask&(1<<uint(j)) == 0 {
@@ -346,6 +365,9 @@ func limitMultiplier(mask uint32, mults, pens *[MaxSubjects]float64, ns int) (m,
 // static plus the unexpired stored ones, and when the lowest penalty ends
 // (0 when unknown or when nothing is below 1).
 func combineAt(static float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
+	if len(stored) == 0 {
+		return static, 0
+	}
 	lo, hi := static, static
 	for _, m := range stored {
 		e := expUS(m.ExpiresAt)

@@ -141,7 +141,8 @@ type Options struct {
 
 // Engine decides. It is safe for concurrent use.
 type Engine struct {
-	o Options
+	o          Options
+	localClock bool // the store keeps time in process: hand it our clock read
 }
 
 // New returns an Engine, validating o.
@@ -161,7 +162,8 @@ func New(o Options) (*Engine, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Engine{o: o}, nil
+	lc, _ := o.Store.(interface{ LocalClock() bool })
+	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
 }
 
 // Prefix returns the key prefix.
@@ -208,6 +210,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks = req.Limits[:0], req.Subjects[:0], req.Locks[:0]
 	req.Cost, req.Now = in.Cost, in.Now
+	if req.Now.IsZero() && e.localClock {
+		req.Now = start
+	}
 
 	// Build every key into one buffer, then cut them out of one string.
 	var subjOf [8]int8 // key part -> subject index + 1

@@ -246,7 +246,7 @@ func (d *Daemon) replay(ctx context.Context, stream string, filters []string, wi
 				return n, nil
 			}
 			d.mu.Lock()
-			_ = d.apply(m, nil)
+			_, _ = d.apply(m, nil)
 			d.mu.Unlock()
 			n++
 			if meta.Sequence.Stream == floor {
@@ -294,16 +294,25 @@ func (d *Daemon) consume(ctx context.Context, stream string, c jetstream.Consume
 			_ = m.Ack()
 			continue
 		}
-		actions = d.apply(m, actions[:0])
+		var n int
+		actions, n = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
 		d.execute(ctx, actions)
 		_ = m.Ack()
+		if d.o.Metrics != nil && n > 0 {
+			typ := "report"
+			if m.Subject()[len(d.o.Streams.Prefix):][0] == 'd' {
+				typ = "decision"
+			}
+			d.o.Metrics.Events.WithLabelValues(typ).Add(float64(n))
+		}
 	}
 }
 
-// apply decodes one message and runs its events through the engine; mu held.
-func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) []signals.Action {
+// apply decodes one message and runs its events through the engine,
+// returning the actions and the number of events; mu held.
+func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int) {
 	d.refreshPolicy()
 	subj := m.Subject()
 	pfx := d.o.Streams.Prefix
@@ -312,26 +321,20 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) []signals.Action {
 		var b streams.DecisionBatch
 		if err := json.Unmarshal(m.Data(), &b); err != nil {
 			d.count("decode")
-			return out
+			return out, 0
 		}
 		for i := range b.Decisions {
 			out = d.eng.ApplyDecision(0, 0, &b.Decisions[i], out)
 		}
-		if d.o.Metrics != nil {
-			d.o.Metrics.Events.WithLabelValues("decision").Add(float64(len(b.Decisions)))
-		}
+		return out, len(b.Decisions)
 	default:
 		var r streams.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			d.count("decode")
-			return out
+			return out, 0
 		}
-		out = d.eng.ApplyReport(0, 0, &r, out)
-		if d.o.Metrics != nil {
-			d.o.Metrics.Events.WithLabelValues("report").Inc()
-		}
+		return d.eng.ApplyReport(0, 0, &r, out), 1
 	}
-	return out
 }
 
 // refreshPolicy hands a reloaded policy to the engine; mu held.

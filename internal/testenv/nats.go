@@ -1,0 +1,82 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// NATSURL is the shared test NATS: $TOLLGATE_TEST_NATS or nats://127.0.0.1:4222.
+func NATSURL() string {
+	if u := os.Getenv("TOLLGATE_TEST_NATS"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// NATSServer is a private nats-server process with JetStream.
+type NATSServer struct {
+	URL  string
+	Port int
+	Cmd  *exec.Cmd
+	dir  string
+}
+
+// StartNATS starts nats-server (JetStream, loopback, free port) as a child
+// process and stops it at cleanup. Tests that kill NATS use it.
+func StartNATS(t testing.TB) *NATSServer {
+	t.Helper()
+	s := &NATSServer{dir: t.TempDir()}
+	s.Port = FreePort(t)
+	s.URL = fmt.Sprintf("nats://127.0.0.1:%d", s.Port)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *NATSServer) start() error {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		bin = "/usr/sbin/nats-server"
+	}
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-js", "-sd", s.dir, "-l", filepath.Join(s.dir, "nats.log"))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("testenv: start nats-server: %w", err)
+	}
+	s.Cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), 100*time.Millisecond); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return fmt.Errorf("testenv: nats-server on port %d did not answer", s.Port)
+}
+
+// Stop kills the server by PID; calling it twice is fine.
+func (s *NATSServer) Stop() {
+	if s.Cmd == nil || s.Cmd.Process == nil {
+		return
+	}
+	_ = s.Cmd.Process.Kill()
+	_, _ = s.Cmd.Process.Wait()
+	s.Cmd = nil
+}
+
+// Restart starts the server again on the same port and store.
+func (s *NATSServer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+}

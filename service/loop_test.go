@@ -1,0 +1,367 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+const loopPolicy = `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+  - {match: "* *", class: write}
+limits:
+  - {name: login-account, by: [account, route], rate: 1000/min, if: {class: auth}}
+  - {name: device, by: [device], rate: 600/min}
+  - {name: tiny, by: [ip], rate: 1/h, if: {class: write}}
+failure_mode: {default: open, auth: closed}
+risk:
+  velocity:
+    - {name: account-failures, event: login_failed, by: account, threshold: 3, window: 10m, action: lockout, duration: 15m}
+  anomaly: {by: device, factor: 10, short_window: 2s, long_window: 60s, min_baseline: 1/s, multiplier: 0.05, duration: 15m}
+  repeat_offender: {per_minute: 5}
+`
+
+func writePolicy(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// alerts subscribes to every alert on url.
+type alertLog struct {
+	mu   sync.Mutex
+	list []streams.Alert
+}
+
+func watchAlerts(t *testing.T, url, prefix string) *alertLog {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	l := &alertLog{}
+	if _, err := nc.Subscribe(prefix+"alerts.>", func(m *nats.Msg) {
+		var a streams.Alert
+		if json.Unmarshal(m.Data, &a) == nil {
+			l.mu.Lock()
+			l.list = append(l.list, a)
+			l.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	return l
+}
+
+func (l *alertLog) kinds() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := map[string]int{}
+	for _, a := range l.list {
+		m[a.Kind+":"+a.SubjectID]++
+	}
+	return m
+}
+
+func adminGet(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode, b.String()
+}
+
+func adminDelete(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest("DELETE", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestLoopOneProcess runs the whole loop in one process (memory store,
+// embedded NATS, in-process risk engine): the 3rd failed login locks the
+// account, the admin API lifts it; a 100x device spike is throttled and
+// alerted while a normal device is untouched; repeat offenders are listed.
+func TestLoopOneProcess(t *testing.T) {
+	t.Parallel()
+	r, base := start(t, Config{ConfigPath: writePolicy(t, loopPolicy), AdminToken: "tok"})
+	alerts := watchAlerts(t, r.NATSURL, "tollgate.")
+	login := `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`
+
+	for i := 0; i < 2; i++ {
+		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`); resp.StatusCode != 202 || !strings.Contains(body, `"accepted":true`) {
+			t.Fatalf("report: %d %s", resp.StatusCode, body)
+		}
+	}
+	// two failures are under the threshold: still allowed
+	if resp, _ := post(t, base+"/v1/check", login); resp.StatusCode != 200 {
+		t.Fatalf("after 2 failures: %d", resp.StatusCode)
+	}
+	post(t, base+"/v1/report", `{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`)
+	eventually(t, 5*time.Second, func() string {
+		resp, body := post(t, base+"/v1/check", login)
+		if resp.StatusCode != 429 || !strings.Contains(body, `"code":"ACCOUNT_LOCKED"`) || !strings.Contains(body, `"rule":"account-failures"`) {
+			return "not locked: " + body
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "900" && ra != "899" {
+			return "Retry-After " + ra
+		}
+		return ""
+	})
+	// bob is not locked
+	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"bob"}`); resp.StatusCode != 200 {
+		t.Fatalf("bob: %d", resp.StatusCode)
+	}
+	if code, body := adminGet(t, base+"/v1/admin/subjects/account/alice", "tok"); code != 200 || !strings.Contains(body, `"lockout":{"kind":"lockout","rule":"account-failures"`) {
+		t.Fatalf("subject: %d %s", code, body)
+	}
+	if code := adminDelete(t, base+"/v1/admin/lockouts/alice", "tok"); code != 200 {
+		t.Fatalf("lift: %d", code)
+	}
+	if resp, _ := post(t, base+"/v1/check", login); resp.StatusCode != 200 {
+		t.Fatalf("after lift: %d", resp.StatusCode)
+	}
+
+	// anomaly: 60 decisions in well under 2 s is >= 10x the 1/s floor
+	for i := 0; i < 60; i++ {
+		post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.1","device_id":"d-spike"}`)
+	}
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.2","device_id":"d-normal"}`)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-spike", "tok"); !strings.Contains(body, `"effective":0.05`) {
+			return "spike not throttled: " + body
+		}
+		return ""
+	})
+	resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.3","device_id":"d-spike"}`)
+	if resp.Header.Get("X-RateLimit-Limit") != "30" {
+		t.Fatalf("throttled device limit %s, want 30 (600 x 0.05)", resp.Header.Get("X-RateLimit-Limit"))
+	}
+	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-normal", "tok"); !strings.Contains(body, `"effective":1,`) {
+		t.Fatalf("normal device touched: %s", body)
+	}
+
+	// repeat offenders: 203.0.113.1 was denied by "tiny" 59 times this minute
+	eventually(t, 5*time.Second, func() string {
+		_, body := adminGet(t, base+"/v1/admin/offenders", "tok")
+		if !strings.Contains(body, `{"limit":"tiny","key":"203.0.113.1","count":59`) {
+			return "offenders: " + body
+		}
+		return ""
+	})
+	eventually(t, 5*time.Second, func() string {
+		k := alerts.kinds()
+		if k["lockout:alice"] != 1 || k["anomaly:d-spike"] != 1 || k["repeat_offender:203.0.113.1"] != 1 || k["anomaly:d-normal"] != 0 {
+			return "alerts " + toJSON(k)
+		}
+		return ""
+	})
+}
+
+func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+const stepUpPolicy = `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+limits:
+  - {name: login-account, by: [account, route], rate: 1000/min, if: {class: auth}}
+risk:
+  velocity:
+    - {name: suspicious, event: login_failed, by: account, threshold: 2, window: 10m, action: step_up, duration: 1h}
+`
+
+func TestStepUpLoop(t *testing.T) {
+	t.Parallel()
+	_, base := start(t, Config{ConfigPath: writePolicy(t, stepUpPolicy)})
+	login := `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"carol"}`
+	post(t, base+"/v1/report", `{"type":"login_failed","account":"carol"}`)
+	post(t, base+"/v1/report", `{"type":"login_failed","account":"carol"}`)
+	eventually(t, 5*time.Second, func() string {
+		resp, body := post(t, base+"/v1/check", login)
+		if resp.StatusCode != 403 || !strings.Contains(body, `"code":"STEP_UP_REQUIRED"`) {
+			return "no step-up: " + body
+		}
+		return ""
+	})
+	post(t, base+"/v1/report", `{"type":"step_up_passed","account":"carol"}`)
+	eventually(t, 5*time.Second, func() string {
+		if resp, body := post(t, base+"/v1/check", login); resp.StatusCode != 200 {
+			return "still " + body
+		}
+		return ""
+	})
+}
+
+// TestRiskdRestartLosesNothing runs limiter and riskd as separate
+// services on the shared NATS and Redis. riskd is stopped mid-stream and
+// restarted: the failure sent while it was down counts, and the ones it
+// had processed are not counted twice.
+func TestRiskdRestartLosesNothing(t *testing.T) {
+	t.Parallel()
+	_, keyPrefix := testenv.Redis(t)
+	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
+	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	policyPath := writePolicy(t, strings.Replace(loopPolicy, "threshold: 3", "threshold: 4", 1))
+	redisURL := "redis://" + testenv.RedisAddr() + "/0"
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, AdminToken: "tok"})
+
+	startRiskd := func() (context.CancelFunc, *Running) {
+		ctx, cancel := context.WithCancel(context.Background())
+		rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+			KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() string {
+			if code, _ := get(t, "http://"+rr.Addr+"/readyz"); code != 200 {
+				return "riskd not ready"
+			}
+			return ""
+		})
+		return cancel, rr
+	}
+	report := func() {
+		t.Helper()
+		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"dave"}`); resp.StatusCode != 202 {
+			t.Fatalf("report: %d %s", resp.StatusCode, body)
+		}
+	}
+	locked := func() bool {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"dave"}`)
+		return resp.StatusCode == 429
+	}
+	stop, rr := startRiskd()
+	report()
+	report()
+	eventually(t, 5*time.Second, func() string {
+		_, m := get(t, "http://"+rr.Addr+"/metrics")
+		if !strings.Contains(m, `tollgate_riskd_events_total{type="report"} 2`) {
+			return "riskd has not processed 2 reports"
+		}
+		return ""
+	})
+	stop()
+	<-rr.Done
+	report() // while riskd is down
+	stop, rr = startRiskd()
+	defer func() { stop(); <-rr.Done }()
+	// 3 failures in all: the restarted riskd must not have counted the first two twice
+	eventually(t, 5*time.Second, func() string {
+		_, m := get(t, "http://"+rr.Addr+"/metrics")
+		if !strings.Contains(m, `tollgate_riskd_events_total{type="report"} 1`) {
+			return "restarted riskd has not processed the report sent while it was down"
+		}
+		return ""
+	})
+	if locked() {
+		t.Fatal("locked after 3 failures of a threshold of 4: events were counted twice")
+	}
+	report()
+	eventually(t, 5*time.Second, func() string {
+		if !locked() {
+			return "not locked after the 4th failure: an event was lost"
+		}
+		return ""
+	})
+}
+
+// TestNATSDownNeverFailsRequests kills NATS under the limiter: checks keep
+// answering at once, drops are counted, publishing resumes by itself.
+func TestNATSDownNeverFailsRequests(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	_, base := start(t, Config{NATSURL: ns.URL})
+	check := `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`
+	post(t, base+"/v1/check", check)
+	ns.Stop()
+	for i := 0; i < 200; i++ {
+		t0 := time.Now()
+		resp, _ := post(t, base+"/v1/check", check)
+		if resp.StatusCode != 200 {
+			t.Fatalf("check with NATS down: %d", resp.StatusCode)
+		}
+		if d := time.Since(t0); d > 500*time.Millisecond {
+			t.Fatalf("check took %v with NATS down", d)
+		}
+	}
+	eventually(t, 5*time.Second, func() string {
+		_, m := get(t, base+"/metrics")
+		if !strings.Contains(m, "tollgate_events_dropped_total") || strings.Contains(m, "tollgate_events_dropped_total 0\n") {
+			return "drops not counted"
+		}
+		return ""
+	})
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, `"nats":"down"`) {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+	ns.Restart(t)
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, base+"/readyz"); !strings.Contains(body, `"nats":"up"`) {
+			return "nats not back"
+		}
+		return ""
+	})
+	// after reconnecting, decisions reach the stream again
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	got := make(chan struct{}, 1)
+	sub, _ := nc.Subscribe("tollgate.decisions.>", func(*nats.Msg) {
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+	})
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	eventually(t, 10*time.Second, func() string {
+		post(t, base+"/v1/check", check)
+		select {
+		case <-got:
+			return ""
+		default:
+			return "no decision published after NATS returned"
+		}
+	})
+}

@@ -1,0 +1,340 @@
+package signals
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// DefaultMaxKeys is Options.MaxKeys when it is not set.
+const DefaultMaxKeys = 1 << 20
+
+// Options configures an Engine.
+type Options struct {
+	// Risk is the policy's `risk` section. Velocity, Anomaly and
+	// RepeatOffender are used; the other parts are handled elsewhere. A nil
+	// Anomaly or RepeatOffender turns that signal off.
+	Risk policy.Risk
+	// Limits are the policy's limits; repeat offenders are counted per
+	// (limit, key), the key made of the limit's `by` parts.
+	Limits []policy.Limit
+	// MaxKeys bounds the keys tracked by each structure (velocity counters,
+	// anomaly rings, repeat-offender counters, measures in force). When a
+	// structure is full, its least recently seen key is evicted. Zero or
+	// less means DefaultMaxKeys.
+	MaxKeys int
+}
+
+// Stats counts the keys an Engine tracks, per structure. Each count is at
+// most Options.MaxKeys.
+type Stats struct {
+	// Velocity is the number of (velocity rule, key) counters.
+	Velocity int `json:"velocity"`
+	// Anomaly is the number of keys with anomaly rings.
+	Anomaly int `json:"anomaly"`
+	// Offenders is the number of (limit, key) denial counters.
+	Offenders int `json:"offenders"`
+	// Episodes is the number of (limit, key) counters that were over
+	// repeat_offender.per_minute within the last minute of event time
+	// (the candidates Offenders looks at).
+	Episodes int `json:"episodes"`
+	// Measures is the number of locks and multipliers remembered (in force,
+	// or expired and not yet swept).
+	Measures int `json:"measures"`
+}
+
+// Engine computes abuse signals from events: velocity rules over reports,
+// per-key anomalies and repeat offenders over decisions. It is a pure
+// function of the events it is given (and of SetPolicy calls between them):
+// time is taken only from event timestamps, so replaying the same events
+// into a fresh Engine yields the same actions.
+//
+// Apply calls must come from one goroutine at a time. Offenders, Active,
+// Stats and SetPolicy may be called from any goroutine, concurrently with
+// Apply. The zero Engine is not usable; call New.
+type Engine struct {
+	mu sync.Mutex
+
+	maxKeys   int
+	vrules    []*velRule
+	anomaly   *anomalyRule // nil: anomaly detection off
+	limits    map[string]*limitRule
+	perMinute int // 0: repeat offenders off
+
+	vel  *lru[velState]
+	anom *lru[anomalyState]
+	off  *lru[offState]
+	meas *lru[measure]
+
+	// episodes lists the offender entries that may be in the offender list;
+	// offState.epIdx is an entry's index here.
+	episodes []*entry[offState]
+	epSweep  int
+
+	// seen, lastSeq, lastIndex: the newest (seq, index) processed.
+	seen      bool
+	lastSeq   uint64
+	lastIndex int
+	// clock is the newest event time seen (Unix ns); it only drives the
+	// sweeping of idle keys.
+	clock int64
+
+	buf []byte // scratch for composite keys
+}
+
+// New returns an Engine for the options.
+func New(o Options) *Engine {
+	e := &Engine{
+		vel:  newLRU[velState](DefaultMaxKeys),
+		anom: newLRU[anomalyState](DefaultMaxKeys),
+		off:  newLRU[offState](DefaultMaxKeys),
+		meas: newLRU[measure](DefaultMaxKeys),
+		buf:  make([]byte, 0, 256),
+	}
+	e.off.onRemove = e.dropEpisode
+	e.configure(o)
+	return e
+}
+
+// SetPolicy swaps in new rules (a policy reload). Counters of velocity
+// rules whose name, event and `by` are unchanged are kept (re-sized if the
+// threshold or window changed); anomaly rings are kept when `by` and the
+// window geometry are unchanged; repeat-offender counters are kept for
+// limits whose name and `by` are unchanged. Measures in force are kept.
+// Everything else is dropped.
+func (e *Engine) SetPolicy(o Options) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.configure(o)
+}
+
+// ApplyDecision processes one decision and appends the actions it causes
+// to out (anomaly multipliers and alerts, repeat-offender alerts), returning
+// the extended slice. seq is the JetStream stream sequence of the message
+// carrying the decision and index its position in the message's batch; a
+// (seq, index) not after the last one processed is a redelivery and is
+// ignored. seq 0 disables that check. Decisions with a zero timestamp are
+// ignored. In steady state (keys already tracked, nothing firing) it does
+// not allocate.
+func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out []Action) []Action {
+	if d == nil {
+		return out
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.fresh(seq, index) {
+		return out
+	}
+	ns, ok := eventTime(d.TS)
+	if !ok {
+		return out
+	}
+	e.advanceClock(ns)
+	if e.anomaly != nil {
+		out = e.anomalyDecision(d, ns, out)
+	}
+	if e.perMinute > 0 && !d.Allowed && d.Result == "limited" && d.Limit != "" {
+		out = e.offenderDecision(d, ns, out)
+	}
+	e.sweepDecision()
+	return out
+}
+
+// ApplyReport processes one report and appends the actions it causes to out
+// (locks, velocity multipliers and alerts; a ClearLock for a step_up_passed
+// report), returning the extended slice. seq and index work as for
+// ApplyDecision, in the same sequence space. Reports with a zero timestamp
+// are ignored.
+func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Action) []Action {
+	if r == nil {
+		return out
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.fresh(seq, index) {
+		return out
+	}
+	ns, ok := eventTime(r.TS)
+	if !ok {
+		return out
+	}
+	e.advanceClock(ns)
+	if r.Type == streams.ReportStepUpPassed && r.Account != "" {
+		out = e.stepUpPassed(r, ns, out)
+	}
+	out = e.velocityReport(r, ns, out)
+	e.sweepReport()
+	return out
+}
+
+// Offenders lists the current repeat offenders at now: the (limit, key)
+// pairs denied more than repeat_offender.per_minute times in (now-60s, now]
+// (1 s slots), worst (highest count) first, ties by limit then key. It
+// returns nil when repeat offenders are off.
+func (e *Engine) Offenders(now time.Time) []Offender {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.perMinute <= 0 {
+		return nil
+	}
+	ns, ok := eventTime(now)
+	if !ok {
+		return nil
+	}
+	s := floorDiv(ns, int64(time.Second))
+	var list []Offender
+	for _, en := range e.episodes {
+		st := &en.val
+		c := st.ring.countTo(s, offenderSlots)
+		if c <= uint64(e.perMinute) {
+			continue
+		}
+		list = append(list, Offender{
+			Limit: st.lim.Name,
+			Key:   en.key[len(st.lim.Name)+1:],
+			Count: int(c),
+			Since: time.Unix(0, st.since).UTC(),
+		})
+	}
+	slices.SortFunc(list, func(a, b Offender) int {
+		if a.Count != b.Count {
+			return cmp.Compare(b.Count, a.Count)
+		}
+		if c := cmp.Compare(a.Limit, b.Limit); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return list
+}
+
+// Active returns a SetLock or SetMultiplier action for every measure the
+// engine set that is still in force at now, as it was first returned (same
+// Until / ExpiresAt), sorted by subject, id, then locks before multipliers.
+// riskd re-asserts them after Redis comes back empty. Measures lifted by
+// the engine (a step_up_passed report) or evicted under memory pressure are
+// not listed; lifts the engine did not see (admin) are.
+func (e *Engine) Active(now time.Time) []Action {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ns, ok := eventTime(now)
+	if !ok {
+		return nil
+	}
+	var acts []Action
+	e.meas.each(func(en *entry[measure]) {
+		if en.val.end > ns {
+			acts = append(acts, en.val.act)
+		}
+	})
+	slices.SortFunc(acts, func(a, b Action) int {
+		if c := cmp.Compare(a.Subject, b.Subject); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.ID, b.ID); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Multiplier.Source, b.Multiplier.Source)
+	})
+	return acts
+}
+
+// Stats returns the number of keys tracked per structure.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{
+		Velocity:  e.vel.len(),
+		Anomaly:   e.anom.len(),
+		Offenders: e.off.len(),
+		Episodes:  len(e.episodes),
+		Measures:  e.meas.len(),
+	}
+}
+
+// fresh reports whether (seq, index) comes after the last one processed,
+// and records it. Callers hold e.mu.
+func (e *Engine) fresh(seq uint64, index int) bool {
+	if seq == 0 {
+		return true
+	}
+	if e.seen && (seq < e.lastSeq || seq == e.lastSeq && index <= e.lastIndex) {
+		return false
+	}
+	e.seen, e.lastSeq, e.lastIndex = true, seq, index
+	return true
+}
+
+// advanceClock moves the engine's clock to ns if it is newer. Callers hold e.mu.
+func (e *Engine) advanceClock(ns int64) {
+	if ns > e.clock {
+		e.clock = ns
+	}
+}
+
+// sweepDecision looks at one entry of each structure decisions feed and
+// drops it if it is idle at the engine's clock. Callers hold e.mu.
+func (e *Engine) sweepDecision() {
+	if en := e.anom.sweepNext(); en != nil && e.anomaly != nil && e.anomaly.idle(&en.val, e.clock) {
+		e.anom.remove(en)
+	}
+	if en := e.off.sweepNext(); en != nil && e.offenderIdle(&en.val) {
+		e.off.remove(en)
+	}
+	e.sweepEpisodes()
+	e.sweepMeasures()
+}
+
+// sweepReport is sweepDecision for the structures reports feed.
+func (e *Engine) sweepReport() {
+	if en := e.vel.sweepNext(); en != nil && en.val.idle(e.clock) {
+		e.vel.remove(en)
+	}
+	e.sweepMeasures()
+}
+
+// sweepMeasures drops one measure if it has expired at the engine's clock.
+func (e *Engine) sweepMeasures() {
+	if en := e.meas.sweepNext(); en != nil && en.val.end <= e.clock {
+		e.meas.remove(en)
+	}
+}
+
+// minEventSec and maxEventSec bound the event times the engine accepts:
+// those whose Unix nanoseconds fit an int64 (years 1678 to 2262).
+const (
+	minEventSec = -9_000_000_000
+	maxEventSec = 9_000_000_000
+)
+
+// eventTime returns t in Unix nanoseconds, or false for a zero or
+// out-of-range time.
+func eventTime(t time.Time) (int64, bool) {
+	if t.IsZero() {
+		return 0, false
+	}
+	if s := t.Unix(); s < minEventSec || s > maxEventSec {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// configure compiles o into the engine, keeping what SetPolicy keeps.
+// Callers hold e.mu (or own e).
+func (e *Engine) configure(o Options) {
+	e.maxKeys = o.MaxKeys
+	if e.maxKeys <= 0 {
+		e.maxKeys = DefaultMaxKeys
+	}
+	e.configureVelocity(o.Risk.Velocity)
+	e.configureAnomaly(o.Risk.Anomaly)
+	e.configureOffenders(o.Risk.RepeatOffender, o.Limits)
+	e.meas.setMax(e.maxKeys)
+}

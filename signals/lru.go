@@ -1,0 +1,177 @@
+package signals
+
+import "strings"
+
+// maxFree is how many removed entries an lru keeps for reuse.
+const maxFree = 64
+
+// lru maps string keys to entries and holds at most max of them: adding to
+// a full table first evicts the least recently touched entry. Entries are
+// kept on a doubly linked list, most recent first, so eviction is exact
+// and deterministic (no map iteration, no randomness). A sweep cursor walks
+// the list from the least recent entry towards the most recent one, a step
+// at a time, so that callers can drop idle entries without a full scan.
+//
+// An lru is not safe for concurrent use and must not be copied after newLRU.
+type lru[V any] struct {
+	m    map[string]*entry[V]
+	root entry[V] // sentinel: root.next is the most recent entry, root.prev the least recent
+	max  int
+	// cursor is the next entry the sweep looks at; &root means "start over
+	// at the least recent entry".
+	cursor *entry[V]
+	free   []*entry[V]
+	// onRemove, when set, is called for every entry leaving the table
+	// (evicted, swept or deleted), before it is unlinked.
+	onRemove func(*entry[V])
+}
+
+// entry is one key of an lru.
+type entry[V any] struct {
+	key        string
+	prev, next *entry[V]
+	val        V
+}
+
+// newLRU returns an empty table bounded to n entries (at least 1).
+func newLRU[V any](n int) *lru[V] {
+	t := &lru[V]{m: make(map[string]*entry[V]), max: max(n, 1)}
+	t.root.next, t.root.prev = &t.root, &t.root
+	t.cursor = &t.root
+	return t
+}
+
+// len returns the number of entries.
+func (t *lru[V]) len() int { return len(t.m) }
+
+// get returns the entry of key, marking it most recently used, or nil.
+func (t *lru[V]) get(key string) *entry[V] {
+	e := t.m[key]
+	if e != nil {
+		t.touch(e)
+	}
+	return e
+}
+
+// getBytes is get for a key held in a byte slice; it does not allocate.
+func (t *lru[V]) getBytes(key []byte) *entry[V] {
+	e := t.m[string(key)]
+	if e != nil {
+		t.touch(e)
+	}
+	return e
+}
+
+// peek returns the entry of key without marking it used, or nil.
+func (t *lru[V]) peek(key string) *entry[V] { return t.m[key] }
+
+// peekBytes is peek for a key held in a byte slice.
+func (t *lru[V]) peekBytes(key []byte) *entry[V] { return t.m[string(key)] }
+
+// add inserts key, which must be absent, as the most recent entry, evicting
+// the least recent entries while the table is full. The key is copied. The
+// returned entry's val is the zero value or a removed entry's old value:
+// the caller re-initialises it (and may reuse its buffers).
+func (t *lru[V]) add(key string) *entry[V] {
+	return t.insert(strings.Clone(key))
+}
+
+// addBytes is add for a key held in a byte slice.
+func (t *lru[V]) addBytes(key []byte) *entry[V] {
+	return t.insert(string(key))
+}
+
+func (t *lru[V]) insert(key string) *entry[V] {
+	for len(t.m) >= t.max && t.root.prev != &t.root {
+		t.remove(t.root.prev)
+	}
+	var e *entry[V]
+	if n := len(t.free); n > 0 {
+		e = t.free[n-1]
+		t.free[n-1] = nil
+		t.free = t.free[:n-1]
+	} else {
+		e = new(entry[V])
+	}
+	e.key = key
+	t.m[key] = e
+	t.linkFront(e)
+	return e
+}
+
+// remove deletes e from the table.
+func (t *lru[V]) remove(e *entry[V]) {
+	if t.onRemove != nil {
+		t.onRemove(e)
+	}
+	if t.cursor == e {
+		t.cursor = e.prev
+	}
+	e.prev.next = e.next
+	e.next.prev = e.prev
+	e.prev, e.next = nil, nil
+	delete(t.m, e.key)
+	e.key = ""
+	if len(t.free) < maxFree {
+		t.free = append(t.free, e)
+	}
+}
+
+// touch moves e to the front (most recently used).
+func (t *lru[V]) touch(e *entry[V]) {
+	if t.root.next == e {
+		return
+	}
+	if t.cursor == e {
+		t.cursor = e.prev
+	}
+	e.prev.next = e.next
+	e.next.prev = e.prev
+	t.linkFront(e)
+}
+
+func (t *lru[V]) linkFront(e *entry[V]) {
+	e.prev = &t.root
+	e.next = t.root.next
+	t.root.next.prev = e
+	t.root.next = e
+}
+
+// sweepNext returns the entry the sweep looks at next (nil when the table
+// is empty) and advances the cursor past it. The caller may remove it.
+func (t *lru[V]) sweepNext() *entry[V] {
+	e := t.cursor
+	if e == &t.root {
+		e = t.root.prev
+		if e == &t.root {
+			return nil
+		}
+	}
+	t.cursor = e.prev
+	return e
+}
+
+// setMax changes the bound, evicting least recent entries down to it.
+func (t *lru[V]) setMax(n int) {
+	t.max = max(n, 1)
+	for len(t.m) > t.max {
+		t.remove(t.root.prev)
+	}
+}
+
+// each calls f for every entry, least recent first. f may remove the entry
+// it is given (and no other).
+func (t *lru[V]) each(f func(*entry[V])) {
+	for e := t.root.prev; e != &t.root; {
+		prev := e.prev
+		f(e)
+		e = prev
+	}
+}
+
+// clear removes every entry.
+func (t *lru[V]) clear() {
+	for t.root.prev != &t.root {
+		t.remove(t.root.prev)
+	}
+}

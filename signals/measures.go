@@ -1,0 +1,81 @@
+package signals
+
+import "github.com/tollgate-dev/tollgate/bucket"
+
+// lockSource is the source part of a lock's measure key.
+const lockSource = "lock"
+
+// measure is a lock or multiplier the engine set, as riskd wrote it.
+type measure struct {
+	act  Action // the SetLock or SetMultiplier action
+	rule string // the velocity rule that set it ("anomaly" for anomalies)
+	end  int64  // Until / ExpiresAt, Unix ns
+}
+
+// measureKey builds "subject\x00id\x00source" in e.buf.
+func (e *Engine) measureKey(subject, id, source string) []byte {
+	b := append(e.buf[:0], subject...)
+	b = append(b, 0)
+	b = append(b, id...)
+	b = append(b, 0)
+	b = append(b, source...)
+	e.buf = b
+	return b
+}
+
+// lockRank orders lock kinds by strength.
+func lockRank(kind string) int {
+	if kind == actionLockout {
+		return 2
+	}
+	return 1
+}
+
+// setLock records lock, set at ns on (subject, id), and reports whether
+// riskd should write it. It should not when the lock in force at ns is
+// stronger (a lockout over a step-up), or of the same kind and lasting at
+// least as long: one subject has one lock key. Callers hold e.mu.
+func (e *Engine) setLock(ns int64, subject, id string, lock bucket.Lock, rule string) bool {
+	key := e.measureKey(subject, id, lockSource)
+	en := e.meas.getBytes(key)
+	if en != nil && en.val.end > ns {
+		old := en.val.act.Lock
+		if lockRank(old.Kind) > lockRank(lock.Kind) ||
+			old.Kind == lock.Kind && !lock.Until.After(old.Until) {
+			return false
+		}
+	}
+	if en == nil {
+		en = e.meas.addBytes(key)
+	}
+	en.val = measure{
+		act:  Action{Kind: SetLock, Subject: subject, ID: id, Lock: lock},
+		rule: rule,
+		end:  lock.Until.UnixNano(),
+	}
+	return true
+}
+
+// setMultiplier records m, set at ns on (subject, id), and reports whether
+// riskd should write it. It should not when the multiplier of the same
+// source in force at ns is at least as strict (value <= m's) and lasts at
+// least as long: a subject holds one multiplier per source. Callers hold e.mu.
+func (e *Engine) setMultiplier(ns int64, subject, id string, m bucket.Multiplier, rule string) bool {
+	key := e.measureKey(subject, id, m.Source)
+	en := e.meas.getBytes(key)
+	if en != nil && en.val.end > ns {
+		old := en.val.act.Multiplier
+		if old.Value <= m.Value && !m.ExpiresAt.After(old.ExpiresAt) {
+			return false
+		}
+	}
+	if en == nil {
+		en = e.meas.addBytes(key)
+	}
+	en.val = measure{
+		act:  Action{Kind: SetMultiplier, Subject: subject, ID: id, Multiplier: m},
+		rule: rule,
+		end:  m.ExpiresAt.UnixNano(),
+	}
+	return true
+}

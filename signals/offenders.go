@@ -1,0 +1,245 @@
+package signals
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// offenderSlots is the repeat-offender window: 60 slots of 1 s.
+const offenderSlots = 60
+
+// second and minute in nanoseconds.
+const (
+	second = int64(time.Second)
+	minute = int64(time.Minute)
+)
+
+// limitRule is a policy limit as the repeat-offender counter needs it.
+type limitRule struct {
+	Name string
+	By   []policy.KeyPart
+	// subjectPart is the index in By of the first subject part, -1 if none.
+	subjectPart int
+	// subject is that part as text, "ip" when there is none.
+	subject string
+}
+
+// offState is the denial counter of one (limit, key).
+type offState struct {
+	lim  *limitRule
+	ring ring  // denials in 1 s slots over the last minute
+	last int64 // newest denial, Unix ns
+	// inEpisode is set from the denial that took the count over per_minute
+	// (since) until the key has been out of the list for a full minute.
+	inEpisode bool
+	since     int64
+	// lastOver is the newest denial at which the count was over per_minute;
+	// outAt the first later denial at which it was not (0: none yet).
+	lastOver, outAt int64
+	// epIdx is the entry's index in Engine.episodes, -1 when absent.
+	epIdx int
+}
+
+// compileLimit returns the limit's rule, or nil for a limit without name or key.
+func compileLimit(l policy.Limit) *limitRule {
+	if l.Name == "" || len(l.By) == 0 {
+		return nil
+	}
+	r := &limitRule{Name: l.Name, By: slices.Clone(l.By), subjectPart: -1, subject: policy.PartIP.String()}
+	for i, p := range l.By {
+		if p.IsSubject() {
+			r.subjectPart, r.subject = i, p.String()
+			break
+		}
+	}
+	return r
+}
+
+// configureOffenders installs the limits and per_minute, keeping counters
+// of limits whose name and by are unchanged.
+func (e *Engine) configureOffenders(ro *policy.RepeatOffender, limits []policy.Limit) {
+	e.perMinute = 0
+	if ro != nil {
+		e.perMinute = ro.PerMinute
+		if e.perMinute <= 0 {
+			e.perMinute = policy.DefaultRepeatOffenderPerMinute
+		}
+	}
+	e.limits = make(map[string]*limitRule, len(limits))
+	for _, l := range limits {
+		if r := compileLimit(l); r != nil {
+			e.limits[r.Name] = r
+		}
+	}
+	e.off.each(func(en *entry[offState]) {
+		nl := e.limits[en.val.lim.Name]
+		if e.perMinute == 0 || nl == nil || !slices.Equal(nl.By, en.val.lim.By) {
+			e.off.remove(en)
+			return
+		}
+		en.val.lim = nl
+	})
+	e.off.setMax(e.maxKeys)
+}
+
+// decisionPart returns the decision's value of a key part ("" if absent).
+func decisionPart(d *streams.Decision, p policy.KeyPart) string {
+	switch p {
+	case policy.PartGlobal:
+		return "global"
+	case policy.PartIP:
+		return d.IP
+	case policy.PartUser:
+		return d.UserID
+	case policy.PartDevice:
+		return d.DeviceID
+	case policy.PartAccount:
+		return d.Account
+	case policy.PartASN:
+		return d.ASN
+	case policy.PartRoute:
+		return d.Endpoint
+	}
+	return ""
+}
+
+// offenderDecision counts the denial d (result limited) for its limit's
+// key and alerts when the key enters the offender list. Callers hold e.mu.
+func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) []Action {
+	lim := e.limits[d.Limit]
+	if lim == nil {
+		return out
+	}
+	b := append(append(e.buf[:0], lim.Name...), 0)
+	for i, p := range lim.By {
+		v := decisionPart(d, p)
+		if v == "" {
+			e.buf = b
+			return out // the limit does not apply to this request
+		}
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, v...)
+	}
+	e.buf = b
+	en := e.off.getBytes(b)
+	if en == nil {
+		en = e.off.addBytes(b)
+		en.val.init(lim)
+	}
+	st := &en.val
+	if !st.ring.add(floorDiv(ns, second)) {
+		return out // older than the last minute
+	}
+	st.last = max(st.last, ns)
+	if st.inEpisode && ns-st.exitEstimate() >= minute {
+		st.inEpisode = false
+	}
+	count := st.ring.sum
+	if count <= uint64(e.perMinute) {
+		if st.inEpisode && st.outAt == 0 && ns > st.lastOver {
+			st.outAt = ns
+		}
+		return out
+	}
+	st.lastOver = max(st.lastOver, ns)
+	st.outAt = 0
+	if st.epIdx < 0 {
+		st.epIdx = len(e.episodes)
+		e.episodes = append(e.episodes, en)
+	}
+	if st.inEpisode {
+		return out
+	}
+	st.inEpisode, st.since = true, ns
+	return e.alertOffender(lim, d, en.key[len(lim.Name)+1:], count, out)
+}
+
+// init empties st for lim, reusing its ring.
+func (st *offState) init(lim *limitRule) {
+	*st = offState{lim: lim, ring: st.ring, epIdx: -1}
+	st.ring.init(offenderSlots)
+}
+
+// exitEstimate returns when the key left the offender list after its last
+// over-limit denial: the first later denial seen below the limit, or when
+// that denial's slot left the window, whichever is earlier (an upper bound
+// of the exact time).
+func (st *offState) exitEstimate() int64 {
+	exit := (floorDiv(st.lastOver, second) + offenderSlots) * second
+	if st.outAt != 0 && st.outAt < exit {
+		exit = st.outAt
+	}
+	return exit
+}
+
+// offenderIdle reports whether st has no denial in the window at the
+// engine's clock and no episode still running.
+func (e *Engine) offenderIdle(st *offState) bool {
+	if floorDiv(st.last, second) > floorDiv(e.clock, second)-offenderSlots {
+		return false
+	}
+	return !st.inEpisode || e.clock-st.exitEstimate() >= minute
+}
+
+// dropEpisode removes en from e.episodes (the lru's onRemove hook).
+func (e *Engine) dropEpisode(en *entry[offState]) {
+	i := en.val.epIdx
+	if i < 0 {
+		return
+	}
+	last := len(e.episodes) - 1
+	e.episodes[i] = e.episodes[last]
+	e.episodes[i].val.epIdx = i
+	e.episodes[last] = nil
+	e.episodes = e.episodes[:last]
+	en.val.epIdx = -1
+}
+
+// sweepEpisodes looks at one candidate of the offender list and drops it
+// once all its denials have left the window at the engine's clock.
+func (e *Engine) sweepEpisodes() {
+	n := len(e.episodes)
+	if n == 0 {
+		return
+	}
+	i := e.epSweep % n
+	en := e.episodes[i]
+	if floorDiv(en.val.last, second) <= floorDiv(e.clock, second)-offenderSlots {
+		e.dropEpisode(en) // the entry swapped into i is looked at next
+		e.epSweep = i
+		return
+	}
+	e.epSweep = i + 1
+}
+
+// alertOffender appends the repeat_offender alert of (lim, key).
+func (e *Engine) alertOffender(lim *limitRule, d *streams.Decision, key string, count uint64, out []Action) []Action {
+	id := d.IP
+	if lim.subjectPart >= 0 {
+		id = decisionPart(d, lim.By[lim.subjectPart])
+	}
+	p := e.perMinute
+	a := streams.Alert{
+		V:          streams.SchemaVersion,
+		ID:         alertID(streams.AlertRepeatOffender, lim.Name, lim.subject, key, d.TS),
+		TS:         d.TS,
+		Kind:       streams.AlertRepeatOffender,
+		Subject:    lim.subject,
+		SubjectID:  id,
+		Rule:       lim.Name,
+		Multiplier: 1,
+		Rate:       float64(count) / 60,
+		Baseline:   float64(p) / 60,
+		ExpiresAt:  d.TS.Add(time.Minute),
+		Reason: "limit " + lim.Name + " denied key " + strconv.Quote(key) + " " + strconv.FormatUint(count, 10) +
+			" times in the last minute (more than " + strconv.Itoa(p) + ")",
+		Count: int(count),
+	}
+	return append(out, Action{Kind: Alert, Subject: lim.subject, ID: id, Alert: a})
+}

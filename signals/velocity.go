@@ -1,0 +1,350 @@
+package signals
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// Velocity constants.
+const (
+	// maxExact is the largest threshold counted with exact timestamps;
+	// larger thresholds use velocitySlots time slots.
+	maxExact = 64
+	// velocitySlots is the number of slots of a slotted velocity window.
+	velocitySlots = 64
+	// escalateWindow is how far back firings count for escalation.
+	escalateWindow = 24 * time.Hour
+	// maxEscalations bounds the firings remembered for escalation.
+	maxEscalations = 32
+)
+
+// Measure kinds of velocity actions.
+const (
+	actionLockout = "lockout"
+	actionStepUp  = "step_up"
+	actionTighten = "tighten"
+)
+
+// velRule is a compiled velocity rule.
+type velRule struct {
+	policy.VelocityRule
+	subject string // By as written: account, ip, user, device
+	exact   bool   // Threshold <= maxExact: count timestamps
+	slot    int64  // slotted: slot width, ns
+	nslots  int    // slotted: number of slots
+	escN    int    // firings to remember for escalation (0: none)
+}
+
+// velState is the counter of one (velocity rule, key).
+type velState struct {
+	rule *velRule
+	// stamps holds (exact rules) the times of the newest Threshold counted
+	// events, ascending, Unix ns.
+	stamps []int64
+	// ring counts (slotted rules) events in nslots slots.
+	ring ring
+	// last is the newest event time counted, Unix ns.
+	last int64
+	// until is when the measure this counter last set ends, Unix ns.
+	until int64
+	// fires holds the times of the newest firings, ascending, at most escN.
+	fires []int64
+}
+
+// compileVelocity turns a policy rule into a velRule; ok is false for a rule
+// policy.Parse would not produce (the engine ignores it).
+func compileVelocity(r policy.VelocityRule) (*velRule, bool) {
+	if r.Threshold < 1 || r.Window <= 0 || r.Duration <= 0 || !r.By.IsSubject() || r.By == policy.PartASN {
+		return nil, false
+	}
+	switch r.Action {
+	case actionLockout, actionStepUp, actionTighten:
+	default:
+		return nil, false
+	}
+	v := &velRule{VelocityRule: r, subject: r.By.String(), exact: r.Threshold <= maxExact}
+	if !v.exact {
+		v.slot = max(1, int64((r.Window+velocitySlots-1)/velocitySlots))
+		v.nslots = int((int64(r.Window) + v.slot - 1) / v.slot)
+	}
+	if esc := r.Escalate; esc != nil && esc.Factor > 1 && esc.Max > r.Duration {
+		d := float64(r.Duration)
+		for d < float64(esc.Max) && v.escN < maxEscalations {
+			d *= esc.Factor
+			v.escN++
+		}
+	}
+	return v, true
+}
+
+// sameCounter reports whether a and b count alike (same geometry).
+func (a *velRule) sameCounter(b *velRule) bool {
+	if a.exact != b.exact {
+		return false
+	}
+	if a.exact {
+		return a.Threshold == b.Threshold
+	}
+	return a.slot == b.slot && a.nslots == b.nslots
+}
+
+// configureVelocity installs the velocity rules, keeping the counters of
+// rules with an unchanged name, event and by.
+func (e *Engine) configureVelocity(rules []policy.VelocityRule) {
+	e.vrules = e.vrules[:0:0]
+	byName := make(map[string]*velRule, len(rules))
+	for _, r := range rules {
+		if v, ok := compileVelocity(r); ok {
+			e.vrules = append(e.vrules, v)
+			byName[v.Name] = v
+		}
+	}
+	e.vel.each(func(en *entry[velState]) {
+		st := &en.val
+		old := st.rule
+		nr := byName[old.Name]
+		if nr == nil || nr.By != old.By || nr.Event != old.Event {
+			e.vel.remove(en)
+			return
+		}
+		switch {
+		case nr.exact && old.exact:
+			if n := len(st.stamps); n > nr.Threshold {
+				st.stamps = st.stamps[n-nr.Threshold:]
+			}
+		case !nr.sameCounter(old):
+			st.stamps = st.stamps[:0]
+			if nr.exact {
+				st.ring = ring{}
+			} else {
+				st.ring.init(nr.nslots)
+			}
+		}
+		if n := len(st.fires); n > nr.escN {
+			st.fires = st.fires[n-nr.escN:]
+		}
+		st.rule = nr
+	})
+	e.vel.setMax(e.maxKeys)
+}
+
+// reportValue returns the report's value of a velocity rule's by.
+func reportValue(r *streams.Report, by policy.KeyPart) string {
+	switch by {
+	case policy.PartAccount:
+		return r.Account
+	case policy.PartIP:
+		return r.IP
+	case policy.PartUser:
+		return r.UserID
+	case policy.PartDevice:
+		return r.DeviceID
+	}
+	return ""
+}
+
+// velocityReport counts r for every velocity rule of its type and fires
+// those that reach their threshold. Callers hold e.mu.
+func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Action {
+	for _, rule := range e.vrules {
+		if rule.Event != r.Type {
+			continue
+		}
+		value := reportValue(r, rule.By)
+		if value == "" {
+			continue
+		}
+		e.buf = append(append(append(e.buf[:0], rule.Name...), 0), value...)
+		en := e.vel.getBytes(e.buf)
+		if en == nil {
+			en = e.vel.addBytes(e.buf)
+			en.val.reset(rule)
+		}
+		st := &en.val
+		count, ok := st.count(ns)
+		if !ok || count < rule.Threshold || st.until > ns {
+			continue
+		}
+		out = e.fireVelocity(rule, st, value, r.TS, ns, count, out)
+	}
+	return out
+}
+
+// reset re-initialises st for rule, keeping its buffers.
+func (st *velState) reset(rule *velRule) {
+	st.rule = rule
+	st.stamps = st.stamps[:0]
+	if rule.exact {
+		st.ring.reset()
+	} else {
+		st.ring.init(rule.nslots)
+	}
+	st.fires = st.fires[:0]
+	st.last, st.until = 0, 0
+}
+
+// count adds an event at ns and returns the count in the window ending at
+// the newest event counted; ok is false when the event was too old to count.
+func (st *velState) count(ns int64) (n int, ok bool) {
+	rule := st.rule
+	if ns > st.last {
+		st.last = ns
+	}
+	if !rule.exact {
+		if !st.ring.add(floorDiv(ns, rule.slot)) {
+			return 0, false
+		}
+		return int(min(st.ring.sum, math.MaxInt32)), true
+	}
+	s := st.stamps
+	if len(s) == rule.Threshold {
+		if ns <= s[0] {
+			return 0, false // older than every event kept: changes nothing
+		}
+		copy(s, s[1:])
+		s = s[:len(s)-1]
+	}
+	i := len(s)
+	for i > 0 && s[i-1] > ns {
+		i--
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = ns
+	st.stamps = s
+	from := s[len(s)-1] - int64(rule.Window)
+	j := 0
+	for j < len(s) && s[j] <= from {
+		j++
+	}
+	return len(s) - j, true
+}
+
+// idle reports whether st holds nothing that matters at clock: no event
+// within its window, no measure in force, no firing within 24 h.
+func (st *velState) idle(clock int64) bool {
+	if st.last > clock-int64(st.rule.Window) || st.until > clock {
+		return false
+	}
+	n := len(st.fires)
+	return n == 0 || st.fires[n-1] <= clock-int64(escalateWindow)
+}
+
+// escalated returns the measure's duration for a firing at ns: Duration
+// times Factor^n, capped at Max, n the firings within the 24 h before ns
+// (rule.Escalate set), else Duration. The firing is recorded.
+func (st *velState) escalated(ns int64) (time.Duration, int) {
+	rule := st.rule
+	if rule.escN == 0 {
+		return rule.Duration, 0
+	}
+	n := 0
+	for _, f := range st.fires {
+		if f <= ns && ns-f < int64(escalateWindow) {
+			n++
+		}
+	}
+	d := rule.Duration
+	if n > 0 {
+		x := float64(rule.Duration) * math.Pow(rule.Escalate.Factor, float64(n))
+		if x >= float64(rule.Escalate.Max) {
+			d = rule.Escalate.Max
+		} else {
+			d = time.Duration(x)
+		}
+	}
+	if len(st.fires) == rule.escN {
+		copy(st.fires, st.fires[1:])
+		st.fires = st.fires[:len(st.fires)-1]
+	}
+	i := len(st.fires)
+	for i > 0 && st.fires[i-1] > ns {
+		i--
+	}
+	st.fires = append(st.fires, 0)
+	copy(st.fires[i+1:], st.fires[i:])
+	st.fires[i] = ns
+	return d, n
+}
+
+// fireVelocity applies rule's action on (rule.By, value) at ts: it records
+// the measure, clears the window and appends the actions.
+func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time.Time, ns int64, count int, out []Action) []Action {
+	d, repeats := st.escalated(ns)
+	until := ts.Add(d)
+	st.until = until.UnixNano()
+	st.stamps = st.stamps[:0]
+	if !rule.exact {
+		st.ring.reset()
+	}
+	window := fmtDuration(rule.Window)
+	summary := strconv.Itoa(count) + " " + rule.Event + " in " + window
+	var kind, what string
+	multiplier := 1.0
+	switch rule.Action {
+	case actionLockout, actionStepUp:
+		kind = streams.AlertLockout
+		what = "locked out"
+		if rule.Action == actionStepUp {
+			kind = streams.AlertStepUp
+			what = "step-up required"
+		}
+		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
+		if e.setLock(ns, rule.subject, value, lock, rule.Name) {
+			out = append(out, Action{Kind: SetLock, Subject: rule.subject, ID: value, Lock: lock})
+		}
+	case actionTighten:
+		kind = streams.AlertTighten
+		multiplier = rule.Multiplier
+		what = "limits tightened to x" + fmtFloat(rule.Multiplier)
+		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
+			Reason: rule.Name + ": " + summary}
+		if e.setMultiplier(ns, rule.subject, value, m, rule.Name) {
+			out = append(out, Action{Kind: SetMultiplier, Subject: rule.subject, ID: value, Multiplier: m})
+		}
+	}
+	reason := rule.subject + " " + value + ": " + summary + " (threshold " + strconv.Itoa(rule.Threshold) +
+		", rule " + rule.Name + "); " + what + " for " + fmtDuration(d)
+	if repeats > 0 {
+		reason += " (escalated: " + ordinal(repeats+1) + " firing within 24h)"
+	}
+	secs := rule.Window.Seconds()
+	a := streams.Alert{
+		V:          streams.SchemaVersion,
+		ID:         alertID(kind, rule.Name, rule.subject, value, ts),
+		TS:         ts,
+		Kind:       kind,
+		Subject:    rule.subject,
+		SubjectID:  value,
+		Rule:       rule.Name,
+		Multiplier: multiplier,
+		Rate:       float64(count) / secs,
+		Baseline:   float64(rule.Threshold) / secs,
+		ExpiresAt:  until,
+		Reason:     reason,
+		Count:      count,
+	}
+	return append(out, Action{Kind: Alert, Subject: rule.subject, ID: value, Alert: a})
+}
+
+// stepUpPassed lifts the step-up requirement in force on the report's
+// account, if the engine set one. Callers hold e.mu.
+func (e *Engine) stepUpPassed(r *streams.Report, ns int64, out []Action) []Action {
+	key := e.measureKey("account", r.Account, lockSource)
+	en := e.meas.peekBytes(key)
+	if en == nil || en.val.end <= ns || en.val.act.Lock.Kind != actionStepUp {
+		return out
+	}
+	rule := en.val.rule
+	e.meas.remove(en)
+	e.buf = append(append(append(e.buf[:0], rule...), 0), r.Account...)
+	if ven := e.vel.peekBytes(e.buf); ven != nil && ven.val.until > ns {
+		ven.val.until = ns
+	}
+	return append(out, Action{Kind: ClearLock, Subject: "account", ID: r.Account})
+}

@@ -1,0 +1,165 @@
+package streams_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+func embedded(t testing.TB) *streams.Embedded {
+	t.Helper()
+	e, err := streams.StartEmbedded(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	return e
+}
+
+func newPublisher(t testing.TB, url string, o streams.PublisherOptions) (*streams.Publisher, *nats.Conn) {
+	t.Helper()
+	nc, err := streams.Connect(url, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p, err := streams.NewPublisher(nc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := streams.EnsureStreams(ctx, p.JetStream(), o.Config); err != nil {
+		t.Fatal(err)
+	}
+	return p, nc
+}
+
+// TestDecisionsAreBatchedPerClass publishes 600 decisions of two classes
+// and reads them back from the stream: all there, in batches, in order.
+func TestDecisionsAreBatchedPerClass(t *testing.T) {
+	t.Parallel()
+	e := embedded(t)
+	p, _ := newPublisher(t, e.URL, streams.PublisherOptions{BatchSize: 256})
+	for i := 0; i < 600; i++ {
+		class := "read"
+		if i%3 == 0 {
+			class = "auth"
+		}
+		p.Decision(&streams.Decision{RequestID: string(rune('a' + i%26)), Class: class, Endpoint: "GET /", IP: "192.0.2.1", Allowed: true, Result: "allowed"})
+	}
+	p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	oc, err := p.JetStream().OrderedConsumer(ctx, "TOLLGATE_DECISIONS", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	msgs := 0
+	for counts["read"]+counts["auth"] < 600 {
+		m, err := oc.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			t.Fatalf("after %v: %v", counts, err)
+		}
+		var b streams.DecisionBatch
+		if err := json.Unmarshal(m.Data(), &b); err != nil || b.V != 1 {
+			t.Fatalf("batch: %v %+v", err, b)
+		}
+		for _, d := range b.Decisions {
+			if m.Subject() != "tollgate.decisions."+d.Class {
+				t.Fatalf("decision of class %s on %s", d.Class, m.Subject())
+			}
+			counts[d.Class]++
+		}
+		msgs++
+	}
+	if counts["auth"] != 200 || counts["read"] != 400 || msgs >= 600 || p.Dropped() != 0 {
+		t.Fatalf("counts %v in %d messages, dropped %d", counts, msgs, p.Dropped())
+	}
+}
+
+// TestNATSDownDropsAndCounts: with the server gone, Decision never blocks
+// and every decision is counted as dropped; reports fail fast.
+func TestNATSDownDropsAndCounts(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	var dropped int
+	dch := make(chan int, 1000)
+	p, _ := newPublisher(t, ns.URL, streams.PublisherOptions{FlushInterval: 5 * time.Millisecond, OnDrop: func(n int) { dch <- n }})
+	ns.Stop()
+	start := time.Now()
+	for i := 0; i < 1000; i++ {
+		p.Decision(&streams.Decision{Class: "read", IP: "192.0.2.1"})
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Fatalf("1000 decisions took %v with NATS down", d)
+	}
+	deadline := time.After(5 * time.Second)
+	for dropped < 1000 {
+		select {
+		case n := <-dch:
+			dropped += n
+		case <-deadline:
+			t.Fatalf("dropped %d of 1000", dropped)
+		}
+	}
+	if err := p.Report(context.Background(), &streams.Report{ID: "x", Type: "login_failed"}); err == nil {
+		t.Fatal("report with NATS down must fail")
+	}
+}
+
+func TestReportsAndAlertsAreAcked(t *testing.T) {
+	t.Parallel()
+	e := embedded(t)
+	p, _ := newPublisher(t, e.URL, streams.PublisherOptions{})
+	ctx := context.Background()
+	r := &streams.Report{V: 1, ID: "01TEST", Type: "login_failed", Account: "alice"}
+	for i := 0; i < 2; i++ { // a retried report is stored once
+		if err := p.Report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Alert(ctx, &streams.Alert{V: 1, ID: "a1", Kind: "lockout", Subject: "account", SubjectID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.JetStream().Stream(ctx, "TOLLGATE_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 2 {
+		t.Fatalf("events stream holds %d messages, want 2 (report once, alert once)", info.State.Msgs)
+	}
+	// EnsureStreams again is harmless
+	if err := streams.EnsureStreams(ctx, p.JetStream(), streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkDecision is the request path's cost of publishing one decision
+// (run it with -benchtime=500000x so the queue holds them all and none
+// is dropped; the "dropped" metric says if some were).
+func BenchmarkDecision(b *testing.B) {
+	e := embedded(b)
+	p, _ := newPublisher(b, e.URL, streams.PublisherOptions{QueueSize: 1 << 20})
+	d := &streams.Decision{TS: time.Now(), RequestID: "01M8P6ZKNNK0QBD6RW7G32XJ6J", Endpoint: "POST /auth/login", Class: "auth",
+		Limit: "login-ip", Allowed: true, Result: "allowed", Remaining: 4, IP: "198.51.100.7", UserID: "u_42", DeviceID: "d_1", Account: "alice"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p.Decision(d)
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(p.Dropped()), "dropped")
+}
