@@ -25,7 +25,7 @@ routes:
 limits:
   - {name: login-account, by: [account, route], rate: 1000/min, if: {class: auth}}
   - {name: device, by: [device], rate: 600/min}
-  - {name: tiny, by: [ip], rate: 1/h, if: {class: write}}
+  - {name: tiny, by: [ip], rate: 1/h, if: {class: write, authenticated: false}}
 failure_mode: {default: open, auth: closed}
 risk:
   velocity:
@@ -171,7 +171,7 @@ func TestLoopOneProcess(t *testing.T) {
 		}
 		return ""
 	})
-	resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.3","device_id":"d-spike"}`)
+	resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.3","user_id":"u1","device_id":"d-spike"}`)
 	if resp.Header.Get("X-RateLimit-Limit") != "30" {
 		t.Fatalf("throttled device limit %s, want 30 (600 x 0.05)", resp.Header.Get("X-RateLimit-Limit"))
 	}
@@ -245,19 +245,7 @@ func TestRiskdRestartLosesNothing(t *testing.T) {
 		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, AdminToken: "tok"})
 
 	startRiskd := func() (context.CancelFunc, *Running) {
-		ctx, cancel := context.WithCancel(context.Background())
-		rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-			KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, func() string {
-			if code, _ := get(t, "http://"+rr.Addr+"/readyz"); code != 200 {
-				return "riskd not ready"
-			}
-			return ""
-		})
-		return cancel, rr
+		return startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, true)
 	}
 	report := func() {
 		t.Helper()
@@ -302,6 +290,82 @@ func TestRiskdRestartLosesNothing(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// startRiskdFor starts a riskd on the shared NATS and Redis; with
+// waitLeader it waits until this instance leads and has replayed.
+func startRiskdFor(t *testing.T, policyPath, redisURL, keyPrefix, subj, stream string, waitLeader bool) (context.CancelFunc, *Running) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"status":"standby"`
+	if waitLeader {
+		want = `"status":"ready"`
+	}
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, "http://"+rr.Addr+"/readyz"); !strings.Contains(body, want) {
+			return "riskd: " + body
+		}
+		return ""
+	})
+	return cancel, rr
+}
+
+// TestTwoRiskdOneVerdict runs two riskd on one stream: one leads, the
+// other stands by; one lockout and one alert result, as with one riskd;
+// when the leader dies the standby takes over and the loop goes on.
+func TestTwoRiskdOneVerdict(t *testing.T) {
+	t.Parallel()
+	_, keyPrefix := testenv.Redis(t)
+	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
+	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	policyPath := writePolicy(t, loopPolicy)
+	redisURL := "redis://" + testenv.RedisAddr() + "/0"
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream})
+	alerts := watchAlerts(t, testenv.NATSURL(), subj)
+	stopA, a := startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, true)
+	stopB, b := startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, false)
+	defer func() { stopB(); <-b.Done }()
+	fail := func(account string, n int) {
+		for i := 0; i < n; i++ {
+			if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"`+account+`"}`); resp.StatusCode != 202 {
+				t.Fatalf("report: %d %s", resp.StatusCode, body)
+			}
+		}
+	}
+	locked := func(account string) string {
+		resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"`+account+`"}`)
+		if resp.StatusCode != 429 {
+			return account + " not locked: " + body
+		}
+		return ""
+	}
+	fail("erin", 3)
+	eventually(t, 5*time.Second, func() string { return locked("erin") })
+	eventually(t, 5*time.Second, func() string {
+		if k := alerts.kinds(); k["lockout:erin"] != 1 {
+			return "alerts " + toJSON(k)
+		}
+		return ""
+	})
+	stopA()
+	<-a.Done
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, "http://"+b.Addr+"/readyz"); !strings.Contains(body, `"status":"ready"`) {
+			return "standby did not take over: " + body
+		}
+		return ""
+	})
+	fail("frank", 3)
+	eventually(t, 5*time.Second, func() string { return locked("frank") })
+	if k := alerts.kinds(); k["lockout:erin"] != 1 || k["lockout:frank"] != 1 {
+		t.Fatalf("alerts %v: want exactly one per lockout", k)
+	}
 }
 
 // TestNATSDownNeverFailsRequests kills NATS under the limiter: checks keep

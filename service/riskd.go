@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,8 +42,54 @@ type RiskdConfig struct {
 	StreamName    string
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
+	// LeaseTTL is the leadership lease's time to live: a standby riskd
+	// takes over within it when the active one dies (default 5s).
+	LeaseTTL time.Duration
 	// Logger (default JSON on stderr).
 	Logger *slog.Logger
+}
+
+// lead runs the daemon while this instance holds the lease: acquire,
+// replay and consume, and stop consuming the moment the lease is lost.
+func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), state *atomic.Value, log *slog.Logger) error {
+	for ctx.Err() == nil {
+		state.Store("standby")
+		if err := lease.Acquire(ctx, 500*time.Millisecond); err != nil {
+			return nil
+		}
+		state.Store("starting")
+		log.Info("leadership acquired; replaying state")
+		d, err := newDaemon()
+		if err != nil {
+			return err
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		held := make(chan error, 1)
+		go func() { held <- lease.Hold(tctx) }()
+		go func() {
+			select {
+			case <-d.Ready():
+				state.Store("ready")
+			case <-tctx.Done():
+			}
+		}()
+		runErr := make(chan error, 1)
+		go func() { runErr <- d.Run(tctx) }()
+		select {
+		case err := <-held:
+			log.Warn("leadership lost; standing by", "err", err)
+			cancel()
+			<-runErr
+		case err := <-runErr:
+			cancel()
+			<-held
+			if err != nil && ctx.Err() == nil {
+				log.Error("risk daemon stopped; retrying", "err", err)
+				time.Sleep(time.Second)
+			}
+		}
+	}
+	return nil
 }
 
 // StartRiskd starts the risk daemon and its HTTP endpoints; it stops when
@@ -56,10 +104,17 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "riskd"
+	}
 	if cfg.RedisURL == "" || cfg.NATSURL == "" {
 		return nil, errors.New("service: riskd needs --redis and --nats")
 	}
 	log := cfg.Logger.With("component", "riskd")
+	quietRedis(cfg.Logger)
 	var p *policy.Policy
 	if cfg.ConfigPath != "" {
 		var err error
@@ -91,32 +146,31 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		nc.Close()
 		return nil, err
 	}
-	d, err := risk.New(risk.Options{
-		Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg, Durable: cfg.Durable,
-		Metrics: risk.NewMetrics(reg), Logger: log,
-		OffenderSink: func(ctx context.Context, list []signals.Offender) error {
-			b, err := json.Marshal(list)
-			if err != nil {
-				return err
-			}
-			return rc.Set(ctx, offendersKey(cfg.KeyPrefix), b, 2*time.Minute).Err()
-		},
-	})
-	if err != nil {
+	metrics := risk.NewMetrics(reg)
+	newDaemon := func() (*risk.Daemon, error) {
+		return risk.New(risk.Options{
+			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg, Durable: cfg.Durable,
+			Metrics: metrics, Logger: log,
+			OffenderSink: func(ctx context.Context, list []signals.Offender) error {
+				b, err := json.Marshal(list)
+				if err != nil {
+					return err
+				}
+				return rc.Set(ctx, offendersKey(cfg.KeyPrefix), b, 2*time.Minute).Err()
+			},
+		})
+	}
+	if _, err := newDaemon(); err != nil {
 		pub.Close()
 		nc.Close()
 		return nil, err
 	}
+	owner := ulid.Make().String()
+	lease := risk.NewLease(rc, cfg.KeyPrefix+"riskd:"+cfg.Durable+":leader", owner, cfg.LeaseTTL)
+	var state atomic.Value // "standby", "starting", "ready"
+	state.Store("standby")
 
 	mux := http.NewServeMux()
-	ready := func() bool {
-		select {
-		case <-d.Ready():
-			return true
-		default:
-			return false
-		}
-	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
@@ -131,12 +185,11 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		if !nc.IsConnected() {
 			deps["nats"] = "down"
 		}
-		status := "ready"
-		if !ready() {
-			status = "starting"
-		}
+		// A standby (another riskd holds the lease) is healthy and ready to
+		// take over: 200 with status "standby".
+		status := state.Load().(string)
 		w.Header().Set("Content-Type", "application/json")
-		if status != "ready" {
+		if status == "starting" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "dependencies": deps})
@@ -156,7 +209,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 
 	dctx, stop := context.WithCancel(context.Background())
 	derr := make(chan error, 1)
-	go func() { derr <- d.Run(dctx) }()
+	go func() { derr <- lead(dctx, lease, newDaemon, &state, log) }()
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if cfg.ConfigPath != "" {
 		go holder.Watch(watchCtx, 0)

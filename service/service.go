@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -97,6 +98,21 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// redisLog sends go-redis's internal log lines (dial failures during an
+// outage, one per attempt) to slog at debug level instead of stderr.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...interface{}) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+var redisLogOnce sync.Once
+
+// quietRedis installs redisLog once per process (go-redis's logger is global).
+func quietRedis(l *slog.Logger) {
+	redisLogOnce.Do(func() { redis.SetLogger(redisLog{l}) })
+}
+
 // Running is a started limiter.
 type Running struct {
 	// Addr is the address the HTTP server listens on.
@@ -117,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "limiter")
+	quietRedis(cfg.Logger)
 
 	var p *policy.Policy
 	if cfg.ConfigPath != "" {

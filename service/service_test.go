@@ -79,7 +79,7 @@ func TestOneProcessDefault(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	code, body := get(t, base+"/readyz")
-	if code != 200 || !strings.HasPrefix(body, `{"status":"ready","dependencies":{"nats":"disabled","redis":"disabled"}`) {
+	if code != 200 || !strings.HasPrefix(body, `{"status":"ready","dependencies":{"nats":"up","redis":"disabled"}`) {
 		t.Fatalf("readyz %d %s", code, body)
 	}
 	code, body = get(t, base+"/metrics")

@@ -49,8 +49,8 @@ func TestVelocityThreshold(t *testing.T) {
 			{"alice", 8 * time.Second}, {"alice", 1 * time.Second}, {"alice", 7 * time.Second}, {"alice", 2 * time.Second},
 			{"alice", 6 * time.Second}, {"alice", 5 * time.Second}, {"alice", 4 * time.Second}, {"alice", 0}}, fired: []int{9}},
 		{name: "no refire while locked, counts resume after", evs: cat(
-			seq("alice", 0, time.Second, 10),                                     // fires at 9s, locked until 15m9s
-			seq("alice", 10*time.Minute, time.Second, 10),                        // counted, locked: no fire
+			seq("alice", 0, time.Second, 10),                         // fires at 9s, locked until 15m9s
+			seq("alice", 10*time.Minute, time.Second, 10),            // counted, locked: no fire
 			[]ev{{"alice", 15*time.Minute + 10*time.Second}}), fired: []int{9, 20}}, // 11 in window, lock over
 		{name: "window cleared after firing", rule: func(r *policy.VelocityRule) { r.Duration = time.Second },
 			evs: seq("alice", 0, time.Minute/6, 25), fired: []int{9, 19}},
