@@ -34,7 +34,9 @@ risk:
   repeat_offender: {per_minute: 5}
 `
 
-func writePolicy(t *testing.T, text string) string {
+func writePolicy(t *testing.T, text string) string { return writePolicyB(t, text) }
+
+func writePolicyB(t testing.TB, text string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
@@ -294,7 +296,11 @@ func TestRiskdRestartLosesNothing(t *testing.T) {
 
 // startRiskdFor starts a riskd on the shared NATS and Redis; with
 // waitLeader it waits until this instance leads and has replayed.
-func startRiskdFor(t *testing.T, policyPath, redisURL, keyPrefix, subj, stream string, waitLeader bool) (context.CancelFunc, *Running) {
+func startRiskdB(t testing.TB, policyPath, redisURL, keyPrefix, subj, stream string) (context.CancelFunc, *Running) {
+	return startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, true)
+}
+
+func startRiskdFor(t testing.TB, policyPath, redisURL, keyPrefix, subj, stream string, waitLeader bool) (context.CancelFunc, *Running) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),

@@ -14,7 +14,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
-func start(t *testing.T, cfg Config) (*Running, string) {
+func start(t *testing.T, cfg Config) (*Running, string) { return startB(t, cfg) }
+
+func startB(t testing.TB, cfg Config) (*Running, string) {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
@@ -44,7 +46,7 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func get(t *testing.T, url string) (int, string) {
+func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -56,7 +58,7 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // eventually polls f until it returns "" or the deadline passes.
-func eventually(t *testing.T, d time.Duration, f func() string) {
+func eventually(t testing.TB, d time.Duration, f func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

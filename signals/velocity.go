@@ -209,6 +209,14 @@ func (st *velState) count(ns int64) (n int, ok bool) {
 		copy(s, s[1:])
 		s = s[:len(s)-1]
 	}
+	if len(s) == cap(s) {
+		// Grow once to the threshold: most keys of a rotation see one event.
+		c := 2
+		if len(s) >= 2 {
+			c = rule.Threshold
+		}
+		s = append(make([]int64, 0, min(c, rule.Threshold)), s...)
+	}
 	i := len(s)
 	for i > 0 && s[i-1] > ns {
 		i--
@@ -261,6 +269,9 @@ func (st *velState) escalated(ns int64) (time.Duration, int) {
 	if len(st.fires) == rule.escN {
 		copy(st.fires, st.fires[1:])
 		st.fires = st.fires[:len(st.fires)-1]
+	}
+	if cap(st.fires) < rule.escN {
+		st.fires = append(make([]int64, 0, rule.escN), st.fires...)
 	}
 	i := len(st.fires)
 	for i > 0 && st.fires[i-1] > ns {

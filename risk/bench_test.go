@@ -1,0 +1,98 @@
+package risk_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/risk"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+const benchPolicy = `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+  - {match: "* *", class: write}
+limits:
+  - {name: device, by: [device], rate: 600/min}
+  - {name: ip, by: [ip], rate: 600/min}
+risk:
+  velocity:
+    - {name: account-failures, event: login_failed, by: account, threshold: 10, window: 10m, action: lockout, duration: 15m}
+  anomaly: {by: device, factor: 100, short_window: 10s, long_window: 10m, min_baseline: 0.05/s, multiplier: 0.05, duration: 15m}
+  repeat_offender: {per_minute: 100}
+`
+
+// BenchmarkDaemonDecisions measures how many decision events one riskd
+// consumes and processes per second: b.N batches of 256 decisions (10,000
+// devices, 20% denied) are published to an embedded JetStream first, then
+// the daemon is started and timed until it has processed them all.
+func BenchmarkDaemonDecisions(b *testing.B) {
+	e, err := streams.StartEmbedded(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Stop()
+	nc, err := streams.Connect(e.URL, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	ctx := context.Background()
+	cfg := streams.Config{Memory: true}
+	if err := streams.EnsureStreams(ctx, pub.JetStream(), cfg); err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Parse("bench.yaml", []byte(benchPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	const per = 256
+	for i := 0; i < b.N; i++ {
+		batch := streams.DecisionBatch{V: 1, Decisions: make([]streams.Decision, per)}
+		for j := range batch.Decisions {
+			k := (i*per + j) % 10000
+			batch.Decisions[j] = streams.Decision{TS: now, RequestID: "01M8P6ZKNNK0QBD6RW7G32XJ6J", Endpoint: "POST /x", Class: "write",
+				Limit: "device", Allowed: k%5 != 0, Result: map[bool]string{true: "allowed", false: "limited"}[k%5 != 0],
+				IP: fmt.Sprintf("10.0.%d.%d", k/256, k%256), DeviceID: fmt.Sprintf("d%d", k)}
+		}
+		data, _ := json.Marshal(batch)
+		if _, err := pub.JetStream().Publish(ctx, "tollgate.decisions.write", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := risk.NewMetrics(reg)
+	d, err := risk.New(risk.Options{Publisher: pub, Store: bucket.NewMemoryStore(bucket.MemoryOptions{}),
+		Policy: func() *policy.Policy { return p }, Streams: cfg, Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	want := float64(b.N * per)
+	b.ResetTimer()
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = d.Run(rctx); close(done) }()
+	for testutil.ToFloat64(m.Events.WithLabelValues("decision")) < want {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(want/elapsed.Seconds(), "events/s")
+}
