@@ -93,6 +93,38 @@ func readBody(r *http.Request, buf []byte) ([]byte, *apiError) {
 
 // respond writes the decision d: headers and body per the contract.
 func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, b []byte) []byte {
+	if !WriteDecision(w, rid, d) {
+		return b
+	}
+	b = append(b, `{"allowed":true`...)
+	if d.Binding != nil {
+		b = append(b, `,"limit":`...)
+		b = strconv.AppendInt(b, d.Limit, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, `,"reset":`...)
+		b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
+		b = append(b, `,"policy":`...)
+		b = appendJSONString(b, d.Binding.Name)
+	}
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, rid)
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	return b
+}
+
+// WriteDecision applies d to a response. When the request may proceed
+// (allowed or degraded) it sets the rate-limit headers (and
+// X-RateLimit-Degraded) and returns true without writing a status or
+// body; otherwise it writes the complete denial (429, 403 or 503 with the
+// envelope and headers) and returns false. The reverse proxy and the
+// middleware package use it so every denial looks the same.
+func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 	h := w.Header()
 	switch d.Outcome {
 	case engine.Allowed, engine.Degraded:
@@ -100,25 +132,7 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 			h["X-Ratelimit-Degraded"] = []string{"1"}
 		}
 		setLimitHeaders(h, d)
-		b = append(b, `{"allowed":true`...)
-		if d.Binding != nil {
-			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, d.Limit, 10)
-			b = append(b, `,"remaining":`...)
-			b = strconv.AppendInt(b, d.Remaining, 10)
-			b = append(b, `,"reset":`...)
-			b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
-			b = append(b, `,"policy":`...)
-			b = appendJSONString(b, d.Binding.Name)
-		}
-		b = append(b, `,"request_id":`...)
-		b = appendJSONString(b, rid)
-		b = append(b, "}\n"...)
-		h["Content-Type"] = []string{"application/json"}
-		h["Content-Length"] = []string{strconv.Itoa(len(b))}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b)
-		return b
+		return true
 	case engine.Limited:
 		setLimitHeaders(h, d)
 		setRetryAfter(h, d.RetryAfter)
@@ -142,7 +156,7 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable",
 			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))})
 	}
-	return b
+	return false
 }
 
 // setLimitHeaders sets X-RateLimit-* and the IETF RateLimit fields for

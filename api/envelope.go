@@ -37,6 +37,16 @@ func badRequest(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: CodeBadRequest, message: msg}
 }
 
+// WriteError writes an error envelope with status, code and message;
+// details is a rendered JSON object body without its braces ("" for
+// none), e.g. `"retry_after_ms":1000`.
+func WriteError(w http.ResponseWriter, requestID string, status int, code, message, details string) {
+	writeError(w, requestID, &apiError{status: status, code: code, message: message, details: details})
+}
+
+// AppendJSONString appends s to b as a JSON string.
+func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s) }
+
 // writeError writes the envelope
 // {"error": {"code", "message", "details", "request_id"}}.
 func writeError(w http.ResponseWriter, rid string, e *apiError) {

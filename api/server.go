@@ -141,6 +141,10 @@ func (s *Server) allowedMethods(r *http.Request) string {
 	return strings.Join(out, ", ")
 }
 
+// RequestID returns the request's id (a sane incoming X-Request-Id, else a
+// new ULID) and sets the X-Request-Id response header.
+func RequestID(w http.ResponseWriter, r *http.Request) string { return requestID(w, r) }
+
 // requestID returns the request's id: a sane incoming X-Request-Id, else a
 // new ULID. It sets the response header.
 func requestID(w http.ResponseWriter, r *http.Request) string {

@@ -40,6 +40,7 @@ type anomalyState struct {
 	slots        []uint32 // backing array of both rings
 	fine, coarse ring
 	last         int64 // newest event time, Unix ns
+	touched      int64 // the engine's clock when the key was last seen
 	until        int64 // the anomaly measure in force ends, Unix ns
 }
 
@@ -98,12 +99,14 @@ func (st *anomalyState) init(rule *anomalyRule) {
 	st.coarse.c = st.slots[rule.nFine:]
 	st.fine.reset()
 	st.coarse.reset()
-	st.last, st.until = 0, 0
+	st.last, st.touched, st.until = 0, 0, 0
 }
 
-// idle reports whether st's rings are empty at clock and no measure is in force.
+// idle reports whether st has been unseen for a whole long window of the
+// engine's clock and, on the key's own time, no measure is in force.
 func (a *anomalyRule) idle(st *anomalyState, clock int64) bool {
-	return st.until <= clock && st.last <= clock-int64(a.nCoarse)*a.coarse
+	elapsed := clock - st.touched
+	return elapsed >= int64(a.nCoarse)*a.coarse && st.until <= st.last+elapsed
 }
 
 // anomalyDecision counts d for its key and fires on an anomaly. Callers hold e.mu.
@@ -119,6 +122,7 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 		en.val.init(a)
 	}
 	st := &en.val
+	st.touched = e.clock
 	if !st.coarse.add(floorDiv(ns, a.coarse)) {
 		return out // older than the long window: counts nowhere
 	}

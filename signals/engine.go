@@ -38,8 +38,8 @@ type Stats struct {
 	Anomaly int `json:"anomaly"`
 	// Offenders is the number of (limit, key) denial counters.
 	Offenders int `json:"offenders"`
-	// Episodes is the number of (limit, key) counters that were over
-	// repeat_offender.per_minute within the last minute of event time
+	// Episodes is the number of (limit, key) counters that went over
+	// repeat_offender.per_minute and have been seen within the last minute
 	// (the candidates Offenders looks at).
 	Episodes int `json:"episodes"`
 	// Measures is the number of locks and multipliers remembered (in force,
@@ -80,7 +80,7 @@ type Engine struct {
 	lastSeq   uint64
 	lastIndex int
 	// clock is the newest event time seen (Unix ns); it only drives the
-	// sweeping of idle keys.
+	// sweeping of idle keys, never a verdict.
 	clock int64
 
 	buf []byte // scratch for composite keys
@@ -117,8 +117,8 @@ func (e *Engine) SetPolicy(o Options) {
 // the extended slice. seq is the JetStream stream sequence of the message
 // carrying the decision and index its position in the message's batch; a
 // (seq, index) not after the last one processed is a redelivery and is
-// ignored. seq 0 disables that check. Decisions with a zero timestamp are
-// ignored. In steady state (keys already tracked, nothing firing) it does
+// ignored. seq 0 disables that check. Decisions with a zero timestamp, or
+// one before 1970 or after 2223, are ignored (after the dedupe check). In steady state (keys already tracked, nothing firing) it does
 // not allocate.
 func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out []Action) []Action {
 	if d == nil {
@@ -147,8 +147,8 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 // ApplyReport processes one report and appends the actions it causes to out
 // (locks, velocity multipliers and alerts; a ClearLock for a step_up_passed
 // report), returning the extended slice. seq and index work as for
-// ApplyDecision, in the same sequence space. Reports with a zero timestamp
-// are ignored.
+// ApplyDecision, in the same sequence space. Reports with a zero or
+// out-of-range timestamp are ignored.
 func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Action) []Action {
 	if r == nil {
 		return out
@@ -280,7 +280,12 @@ func (e *Engine) advanceClock(ns int64) {
 }
 
 // sweepDecision looks at one entry of each structure decisions feed and
-// drops it if it is idle at the engine's clock. Callers hold e.mu.
+// drops it if it is idle. A key is idle once it has gone unseen while the
+// engine's clock (the newest event time) moved on by its window, and holds
+// nothing else that matters (a measure in force, an episode, escalation
+// history) on its own time: its newest event time plus that elapsed time.
+// So a host whose clock lags the others does not get its keys swept while
+// they are in use. Callers hold e.mu.
 func (e *Engine) sweepDecision() {
 	if en := e.anom.sweepNext(); en != nil && e.anomaly != nil && e.anomaly.idle(&en.val, e.clock) {
 		e.anom.remove(en)
@@ -300,27 +305,25 @@ func (e *Engine) sweepReport() {
 	e.sweepMeasures()
 }
 
-// sweepMeasures drops one measure if it has expired at the engine's clock.
+// sweepMeasures drops one measure if it has run its course by the engine's clock.
 func (e *Engine) sweepMeasures() {
-	if en := e.meas.sweepNext(); en != nil && en.val.end <= e.clock {
+	if en := e.meas.sweepNext(); en != nil && en.val.sweepAt <= e.clock {
 		e.meas.remove(en)
 	}
 }
 
-// minEventSec and maxEventSec bound the event times the engine accepts:
-// those whose Unix nanoseconds fit an int64 (years 1678 to 2262).
-const (
-	minEventSec = -9_000_000_000
-	maxEventSec = 9_000_000_000
-)
+// maxEventSec bounds the event times the engine accepts: from the Unix
+// epoch to 8e9 s (year 2223), so that nanoseconds, slot indexes and their
+// differences never overflow an int64.
+const maxEventSec = 8_000_000_000
 
-// eventTime returns t in Unix nanoseconds, or false for a zero or
-// out-of-range time.
+// eventTime returns t in Unix nanoseconds, or false for a zero time or one
+// outside [1970, 2223].
 func eventTime(t time.Time) (int64, bool) {
 	if t.IsZero() {
 		return 0, false
 	}
-	if s := t.Unix(); s < minEventSec || s > maxEventSec {
+	if s := t.Unix(); s < 0 || s > maxEventSec {
 		return 0, false
 	}
 	return t.UnixNano(), true

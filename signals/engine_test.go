@@ -407,3 +407,53 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+func TestLaggingHost(t *testing.T) {
+	t.Parallel()
+	// One limiter host's clock runs an hour ahead of the other's. Keys fed
+	// by the lagging host must not be swept as idle (against the newest
+	// time seen) while they are in use: each lagging event is followed by
+	// one from the fast host, which runs the sweeps.
+	e := New(fullOptions(0))
+	ahead := func(i int) {
+		ts := at(time.Hour + time.Duration(i)*time.Millisecond)
+		e.ApplyDecision(0, 0, &streams.Decision{TS: ts, Result: "allowed", Allowed: true, DeviceID: "fast" + itoa(int64(i%50))}, nil)
+		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginSucceeded, TS: ts, Account: "x"}, nil)
+	}
+	var kinds []string
+	collect := func(acts []Action) {
+		for _, a := range alerts(acts) {
+			kinds = append(kinds, a.Kind+" "+a.SubjectID)
+		}
+	}
+	n := 0
+	for i := range 5 { // lockout after 5 failures
+		collect(e.ApplyReport(0, 0, failed("alice", sec(float64(i*10))), nil))
+		ahead(n)
+		n++
+	}
+	for i := range 11 { // repeat offender after 11 denials within a minute
+		collect(e.ApplyDecision(0, 0, denial("login-ip", "192.0.2.1", sec(60+float64(i)*5)), nil))
+		ahead(n)
+		n++
+	}
+	for i := range 120 { // a device at 1/s for 2 min, then a burst of 150 in 1 s (factor 10)
+		collect(e.ApplyDecision(0, 0, decision("slow", sec(200+float64(i))), nil))
+		ahead(n)
+		n++
+	}
+	for i := range 150 {
+		collect(e.ApplyDecision(0, 0, decision("slow", sec(320+float64(i)/150)), nil))
+		ahead(n)
+		n++
+	}
+	want := []string{"lockout alice", "repeat_offender 192.0.2.1", "anomaly slow"}
+	if len(kinds) != len(want) {
+		t.Fatalf("alerts %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("alerts %v, want %v", kinds, want)
+		}
+	}
+}

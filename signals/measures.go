@@ -10,6 +10,9 @@ type measure struct {
 	act  Action // the SetLock or SetMultiplier action
 	rule string // the velocity rule that set it ("anomaly" for anomalies)
 	end  int64  // Until / ExpiresAt, Unix ns
+	// sweepAt is when, by the engine's clock, the measure has run its
+	// course: the clock when it was set plus its duration.
+	sweepAt int64
 }
 
 // measureKey builds "subject\x00id\x00source" in e.buf.
@@ -48,10 +51,12 @@ func (e *Engine) setLock(ns int64, subject, id string, lock bucket.Lock, rule st
 	if en == nil {
 		en = e.meas.addBytes(key)
 	}
+	end := lock.Until.UnixNano()
 	en.val = measure{
-		act:  Action{Kind: SetLock, Subject: subject, ID: id, Lock: lock},
-		rule: rule,
-		end:  lock.Until.UnixNano(),
+		act:     Action{Kind: SetLock, Subject: subject, ID: id, Lock: lock},
+		rule:    rule,
+		end:     end,
+		sweepAt: e.clock + (end - ns),
 	}
 	return true
 }
@@ -72,10 +77,12 @@ func (e *Engine) setMultiplier(ns int64, subject, id string, m bucket.Multiplier
 	if en == nil {
 		en = e.meas.addBytes(key)
 	}
+	end := m.ExpiresAt.UnixNano()
 	en.val = measure{
-		act:  Action{Kind: SetMultiplier, Subject: subject, ID: id, Multiplier: m},
-		rule: rule,
-		end:  m.ExpiresAt.UnixNano(),
+		act:     Action{Kind: SetMultiplier, Subject: subject, ID: id, Multiplier: m},
+		rule:    rule,
+		end:     end,
+		sweepAt: e.clock + (end - ns),
 	}
 	return true
 }

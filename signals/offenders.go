@@ -33,6 +33,8 @@ type offState struct {
 	lim  *limitRule
 	ring ring  // denials in 1 s slots over the last minute
 	last int64 // newest denial, Unix ns
+	// touched is the engine's clock when the key was last seen.
+	touched int64
 	// inEpisode is set from the denial that took the count over per_minute
 	// (since) until the key has been out of the list for a full minute.
 	inEpisode bool
@@ -133,6 +135,7 @@ func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) [
 		en.val.init(lim)
 	}
 	st := &en.val
+	st.touched = e.clock
 	if !st.ring.add(floorDiv(ns, second)) {
 		return out // older than the last minute
 	}
@@ -178,13 +181,19 @@ func (st *offState) exitEstimate() int64 {
 	return exit
 }
 
-// offenderIdle reports whether st has no denial in the window at the
-// engine's clock and no episode still running.
+// offenderGone is how long a key must go unseen, by the engine's clock,
+// for all its denials to have left the window (60 slots, plus the partial one).
+const offenderGone = (offenderSlots + 1) * second
+
+// offenderIdle reports whether st has been unseen long enough for all its
+// denials to have left the window and, on the key's own time, its episode
+// is over.
 func (e *Engine) offenderIdle(st *offState) bool {
-	if floorDiv(st.last, second) > floorDiv(e.clock, second)-offenderSlots {
+	elapsed := e.clock - st.touched
+	if elapsed < offenderGone {
 		return false
 	}
-	return !st.inEpisode || e.clock-st.exitEstimate() >= minute
+	return !st.inEpisode || st.last+elapsed-st.exitEstimate() >= minute
 }
 
 // dropEpisode removes en from e.episodes (the lru's onRemove hook).
@@ -202,7 +211,8 @@ func (e *Engine) dropEpisode(en *entry[offState]) {
 }
 
 // sweepEpisodes looks at one candidate of the offender list and drops it
-// once all its denials have left the window at the engine's clock.
+// once it has been unseen long enough for all its denials to have left
+// the window.
 func (e *Engine) sweepEpisodes() {
 	n := len(e.episodes)
 	if n == 0 {
@@ -210,7 +220,7 @@ func (e *Engine) sweepEpisodes() {
 	}
 	i := e.epSweep % n
 	en := e.episodes[i]
-	if floorDiv(en.val.last, second) <= floorDiv(e.clock, second)-offenderSlots {
+	if e.clock-en.val.touched >= offenderGone {
 		e.dropEpisode(en) // the entry swapped into i is looked at next
 		e.epSweep = i
 		return

@@ -48,8 +48,9 @@ type velState struct {
 	stamps []int64
 	// ring counts (slotted rules) events in nslots slots.
 	ring ring
-	// last is the newest event time counted, Unix ns.
-	last int64
+	// last is the newest event time counted, Unix ns; touched the engine's
+	// clock when the key was last seen.
+	last, touched int64
 	// until is when the measure this counter last set ends, Unix ns.
 	until int64
 	// fires holds the times of the newest firings, ascending, at most escN.
@@ -166,6 +167,7 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 			en.val.reset(rule)
 		}
 		st := &en.val
+		st.touched = e.clock
 		count, ok := st.count(ns)
 		if !ok || count < rule.Threshold || st.until > ns {
 			continue
@@ -185,7 +187,7 @@ func (st *velState) reset(rule *velRule) {
 		st.ring.init(rule.nslots)
 	}
 	st.fires = st.fires[:0]
-	st.last, st.until = 0, 0
+	st.last, st.touched, st.until = 0, 0, 0
 }
 
 // count adds an event at ns and returns the count in the window ending at
@@ -233,14 +235,20 @@ func (st *velState) count(ns int64) (n int, ok bool) {
 	return len(s) - j, true
 }
 
-// idle reports whether st holds nothing that matters at clock: no event
-// within its window, no measure in force, no firing within 24 h.
+// idle reports whether st holds nothing that matters any more: unseen for
+// a whole window of the engine's clock, and, on the key's own time, no
+// measure in force and no firing within 24 h.
 func (st *velState) idle(clock int64) bool {
-	if st.last > clock-int64(st.rule.Window) || st.until > clock {
+	elapsed := clock - st.touched
+	if elapsed < int64(st.rule.Window) {
+		return false
+	}
+	now := st.last + elapsed
+	if st.until > now {
 		return false
 	}
 	n := len(st.fires)
-	return n == 0 || st.fires[n-1] <= clock-int64(escalateWindow)
+	return n == 0 || st.fires[n-1] <= now-int64(escalateWindow)
 }
 
 // escalated returns the measure's duration for a firing at ns: Duration
