@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -50,10 +51,18 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// routeOf is the decision's `route` key part value.
+func routeOf(d *engine.Decision) string {
+	if d.Route == "" {
+		return policy.DefaultClass
+	}
+	return d.Route
+}
+
 // publish hands the decision to the event sink (never blocks).
 func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 	ev := streams.Decision{
-		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class,
+		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
 	}

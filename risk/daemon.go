@@ -54,6 +54,9 @@ type Options struct {
 	Reassert time.Duration
 	// Now is the clock for re-assertion and offenders (default time.Now).
 	Now func() time.Time
+	// MaxKeys bounds the keys each signal tracks (default 200,000: about
+	// 100 MB per signal at worst; least recently seen keys go first).
+	MaxKeys int
 }
 
 // Daemon is a running risk engine. Use New, then Run.
@@ -91,13 +94,16 @@ func New(o Options) (*Daemon, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = 200_000
+	}
 	if o.Streams.Prefix == "" {
 		o.Streams.Prefix = streams.DefaultPrefix
 	}
 	p := o.Policy()
 	d := &Daemon{
 		o: o, js: o.Publisher.JetStream(), log: o.Logger,
-		eng:     signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits}),
+		eng:     signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.MaxKeys}),
 		polName: p,
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
@@ -340,7 +346,7 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 // refreshPolicy hands a reloaded policy to the engine; mu held.
 func (d *Daemon) refreshPolicy() {
 	if p := d.o.Policy(); p != d.polName {
-		d.eng.SetPolicy(signals.Options{Risk: p.Risk, Limits: p.Limits})
+		d.eng.SetPolicy(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: d.o.MaxKeys})
 		d.polName = p
 	}
 }

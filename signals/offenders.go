@@ -104,6 +104,9 @@ func decisionPart(d *streams.Decision, p policy.KeyPart) string {
 	case policy.PartASN:
 		return d.ASN
 	case policy.PartRoute:
+		if d.Route != "" {
+			return d.Route // the matched route, as bucket keys use
+		}
 		return d.Endpoint
 	}
 	return ""

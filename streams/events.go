@@ -23,6 +23,9 @@ type Decision struct {
 	Endpoint string `json:"endpoint"`
 	// Class is the route class.
 	Class string `json:"class"`
+	// Route is the matched route's `match` ("" when none matched): the
+	// value of the `route` key part.
+	Route string `json:"route,omitempty"`
 	// Limit is the binding limit ("" when none applied), or the velocity
 	// rule of a lock.
 	Limit string `json:"limit"`
