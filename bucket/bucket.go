@@ -48,9 +48,13 @@ type Subject struct {
 	// Key is the subject's multiplier hash key (MultiplierKey).
 	Key string
 	// Static is a multiplier the caller already knows for this subject
-	// (reputation, attestation default), combined with the stored ones by
-	// the same rule. 1 is neutral; the zero value blocks, so set it.
+	// (reputation), combined with the stored ones by the same rule. 1 is
+	// neutral; the zero value blocks, so set it.
 	Static float64
+	// Unverified joins the combination only while the subject has no
+	// unexpired "attestation" multiplier (the policy's
+	// unverified_multiplier for devices). 1 is neutral; set it.
+	Unverified float64
 }
 
 // Request is one decision: every limit that applies to a request.
@@ -208,7 +212,7 @@ func (r *Request) validate() error {
 		}
 	}
 	for i := range r.Subjects {
-		if s := r.Subjects[i].Static; !(s >= 0) || math.IsInf(s, 0) {
+		if s, u := r.Subjects[i].Static, r.Subjects[i].Unverified; !(s >= 0) || math.IsInf(s, 0) || !(u >= 0) || math.IsInf(u, 0) {
 			return errors.Join(ErrBadRequest, errors.New("bucket: subject "+strconv.Quote(r.Subjects[i].Key)+" has an invalid static multiplier"))
 		}
 	}

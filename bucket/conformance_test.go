@@ -141,7 +141,7 @@ func TestMultipliers(t *testing.T) {
 			dev := bucket.MultiplierKey(p, "device", "d1")
 			ip := bucket.MultiplierKey(p, "ip", "1.2.3.4")
 			req := bucket.Request{
-				Subjects: []bucket.Subject{{Key: dev, Static: 1}, {Key: ip, Static: 1}},
+				Subjects: []bucket.Subject{{Key: dev, Static: 1, Unverified: 1}, {Key: ip, Static: 1, Unverified: 1}},
 				Limits: []bucket.Limit{
 					{Key: p + "{device:d1}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
 					{Key: p + "{ip:1.2.3.4}:b:ip", Burst: 100, Rate: 100, Period: time.Minute, Subjects: 2},
@@ -203,6 +203,24 @@ func TestMultipliers(t *testing.T) {
 			if res.Limits[1].Burst != 25 {
 				t.Fatalf("static: burst %v, want 25", res.Limits[1].Burst)
 			}
+			// unverified applies only while no attestation is in force
+			unv := bucket.MultiplierKey(p, "device", "fresh")
+			req = bucket.Request{Now: t0, Subjects: []bucket.Subject{{Key: unv, Static: 1, Unverified: 0.5}},
+				Limits: []bucket.Limit{{Key: p + "{device:fresh}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}}}
+			must(s.Decide(ctx, &req, &res))
+			if res.Limits[0].Burst != 5 {
+				t.Fatalf("unverified: burst %v, want 5", res.Limits[0].Burst)
+			}
+			must(s.SetMultiplier(ctx, unv, bucket.Multiplier{Source: "attestation", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
+			must(s.Decide(ctx, &req, &res))
+			if res.Limits[0].Burst != 20 {
+				t.Fatalf("attested: burst %v, want 20", res.Limits[0].Burst)
+			}
+			req.Now = t0.Add(time.Hour) // the attestation ran out
+			must(s.Decide(ctx, &req, &res))
+			if res.Limits[0].Burst != 5 {
+				t.Fatalf("attestation expired: burst %v, want 5", res.Limits[0].Burst)
+			}
 		})
 	}
 }
@@ -263,9 +281,9 @@ func TestConformance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 
 	subjects := []bucket.Subject{
-		{Key: bucket.MultiplierKey(p, "ip", "a"), Static: 1},
-		{Key: bucket.MultiplierKey(p, "user", "b"), Static: 1},
-		{Key: bucket.MultiplierKey(p, "device", "c"), Static: 1},
+		{Key: bucket.MultiplierKey(p, "ip", "a"), Static: 1, Unverified: 1},
+		{Key: bucket.MultiplierKey(p, "user", "b"), Static: 1, Unverified: 1},
+		{Key: bucket.MultiplierKey(p, "device", "c"), Static: 1, Unverified: 1},
 	}
 	all := []bucket.Limit{
 		{Key: p + "{ip:a}:b:1", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
@@ -274,7 +292,7 @@ func TestConformance(t *testing.T) {
 		{Key: p + "{global}:b:4", Burst: 50, Rate: 1000, Period: time.Minute, Subjects: 0},
 		{Key: p + "{ip:a}:b:5", Burst: 2, Rate: 1, Period: time.Second, Shadow: true, Subjects: 1},
 	}
-	sources := []string{"admin", "anomaly", "velocity", "attestation"}
+	sources := []string{"admin", "anomaly", "velocity", "attestation", "attestation"}
 	values := []float64{0, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3}
 	now := t0
 	var rm, rr bucket.Result
@@ -312,7 +330,7 @@ func TestConformance(t *testing.T) {
 		}
 		req := bucket.Request{Now: now, Cost: float64(rng.IntN(4)), Subjects: subjects}
 		if rng.IntN(10) == 0 {
-			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))]}}
+			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
 		}
 		for _, l := range all {
 			if rng.IntN(3) > 0 {

@@ -3,7 +3,7 @@
 -- KEYS: nl bucket keys, then ns multiplier hash keys, then nk lock keys.
 -- ARGV[1] now in microseconds, or "0" for Redis TIME
 -- ARGV[2] nl, ARGV[3] ns, ARGV[4] nk, ARGV[5] cost, ARGV[6] expiry slack in ms
--- then per subject: static multiplier
+-- then per subject: static multiplier, unverified multiplier
 -- then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub subject indexes (1-based)
 --
 -- Reply: {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
@@ -44,9 +44,12 @@ local argi = 7
 local mults = {}
 local pens = {}
 for j = 1, ns do
-  local lo = tonumber(ARGV[argi])
-  argi = argi + 1
-  local hi = lo
+  local static = tonumber(ARGV[argi])
+  local unverified = tonumber(ARGV[argi + 1])
+  argi = argi + 2
+  local lo = static
+  local hi = static
+  local attested = false
   local h = redis.call("HGETALL", KEYS[nl + j])
   local vals = {}
   local exps = {}
@@ -59,14 +62,23 @@ for j = 1, ns do
       exps[#exps + 1] = e
       if v < lo then lo = v end
       if v > hi then hi = v end
+      if h[f - 1] == "attestation" then attested = true end
     end
+  end
+  -- the unverified multiplier applies while no attestation is in force
+  local floor = static
+  if not attested then
+    if unverified < lo then lo = unverified end
+    if unverified > hi then hi = unverified end
+    if unverified < floor then floor = unverified end
   end
   local pen = 0
   if lo < 1 then
     mults[j] = lo
     -- when the lowest penalty ends: the latest expiry among the entries at
-    -- the lowest value; 0 (unknown) when one never ends or the static is it
-    if tonumber(ARGV[argi - 1]) > lo then
+    -- the lowest value; 0 (unknown) when one never ends or a caller-known
+    -- multiplier (static, unverified) is the lowest
+    if floor > lo then
       for k = 1, #vals do
         if vals[k] == lo then
           if exps[k] == 0 then pen = -1 elseif pen >= 0 and exps[k] > pen then pen = exps[k] end

@@ -172,7 +172,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			if !empty {
 				stored = s.mults[req.Subjects[j].Key]
 			}
-			mults[j], pens[j] = combineAt(req.Subjects[j].Static, stored, now)
+			mults[j], pens[j] = combineAt(req.Subjects[j].Static, req.Subjects[j].Unverified, stored, now)
 		}
 		s.mu.RUnlock()
 	}
@@ -362,24 +362,41 @@ func limitMultiplier(mask uint32, mults, pens []float64, ns int) (m, pend float6
 }
 
 // combineAt is decide.lua's per-subject rule: the effective multiplier of
-// static plus the unexpired stored ones, and when the lowest penalty ends
-// (0 when unknown or when nothing is below 1).
-func combineAt(static float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
+// static, the unexpired stored ones and (while no attestation is in
+// force) unverified, and when the lowest penalty ends (0 when unknown or
+// when nothing is below 1).
+func combineAt(static, unverified float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
 	if len(stored) == 0 {
-		return static, 0
+		m := static
+		if unverified < 1 {
+			m = math.Min(m, unverified)
+		} else if m >= 1 {
+			m = math.Max(m, unverified)
+		}
+		return m, 0
 	}
 	lo, hi := static, static
-	for _, m := range stored {
+	attested := false
+	for src, m := range stored {
 		e := expUS(m.ExpiresAt)
 		if m.Value >= 0 && (e == 0 || e > now) {
 			lo = math.Min(lo, m.Value)
 			hi = math.Max(hi, m.Value)
+			if src == "attestation" {
+				attested = true
+			}
 		}
+	}
+	floor := static
+	if !attested {
+		lo = math.Min(lo, unverified)
+		hi = math.Max(hi, unverified)
+		floor = math.Min(floor, unverified)
 	}
 	if lo >= 1 {
 		return hi, 0
 	}
-	if static > lo {
+	if floor > lo {
 		for _, m := range stored {
 			e := expUS(m.ExpiresAt)
 			if m.Value != lo || !(e == 0 || e > now) {

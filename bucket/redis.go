@@ -155,7 +155,7 @@ func (c *call) build(req *Request, slack string) {
 	}
 	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), ftoa(req.Cost), slack)
 	for i := range req.Subjects {
-		c.args = append(c.args, ftoa(req.Subjects[i].Static))
+		c.args = append(c.args, ftoa(req.Subjects[i].Static), ftoa(req.Subjects[i].Unverified))
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]

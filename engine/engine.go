@@ -65,9 +65,12 @@ type Input struct {
 	// clock (tests); the zero value is the store's clock.
 	Now time.Time
 	// Static holds multipliers the caller already knows per subject kind
-	// (reputation, attestation defaults), indexed by policy.KeyPart; 0
-	// means none (neutral).
+	// (reputation), indexed by policy.KeyPart; 0 means none (neutral).
 	Static [8]float64
+	// Unverified, when UnverifiedSet, is the device subject's multiplier
+	// while it has no valid attestation (policy unverified_multiplier).
+	Unverified    float64
+	UnverifiedSet bool
 }
 
 // Decision is the outcome of Decide. It can be reused across calls.
@@ -245,7 +248,11 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				if static == 0 {
 					static = 1
 				}
-				req.Subjects = append(req.Subjects, bucket.Subject{Static: static})
+				unverified := 1.0
+				if part == policy.PartDevice && in.UnverifiedSet {
+					unverified = in.Unverified
+				}
+				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified})
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)

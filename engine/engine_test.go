@@ -77,10 +77,10 @@ func TestKeyLayout(t *testing.T) {
 		}
 	}
 	wantSubjects := []bucket.Subject{
-		{Key: "tg:{ip:198.51.100.7}:m", Static: 0.25},
-		{Key: "tg:{user:u%7D1}:m", Static: 1},
-		{Key: "tg:{device:d%201}:m", Static: 1},
-		{Key: "tg:{account:alice@example.com}:m", Static: 1},
+		{Key: "tg:{ip:198.51.100.7}:m", Static: 0.25, Unverified: 1},
+		{Key: "tg:{user:u%7D1}:m", Static: 1, Unverified: 1},
+		{Key: "tg:{device:d%201}:m", Static: 1, Unverified: 1},
+		{Key: "tg:{account:alice@example.com}:m", Static: 1, Unverified: 1},
 	}
 	for i, w := range wantSubjects {
 		if rs.req.Subjects[i] != w {
