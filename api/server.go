@@ -52,6 +52,8 @@ type Server struct {
 	ready    sync.Mutex
 	state    string // "starting", "ready", "draining"
 	admin    *adminGuard
+	proxy    *proxy         // reverse-proxy mode, when enabled
+	reports  sync.WaitGroup // proxy reports being published
 }
 
 // New returns a Server, validating o.
@@ -96,9 +98,26 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
 	}))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, requestID(w, r), &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(r.URL.Path)})
+	}
+	s.mux.HandleFunc("/v1/", notFound)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if s.proxy != nil && !reserved(r.URL.Path) {
+			s.proxy.ServeHTTP(w, r)
+			return
+		}
+		notFound(w, r)
 	})
+}
+
+// reserved reports whether path belongs to the limiter itself (never proxied).
+func reserved(path string) bool {
+	switch path {
+	case "/healthz", "/readyz", "/metrics":
+		return true
+	}
+	return strings.HasPrefix(path, "/v1/")
 }
 
 // Handle registers an extra handler on the server's mux (for endpoints
@@ -117,7 +136,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, requestID(w, r), &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 		}
 	}()
-	if _, pattern := s.mux.Handler(r); pattern == "/" || pattern == "/v1/admin/" {
+	if _, pattern := s.mux.Handler(r); (pattern == "/" && (s.proxy == nil || reserved(r.URL.Path))) || pattern == "/v1/" || pattern == "/v1/admin/" {
 		// no pattern matched this method: 405 in the envelope
 		if allowed := s.allowedMethods(r); allowed != "" {
 			w.Header().Set("Allow", allowed)
@@ -134,7 +153,7 @@ func (s *Server) allowedMethods(r *http.Request) string {
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		r2 := r.Clone(r.Context())
 		r2.Method = m
-		if _, p := s.mux.Handler(r2); p != "" && p != "/" && p != "/v1/admin/" {
+		if _, p := s.mux.Handler(r2); p != "" && p != "/" && p != "/v1/" && p != "/v1/admin/" {
 			out = append(out, m)
 		}
 	}

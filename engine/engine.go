@@ -169,6 +169,9 @@ func New(o Options) (*Engine, error) {
 	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
 }
 
+// Policy returns the policy in force.
+func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
+
 // Prefix returns the key prefix.
 func (e *Engine) Prefix() string { return e.o.Prefix }
 

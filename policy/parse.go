@@ -28,7 +28,7 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field", "account_header"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
 	ifFields       = []string{"authenticated", "class"}
@@ -200,7 +200,7 @@ func (ps *parser) identity(f field) Identity {
 				}
 				id.TrustedProxies = append(id.TrustedProxies, pfx)
 			}
-		case "user_header", "user_signature_header", "device_header":
+		case "user_header", "user_signature_header", "device_header", "account_header":
 			s, ok := ps.str(g)
 			if !ok {
 				continue
@@ -214,6 +214,8 @@ func (ps *parser) identity(f field) Identity {
 				id.UserHeader = s
 			case "user_signature_header":
 				id.UserSignatureHeader = s
+			case "account_header":
+				id.AccountHeader = s
 			default:
 				id.DeviceHeader = s
 			}

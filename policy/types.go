@@ -123,6 +123,9 @@ type Identity struct {
 	// AccountBodyField is the JSON body field holding the account on class
 	// auth routes; "" means none is read.
 	AccountBodyField string
+	// AccountHeader, when set, names a header carrying the account on
+	// class auth routes (used when the body field is absent).
+	AccountHeader string
 }
 
 // Route is one entry of `routes`.

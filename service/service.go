@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -45,6 +46,9 @@ type Config struct {
 	NATSPort int
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
+	// Upstream, when set, turns on reverse-proxy mode: allowed requests
+	// are forwarded to this URL.
+	Upstream string
 	// KeyPrefix starts every Redis key (default "tg:").
 	KeyPrefix string
 	// SubjectPrefix starts every NATS subject (default "tollgate.").
@@ -244,6 +248,23 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 
+	if cfg.Upstream != "" {
+		u, err := url.Parse(cfg.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			closeAll()
+			return nil, fmt.Errorf("service: upstream %q is not an http(s) URL", cfg.Upstream)
+		}
+		forged := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_forged_user_total",
+			Help: "Proxied requests whose user header failed its signature (treated as unauthenticated)."})
+		upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
+			Help: "Proxied requests the upstream could not answer (502/504)."})
+		reg.MustRegister(forged, upErrs)
+		if err := srv.EnableProxy(api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		closeAll()
@@ -267,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url,
+	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
 
 	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
@@ -311,6 +332,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
 			run.Err = fmt.Errorf("service: serve: %w", err)
 		}
+		srv.WaitReports()
 		log.Info("stopped")
 	}()
 	return run, nil

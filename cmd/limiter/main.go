@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (env TOLLGATE_SUBJECT_PREFIX)")
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
-	upstream := fs.String("upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
+	fs.StringVar(&cfg.Upstream, "upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
@@ -88,10 +88,6 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets)\n", fs.Arg(0))
 		return cfg, errors.New("bad arguments")
-	}
-	if *upstream != "" {
-		fmt.Fprintln(stderr, "limiter: --upstream (reverse-proxy mode) is not available in this build yet")
-		return cfg, errors.New("unsupported flag")
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "limiter:", err)

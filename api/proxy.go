@@ -1,0 +1,310 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// ProxyOptions configures reverse-proxy mode.
+type ProxyOptions struct {
+	// Upstream is the API requests are forwarded to (required).
+	Upstream *url.URL
+	// Transport reaches the upstream (default: a tuned http.Transport).
+	Transport http.RoundTripper
+	// Getenv reads the user signature key (default os.Getenv).
+	Getenv func(string) string
+	// OnForgedUser is called when a user header fails its signature.
+	OnForgedUser func()
+	// OnUpstreamError is called when the upstream cannot be reached.
+	OnUpstreamError func()
+}
+
+// proxy is the reverse-proxy handler: identity -> check -> forward.
+type proxy struct {
+	s  *Server
+	o  ProxyOptions
+	rp *httputil.ReverseProxy
+}
+
+// EnableProxy turns the server into a reverse proxy: every request outside
+// /v1/, /healthz, /readyz and /metrics is checked with the identity the
+// policy's `identity` section describes and, when allowed, forwarded to
+// the upstream with the rate-limit headers on its response.
+func (s *Server) EnableProxy(o ProxyOptions) error {
+	if o.Upstream == nil || o.Upstream.Host == "" {
+		return errors.New("api: proxy upstream is required")
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Transport == nil {
+		o.Transport = &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: 60 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}
+	}
+	p := &proxy{s: s, o: o}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(o.Upstream)
+			pr.Out.Host = pr.In.Host
+			// X-Forwarded-For: the client address we decided on, appended
+			// to a chain we trust (or alone when the peer is not trusted).
+			if id, ok := pr.In.Context().Value(identityKey{}).(*identity); ok {
+				if id.xff != "" {
+					pr.Out.Header.Set("X-Forwarded-For", id.xff+", "+peerHost(pr.In.RemoteAddr))
+				} else {
+					pr.Out.Header.Set("X-Forwarded-For", peerHost(pr.In.RemoteAddr))
+				}
+			}
+			pr.Out.Header.Set("X-Forwarded-Proto", scheme(pr.In))
+			pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
+		},
+		Transport:     o.Transport,
+		FlushInterval: -1, // stream responses (server-sent events, long polls) as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if o.OnUpstreamError != nil {
+				o.OnUpstreamError()
+			}
+			rid := w.Header().Get("X-Request-Id")
+			s.o.Logger.Warn("proxy: upstream", "request_id", rid, "err", err)
+			status, msg := http.StatusBadGateway, "upstream unavailable"
+			if errors.Is(err, context.DeadlineExceeded) {
+				status, msg = http.StatusGatewayTimeout, "upstream timed out"
+			}
+			writeError(w, rid, &apiError{status: status, code: "UPSTREAM_UNAVAILABLE", message: msg})
+		},
+		ModifyResponse: p.outcome,
+	}
+	s.proxy = p
+	return nil
+}
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// identity is who a proxied request is, as the policy's identity section says.
+type identity struct {
+	in       engine.Input
+	class    string
+	xff      string // the trusted part of the incoming X-Forwarded-For
+	rid      string
+	verified bool
+}
+
+type identityKey struct{}
+
+// ServeHTTP checks and forwards one request.
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	pol := p.s.o.Engine.Policy()
+	id := &identity{rid: rid}
+	aerr := p.identify(r, pol, id)
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	d := engine.GetDecision()
+	defer engine.PutDecision(d)
+	if err := p.s.o.Engine.Decide(r.Context(), &id.in, d); err != nil {
+		p.s.o.Logger.Error("proxy: decide", "request_id", rid, "err", err)
+		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+		return
+	}
+	id.class = d.Class
+	allowed := WriteDecision(w, rid, d)
+	if p.s.o.Events != nil {
+		p.s.publish(rid, &id.in, d)
+	}
+	if !allowed {
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+	r.Header.Set("X-Request-Id", rid)
+	p.rp.ServeHTTP(w, r)
+}
+
+// identify fills id from the request per the identity section: client IP,
+// verified user, device, and the account on auth routes.
+func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *apiError {
+	ident := &pol.Identity
+	ip, xff := clientIP(r, ident.TrustedProxies)
+	if !ip.IsValid() {
+		return badRequest("cannot determine the client address")
+	}
+	id.xff = xff
+	id.in = engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Cost: 1}
+	if ident.UserHeader != "" {
+		user := r.Header.Get(ident.UserHeader)
+		if user != "" && checkID(user) == "" {
+			if p.userVerified(ident, user, r.Header.Get(ident.UserSignatureHeader)) {
+				id.in.UserID = user
+				id.verified = true
+			} else {
+				// An unverified user header is removed before forwarding and
+				// the request is unauthenticated.
+				if p.o.OnForgedUser != nil {
+					p.o.OnForgedUser()
+				}
+				r.Header.Del(ident.UserHeader)
+			}
+		} else if user != "" {
+			r.Header.Del(ident.UserHeader)
+		}
+	}
+	if ident.DeviceHeader != "" {
+		if dev := r.Header.Get(ident.DeviceHeader); dev != "" && checkID(dev) == "" {
+			id.in.DeviceID = dev
+		}
+	}
+	ci, _ := pol.Route(r.Method, r.URL.Path)
+	if pol.Classes[ci] == "auth" {
+		if ident.AccountBodyField != "" && r.Body != nil && r.Body != http.NoBody {
+			body, aerr := readBody(r, nil)
+			if aerr != nil {
+				return aerr
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
+			r.ContentLength = int64(len(body))
+			var fields map[string]json.RawMessage
+			if json.Unmarshal(body, &fields) == nil {
+				var acct string
+				if raw, ok := fields[ident.AccountBodyField]; ok && json.Unmarshal(raw, &acct) == nil && checkID(acct) == "" {
+					id.in.Account = acct
+				}
+			}
+		}
+		if id.in.Account == "" && ident.AccountHeader != "" {
+			if acct := r.Header.Get(ident.AccountHeader); acct != "" && checkID(acct) == "" {
+				id.in.Account = acct
+			}
+		}
+	}
+	return nil
+}
+
+// userVerified checks the user header's signature when a key is configured.
+func (p *proxy) userVerified(ident *policy.Identity, user, sig string) bool {
+	if ident.UserSignatureKeyEnv == "" {
+		return true
+	}
+	key := p.o.Getenv(ident.UserSignatureKeyEnv)
+	if key == "" || sig == "" {
+		return false
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte(user))
+	return hmac.Equal(got, mac.Sum(nil))
+}
+
+// clientIP returns the client address: the peer, or, when the peer is a
+// trusted proxy, the right-most X-Forwarded-For address that is not a
+// trusted proxy. It also returns the part of the chain that was trusted
+// (to forward), "" when the peer is not trusted.
+func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
+	peer, err := netip.ParseAddr(peerHost(r.RemoteAddr))
+	if err != nil {
+		return netip.Addr{}, ""
+	}
+	peer = peer.Unmap()
+	if !inPrefixes(peer, trusted) {
+		return peer, "" // never trust X-Forwarded-For from an untrusted peer
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hops = append(hops, h)
+			}
+		}
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(hops[i])
+		if err != nil {
+			break // garbage: stop at the last good hop
+		}
+		client = a.Unmap()
+		if !inPrefixes(client, trusted) {
+			return client, strings.Join(hops[:i+1], ", ")
+		}
+	}
+	return client, strings.Join(hops, ", ")
+}
+
+func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// outcome reports login outcomes seen on auth routes: 401/403 ->
+// login_failed, 2xx -> login_succeeded. Publishing happens off the
+// response path.
+func (p *proxy) outcome(resp *http.Response) error {
+	id, ok := resp.Request.Context().Value(identityKey{}).(*identity)
+	if !ok || id.class != "auth" || p.s.o.Reporter == nil {
+		return nil
+	}
+	var typ string
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		typ = streams.ReportLoginFailed
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		typ = streams.ReportLoginSucceeded
+	default:
+		return nil
+	}
+	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
+		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID}
+	p.s.reports.Add(1)
+	go func() {
+		defer p.s.reports.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.s.o.Reporter.Report(ctx, rep); err != nil {
+			p.s.o.Logger.Warn("proxy: report", "type", typ, "request_id", id.rid, "err", err)
+		}
+	}()
+	return nil
+}
+
+// WaitReports waits for reports of proxied outcomes still being published.
+func (s *Server) WaitReports() { s.reports.Wait() }

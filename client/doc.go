@@ -1,0 +1,25 @@
+// Package client is the Go side of the cooperation Tollgate asks of its
+// callers: an http.RoundTripper that, on 429 (and 503), waits as long as
+// the server said and then some random full-jitter backoff, retries a
+// bounded number of times, and never retries before the server's time.
+//
+// The server's time comes from the error envelope's
+// error.details.retry_after_ms (exact, in milliseconds) or, when the body
+// does not carry it, from the Retry-After header (whole seconds or an HTTP
+// date). The wait before retry n (n = 0 for the first retry) is
+//
+//	max(server time, rand[0,1) * min(MaxDelay, BaseDelay * 2^n))
+//
+// so a crowd of clients told "1800 ms" spreads out after 1800 ms instead
+// of stampeding back at the same instant, and clients that were told
+// nothing still back off exponentially.
+//
+// Only requests that can be sent again are retried: idempotent methods
+// (GET, HEAD, OPTIONS, PUT, DELETE) or any request with an Idempotency-Key
+// header, and only when the body can be replayed (no body, or
+// http.Request.GetBody set, which http.NewRequest does for bytes.Buffer,
+// bytes.Reader and strings.Reader bodies). Everything else passes through
+// untouched.
+//
+// See docs/clients.md for the same pattern in Swift and Kotlin.
+package client
