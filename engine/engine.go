@@ -97,6 +97,8 @@ type Decision struct {
 	Now time.Time
 	// Err is the store error behind Unavailable and Degraded.
 	Err error
+	// fromL1 is set when the L1 cache answered without the store.
+	fromL1 bool
 
 	applied []*policy.Limit
 	breq    bucket.Request
@@ -116,6 +118,9 @@ const (
 	spanSubject
 	spanLock
 )
+
+// FromL1 reports whether the L1 cache answered without asking the store.
+func (d *Decision) FromL1() bool { return d.fromL1 }
 
 // Applied returns the limits that applied to the request, in policy order.
 func (d *Decision) Applied() []*policy.Limit { return d.applied }
@@ -140,6 +145,8 @@ type Options struct {
 	UnavailableRetry time.Duration
 	// Clock measures decision time for metrics (default time.Now).
 	Clock func() time.Time
+	// L1, when set, answers known denials locally (see L1).
+	L1 *L1
 }
 
 // Engine decides. It is safe for concurrent use.
@@ -301,6 +308,10 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		}
 	}
 
+	if e.o.L1 != nil && e.fromL1(d, req, start) {
+		e.record(d, p, start)
+		return nil
+	}
 	if !e.o.Breaker.Allow() {
 		e.fail(d, p, ci, bucket.ErrUnavailable, start)
 		e.record(d, p, start)
@@ -320,8 +331,75 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		return nil
 	}
 	e.conclude(d)
+	if e.o.L1 != nil {
+		e.toL1(d, req, start)
+	}
 	e.record(d, p, start)
 	return nil
+}
+
+// fromL1 answers d from the L1 cache when a lock or an empty bucket of
+// this request is known; it reports whether it did.
+func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
+	c := e.o.L1
+	for _, k := range req.Locks {
+		if en, ok := c.get(k, now); ok {
+			d.Outcome, d.Lock, d.LockScope, d.Now = Locked, en.lock, en.scope, now
+			if en.lock.Kind == "step_up" {
+				d.Outcome = StepUp
+			}
+			d.RetryAfter = en.lock.Until.Sub(now)
+			d.fromL1 = true
+			return true
+		}
+	}
+	var longest time.Duration
+	bi := -1
+	var hit l1Entry
+	for i := range req.Limits {
+		if req.Limits[i].Shadow {
+			continue
+		}
+		en, ok := c.get(req.Limits[i].Key, now)
+		if !ok || req.Cost < en.cost {
+			continue
+		}
+		if w := en.until.Sub(now); w > longest || bi < 0 {
+			longest, bi, hit = w, i, en
+		}
+	}
+	if bi < 0 {
+		return false
+	}
+	d.Outcome, d.Now, d.RetryAfter = Limited, now, longest
+	d.Binding = d.applied[bi]
+	d.Limit = int64(hit.burst + 1e-9)
+	d.Remaining = 0
+	d.Reset = hit.reset
+	d.Window = d.Binding.Period
+	d.fromL1 = true
+	return true
+}
+
+// toL1 remembers a store answer that will hold: empty buckets until their
+// retry time, locks for LockTTL.
+func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
+	c := e.o.L1
+	switch d.Outcome {
+	case Locked, StepUp:
+		until := now.Add(min(c.lockTTL, d.RetryAfter))
+		c.put(req.Locks[d.bres.LockIndex], l1Entry{until: until, lock: d.Lock, scope: d.LockScope}, now)
+	case Limited:
+		for i := range req.Limits {
+			lr := &d.bres.Limits[i]
+			if req.Limits[i].Shadow || lr.Allowed || lr.RetryAfter <= 0 {
+				continue
+			}
+			// Local time plus the store's wait: the store's clock (Redis
+			// TIME) and ours differ only by the round trip.
+			c.put(req.Limits[i].Key, l1Entry{until: now.Add(lr.RetryAfter), cost: req.Cost, burst: lr.Burst, reset: lr.Reset}, now)
+		}
+	}
 }
 
 // value returns the request's value of a key part ("" when absent).
@@ -470,6 +548,9 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 		return
 	}
 	m.Seconds.Observe(e.o.Clock().Sub(start).Seconds())
+	if d.fromL1 {
+		m.L1Hits.Inc()
+	}
 	switch d.Outcome {
 	case Locked, StepUp:
 		m.Decisions.WithLabelValues(d.Lock.Rule, d.Class, d.Outcome.String()).Inc()
@@ -482,6 +563,10 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	}
 	if len(d.applied) == 0 {
 		m.Decisions.WithLabelValues("none", d.Class, ResultAllowed).Inc()
+		return
+	}
+	if d.fromL1 {
+		m.Decisions.WithLabelValues(d.Binding.Name, d.Class, ResultLimited).Inc()
 		return
 	}
 	for i, l := range d.applied {

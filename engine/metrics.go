@@ -30,6 +30,8 @@ type Metrics struct {
 	StoreErrors prometheus.Counter
 	// Circuit is the breaker state: 0 closed, 1 open, 2 half-open.
 	Circuit prometheus.Gauge
+	// L1Hits counts decisions the L1 cache answered without the store.
+	L1Hits prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (when not nil).
@@ -57,9 +59,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tollgate_store_circuit_state",
 			Help: "Circuit breaker over the bucket store: 0 closed, 1 open, 2 half-open.",
 		}),
+		L1Hits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_l1_hits_total",
+			Help: "Decisions answered by the local L1 cache (known empty bucket or lock) without a store call.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit)
+		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit, m.L1Hits)
 	}
 	return m
 }

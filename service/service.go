@@ -59,6 +59,12 @@ type Config struct {
 	StoreTimeout time.Duration
 	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).
 	MemoryMaxKeys int
+	// NoL1 turns the local L1 cache in front of Redis off.
+	NoL1 bool
+	// L1LockTTL is how long the L1 reuses a lockout answer (default 250ms).
+	L1LockTTL time.Duration
+	// L1MaxEntries bounds the L1 cache (default 100,000).
+	L1MaxEntries int
 	// WatchInterval is how often the policy file is checked for changes
 	// (default 2s).
 	WatchInterval time.Duration
@@ -217,8 +223,14 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	closers = append(closers, ev.close)
 
+	var l1 *engine.L1
+	if cfg.RedisURL != "" && !cfg.NoL1 {
+		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, LockTTL: cfg.L1LockTTL})
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
+			Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
+	}
 	eng, err := engine.New(engine.Options{
-		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker,
+		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker, L1: l1,
 	})
 	if err != nil {
 		closeAll()

@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+)
+
+// L1Options configures the local L1 cache.
+type L1Options struct {
+	// MaxEntries bounds the cache (default 100,000 entries; about 10 MB).
+	MaxEntries int
+	// LockTTL is how long a lockout or step-up answer is reused locally
+	// before the store is asked again (default 250ms; 100-500ms is sane).
+	// A lockout lifted by the admin API is seen within this time.
+	LockTTL time.Duration
+}
+
+// L1 is the limiter's local cache in front of the bucket store. It holds
+// answers that cannot become more lenient by waiting less than they say:
+//
+//   - a bucket found empty: every request needing at least as many tokens
+//     is denied locally until the bucket's retry time, without a store call;
+//   - a lockout or step-up: reused for LockTTL (capped at its end).
+//
+// So a key attacked at full speed costs the store about one call per
+// refill of its bucket instead of one per request. The cache only ever
+// denies: it never makes a decision more lenient than the store would,
+// and is stale by at most the retry time it was told (a bucket whose
+// penalty an operator lifts is freed when that time runs out) or LockTTL
+// (a lifted lockout). It is bounded: when full, expired entries are
+// dropped, then arbitrary ones. Safe for concurrent use.
+type L1 struct {
+	maxPerShard int
+	lockTTL     time.Duration
+	seed        maphash.Seed
+	shards      [l1Shards]l1Shard
+}
+
+const l1Shards = 32
+
+type l1Shard struct {
+	mu sync.RWMutex
+	m  map[string]l1Entry
+}
+
+// l1Entry is a cached denial.
+type l1Entry struct {
+	until time.Time // local monotonic time it holds until
+	cost  float64   // the cost that was denied (smaller costs may pass)
+	// limit numbers for the answer's headers
+	burst float64
+	reset time.Time
+	lock  bucket.Lock // set for a lockout or step-up
+	scope string
+}
+
+// NewL1 returns an empty cache.
+func NewL1(o L1Options) *L1 {
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 100_000
+	}
+	if o.LockTTL <= 0 {
+		o.LockTTL = 250 * time.Millisecond
+	}
+	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), lockTTL: o.LockTTL, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]l1Entry)
+	}
+	return c
+}
+
+func (c *L1) shard(key string) *l1Shard {
+	return &c.shards[maphash.String(c.seed, key)%l1Shards]
+}
+
+// get returns the unexpired entry for key.
+func (c *L1) get(key string, now time.Time) (l1Entry, bool) {
+	sh := c.shard(key)
+	sh.mu.RLock()
+	e, ok := sh.m[key]
+	sh.mu.RUnlock()
+	if !ok || !now.Before(e.until) {
+		return l1Entry{}, false
+	}
+	return e, true
+}
+
+// put stores e at key, evicting when the shard is full.
+func (c *L1) put(key string, e l1Entry, now time.Time) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.maxPerShard {
+		n := 0
+		for k, old := range sh.m {
+			if !now.Before(old.until) || n >= 8 {
+				delete(sh.m, k)
+				if len(sh.m) < c.maxPerShard {
+					break
+				}
+			}
+			n++
+		}
+	}
+	sh.m[key] = e
+}
+
+// Len returns the number of entries held (expired ones included until
+// they are evicted).
+func (c *L1) Len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
