@@ -127,7 +127,9 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 		return
 	}
 	e := s.o.Engine
-	was, err := e.Store().ClearLock(r.Context(), bucket.LockKey(e.Prefix(), "account", account))
+	key := bucket.LockKey(e.Prefix(), "account", account)
+	was, err := e.Store().ClearLock(r.Context(), key)
+	e.ForgetLock(key)
 	if err != nil {
 		s.storeError(w, rid, err)
 		return

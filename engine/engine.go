@@ -176,6 +176,13 @@ func New(o Options) (*Engine, error) {
 	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
 }
 
+// ForgetLock drops a cached lock answer (after the admin API lifted it).
+func (e *Engine) ForgetLock(key string) {
+	if e.o.L1 != nil {
+		e.o.L1.Forget(key)
+	}
+}
+
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
 
@@ -387,7 +394,7 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	c := e.o.L1
 	switch d.Outcome {
 	case Locked, StepUp:
-		until := now.Add(min(c.lockTTL, d.RetryAfter))
+		until := now.Add(min(c.ttl, d.RetryAfter))
 		c.put(req.Locks[d.bres.LockIndex], l1Entry{until: until, lock: d.Lock, scope: d.LockScope}, now)
 	case Limited:
 		for i := range req.Limits {
@@ -397,7 +404,7 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 			}
 			// Local time plus the store's wait: the store's clock (Redis
 			// TIME) and ours differ only by the round trip.
-			c.put(req.Limits[i].Key, l1Entry{until: now.Add(lr.RetryAfter), cost: req.Cost, burst: lr.Burst, reset: lr.Reset}, now)
+			c.put(req.Limits[i].Key, l1Entry{until: now.Add(min(c.ttl, lr.RetryAfter)), cost: req.Cost, burst: lr.Burst, reset: lr.Reset}, now)
 		}
 	}
 }

@@ -12,29 +12,30 @@ import (
 type L1Options struct {
 	// MaxEntries bounds the cache (default 100,000 entries; about 10 MB).
 	MaxEntries int
-	// LockTTL is how long a lockout or step-up answer is reused locally
-	// before the store is asked again (default 250ms; 100-500ms is sane).
-	// A lockout lifted by the admin API is seen within this time.
-	LockTTL time.Duration
+	// TTL is the longest any answer is reused before the store is asked
+	// again (default 250ms; 100-500ms is sane): the cache's staleness bound.
+	// A lockout lifted or a penalty cleared by the admin API is seen within it.
+	TTL time.Duration
 }
 
 // L1 is the limiter's local cache in front of the bucket store. It holds
 // answers that cannot become more lenient by waiting less than they say:
 //
 //   - a bucket found empty: every request needing at least as many tokens
-//     is denied locally until the bucket's retry time, without a store call;
-//   - a lockout or step-up: reused for LockTTL (capped at its end).
+//     is denied locally until the bucket's retry time or TTL, whichever
+//     comes first, without a store call;
+//   - a lockout or step-up: reused for TTL (capped at its end).
 //
-// So a key attacked at full speed costs the store about one call per
-// refill of its bucket instead of one per request. The cache only ever
-// denies: it never makes a decision more lenient than the store would,
-// and is stale by at most the retry time it was told (a bucket whose
-// penalty an operator lifts is freed when that time runs out) or LockTTL
-// (a lifted lockout). It is bounded: when full, expired entries are
-// dropped, then arbitrary ones. Safe for concurrent use.
+// So a key attacked at full speed costs the store at most one call per
+// TTL (or per refill of its bucket) instead of one per request. The cache
+// only ever denies: it never makes a decision more lenient than the store
+// would, and a decision is never staler than TTL (a lifted lockout, a
+// cleared penalty, tokens another limiter host returned). It is bounded:
+// when full, expired entries are dropped, then arbitrary ones. Safe for
+// concurrent use.
 type L1 struct {
 	maxPerShard int
-	lockTTL     time.Duration
+	ttl         time.Duration
 	seed        maphash.Seed
 	shards      [l1Shards]l1Shard
 }
@@ -62,10 +63,10 @@ func NewL1(o L1Options) *L1 {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 100_000
 	}
-	if o.LockTTL <= 0 {
-		o.LockTTL = 250 * time.Millisecond
+	if o.TTL <= 0 {
+		o.TTL = 250 * time.Millisecond
 	}
-	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), lockTTL: o.LockTTL, seed: maphash.MakeSeed()}
+	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), ttl: o.TTL, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]l1Entry)
 	}
@@ -106,6 +107,15 @@ func (c *L1) put(key string, e l1Entry, now time.Time) {
 		}
 	}
 	sh.m[key] = e
+}
+
+// Forget drops the entry of key (a lock key or bucket key), so a change
+// made through this limiter (admin API) is seen at once.
+func (c *L1) Forget(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
 }
 
 // Len returns the number of entries held (expired ones included until

@@ -48,7 +48,7 @@ func TestL1DeniesLocallyUntilRetry(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1700000000, 0)
 	store := &countingStore{Store: bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return now }})}
-	e := l1Engine(t, store, NewL1(L1Options{}), &now)
+	e := l1Engine(t, store, NewL1(L1Options{TTL: time.Second}), &now)
 	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "d", Cost: 1}
 	var d Decision
 	for i := 0; i < 10; i++ {
@@ -87,7 +87,7 @@ func TestL1Locks(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return now }})
 	store := &countingStore{Store: mem}
-	e := l1Engine(t, store, NewL1(L1Options{LockTTL: 200 * time.Millisecond}), &now)
+	e := l1Engine(t, store, NewL1(L1Options{TTL: 200 * time.Millisecond}), &now)
 	_ = mem.SetLock(context.Background(), bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Minute)})
 	in := Input{Endpoint: "POST /auth/login", IP: "192.0.2.1", Account: "alice", Cost: 1}
 	var d Decision

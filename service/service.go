@@ -61,8 +61,8 @@ type Config struct {
 	MemoryMaxKeys int
 	// NoL1 turns the local L1 cache in front of Redis off.
 	NoL1 bool
-	// L1LockTTL is how long the L1 reuses a lockout answer (default 250ms).
-	L1LockTTL time.Duration
+	// L1TTL is the L1 cache's staleness bound (default 250ms).
+	L1TTL time.Duration
 	// L1MaxEntries bounds the L1 cache (default 100,000).
 	L1MaxEntries int
 	// WatchInterval is how often the policy file is checked for changes
@@ -225,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 
 	var l1 *engine.L1
 	if cfg.RedisURL != "" && !cfg.NoL1 {
-		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, LockTTL: cfg.L1LockTTL})
+		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL})
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
 			Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
 	}

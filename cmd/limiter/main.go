@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
 	fs.BoolVar(&cfg.NoL1, "no-l1", false, "turn off the local L1 cache in front of Redis")
-	fs.DurationVar(&cfg.L1LockTTL, "l1-lock-ttl", 250*time.Millisecond, "how long the L1 cache reuses a lockout answer (staleness bound for lifted lockouts)")
+	fs.DurationVar(&cfg.L1TTL, "l1-ttl", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound")
 	fs.IntVar(&cfg.L1MaxEntries, "l1-max-entries", 100_000, "bound on entries held by the L1 cache")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM")
 	if err := fs.Parse(args); err != nil {
