@@ -42,6 +42,9 @@ type RiskdConfig struct {
 	StreamName    string
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
+	// Reassert is how often active lockouts and multipliers are written
+	// again, so a Redis that restarted empty gets them back (default 10s).
+	Reassert time.Duration
 	// LeaseTTL is the leadership lease's time to live: a standby riskd
 	// takes over within it when the active one dies (default 5s).
 	LeaseTTL time.Duration
@@ -150,7 +153,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	newDaemon := func() (*risk.Daemon, error) {
 		return risk.New(risk.Options{
 			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg, Durable: cfg.Durable,
-			Metrics: metrics, Logger: log,
+			Metrics: metrics, Logger: log, Reassert: cfg.Reassert,
 			OffenderSink: func(ctx context.Context, list []signals.Offender) error {
 				b, err := json.Marshal(list)
 				if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,3 +231,24 @@ func TestRedisOptions(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+// newUpstream starts an HTTP upstream and returns its URL.
+func newUpstream(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func TestProxyMode(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("upstream " + r.URL.Path)) })
+	_, base := start(t, Config{Upstream: up})
+	code, body := get(t, base+"/hello")
+	if code != 200 || body != "upstream /hello" {
+		t.Fatalf("%d %s", code, body)
+	}
+	if code, _ := get(t, base+"/readyz"); code != 200 {
+		t.Fatalf("readyz proxied? %d", code)
+	}
+}

@@ -1,0 +1,292 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+// hammer runs f from n goroutines until stop is closed.
+func hammer(n int, stop chan struct{}, f func()) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					f()
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// TestRedisKilledUnderLoad kills Redis while 8 clients hammer the check
+// API: every answer is a 200 (read fails open) or a 503 (auth fails
+// closed), none waits past the store deadline plus a margin, and
+// decisions are normal again within 2 s of Redis returning.
+func TestRedisKilledUnderLoad(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	const deadline = 100 * time.Millisecond
+	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: deadline})
+	var bad, slow, total atomic.Int64
+	var worst atomic.Int64
+	client := &http.Client{Timeout: 5 * time.Second}
+	check := func(body string, want ...int) {
+		t0 := time.Now()
+		resp, err := client.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+		took := time.Since(t0)
+		total.Add(1)
+		if err != nil {
+			bad.Add(1)
+			return
+		}
+		resp.Body.Close()
+		ok := false
+		for _, w := range want {
+			ok = ok || resp.StatusCode == w
+		}
+		if !ok {
+			bad.Add(1)
+		}
+		if took > 2*deadline+150*time.Millisecond {
+			slow.Add(1)
+		}
+		if int64(took) > worst.Load() {
+			worst.Store(int64(took))
+		}
+	}
+	stop := make(chan struct{})
+	wg := hammer(8, stop, func() {
+		check(`{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`, 200)
+		check(`{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"a"}`, 200, 429, 503)
+	})
+	time.Sleep(200 * time.Millisecond) // load before the kill
+	srv.Stop()
+	time.Sleep(time.Second) // load during the outage
+	close(stop)
+	wg.Wait()
+	if bad.Load() != 0 || slow.Load() != 0 {
+		t.Fatalf("%d of %d answers wrong, %d slower than the deadline allows (worst %v)", bad.Load(), total.Load(), slow.Load(), time.Duration(worst.Load()))
+	}
+	srv.Restart(t)
+	back := time.Now()
+	eventually(t, 5*time.Second, func() string {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"b"}`)
+		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
+			return "not normal: " + resp.Status
+		}
+		return ""
+	})
+	if d := time.Since(back); d > 2*time.Second {
+		t.Fatalf("normal again %v after Redis returned, want < 2s", d)
+	}
+	t.Logf("%d requests during the outage test, worst latency %v", total.Load(), time.Duration(worst.Load()))
+}
+
+// TestRedisPaused: a Redis that stops answering (CLIENT PAUSE) is treated
+// as down after the store deadline; nobody waits longer.
+func TestRedisPaused(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: 50 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	read := `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`
+	if resp, _ := post(t, base+"/v1/check", read); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
+		t.Fatalf("before: %d", resp.StatusCode)
+	}
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	resp, _ := post(t, base+"/v1/check", read)
+	if took := time.Since(t0); took > 500*time.Millisecond {
+		t.Fatalf("a request waited %v on a paused Redis", took)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "1" {
+		t.Fatalf("during pause: %d degraded=%q", resp.StatusCode, resp.Header.Get("X-RateLimit-Degraded"))
+	}
+	resp, _ = post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"a"}`)
+	if resp.StatusCode != 503 {
+		t.Fatalf("auth during pause: %d", resp.StatusCode)
+	}
+	eventually(t, 5*time.Second, func() string {
+		resp, _ := post(t, base+"/v1/check", read)
+		if resp.Header.Get("X-RateLimit-Degraded") != "" {
+			return "still degraded"
+		}
+		return ""
+	})
+}
+
+// TestRedisOOM: a Redis refusing writes (maxmemory reached, noeviction)
+// fails every decision's script: fail-open classes degrade, fail-closed
+// ones answer 503; the limiter neither crashes nor hangs.
+func TestRedisOOM(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0"})
+	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`); resp.Header.Get("X-RateLimit-Degraded") != "" {
+		t.Fatal("degraded before OOM")
+	}
+	// Fill past the limit, then lower the limit below what is used: every
+	// write is refused from now on.
+	big := strings.Repeat("x", 64<<10)
+	for i := 0; i < 64; i++ {
+		if err := c.Set(context.Background(), "fill:"+itoa(i%10)+strings.Repeat("k", i), big, 0).Err(); err != nil {
+			break
+		}
+	}
+	if err := c.ConfigSet(context.Background(), "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(context.Background(), "probe", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Redis still accepts writes: %v", err)
+	}
+	resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"203.0.113.10","user_id":"u_43"}`)
+	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "1" {
+		t.Fatalf("read under OOM: %d degraded=%q", resp.StatusCode, resp.Header.Get("X-RateLimit-Degraded"))
+	}
+	resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"z"}`)
+	if resp.StatusCode != 503 || !strings.Contains(body, "LIMITER_UNAVAILABLE") {
+		t.Fatalf("auth under OOM: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestRedisRestartedEmpty: riskd re-asserts an active lockout after Redis
+// restarts empty (buckets start full: that much is lost by design).
+func TestRedisRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	_, keyPrefix := testenv.Redis(t)
+	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
+	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	policyPath := writePolicy(t, loopPolicy)
+	redisURL := "redis://" + srv.Addr + "/0"
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(), SubjectPrefix: subj, StreamName: stream, L1TTL: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		SubjectPrefix: subj, StreamName: stream, Reassert: 200 * time.Millisecond, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-rr.Done }()
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, "http://"+rr.Addr+"/readyz"); !strings.Contains(body, `"status":"ready"`) {
+			return "riskd not ready"
+		}
+		return ""
+	})
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/report", `{"type":"login_failed","account":"gina"}`)
+	}
+	locked := func() string {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"gina"}`)
+		if resp.StatusCode != 429 {
+			return "not locked: " + resp.Status
+		}
+		return ""
+	}
+	eventually(t, 5*time.Second, locked)
+	srv.Restart(t) // empty: the lock is gone from Redis
+	eventually(t, 10*time.Second, locked)
+}
+
+// TestGracefulShutdownDrains: a request in flight when the limiter is
+// told to stop still gets its answer; readiness turns to draining.
+func TestGracefulShutdownDrains(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		_, _ = w.Write([]byte("late but complete"))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", Upstream: up, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + r.Addr + "/slow")
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		b := make([]byte, 64)
+		n, _ := resp.Body.Read(b)
+		resp.Body.Close()
+		got <- resp.Status + " " + string(b[:n])
+	}()
+	<-entered
+	cancel() // SIGTERM
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if g := <-got; g != "200 OK late but complete" {
+		t.Fatalf("in-flight request: %s", g)
+	}
+	<-r.Done
+	if r.Err != nil {
+		t.Fatalf("shutdown: %v", r.Err)
+	}
+}
+
+// TestReloadUnderLoadDropsNothing rewrites the policy file 20 times while
+// clients hammer the check API: every answer is a 200 or a 429.
+func TestReloadUnderLoadDropsNothing(t *testing.T) {
+	t.Parallel()
+	path := writePolicy(t, "version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: 100/s}\n")
+	_, base := start(t, Config{ConfigPath: path, WatchInterval: 10 * time.Millisecond})
+	var bad, total atomic.Int64
+	client := &http.Client{Timeout: 5 * time.Second}
+	stop := make(chan struct{})
+	wg := hammer(8, stop, func() {
+		resp, err := client.Post(base+"/v1/check", "application/json", strings.NewReader(`{"endpoint":"GET /","ip":"192.0.2.1"}`))
+		total.Add(1)
+		if err != nil {
+			bad.Add(1)
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 && resp.StatusCode != 429 {
+			bad.Add(1)
+		}
+	})
+	for i := 0; i < 20; i++ {
+		rate := []string{"100/s", "50/s", "10/s", "1000/min"}[i%4]
+		if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if bad.Load() != 0 || total.Load() == 0 {
+		t.Fatalf("%d of %d requests failed during reloads", bad.Load(), total.Load())
+	}
+	_, m := get(t, base+"/metrics")
+	if !strings.Contains(m, `tollgate_policy_reloads_total{result="ok"}`) {
+		t.Fatal("no reload counted")
+	}
+}
