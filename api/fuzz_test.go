@@ -1,11 +1,13 @@
 package api
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // FuzzDecodeCheck: no body crashes the decoder, every rejection names a
@@ -31,4 +33,66 @@ func FuzzDecodeCheck(f *testing.F) {
 			t.Fatalf("accepted out-of-bounds input %+v", in)
 		}
 	})
+}
+
+// FuzzDecodeReport: no report body crashes the decoder or is accepted
+// without a type and a subject.
+func FuzzDecodeReport(f *testing.F) {
+	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r streams.Report
+		if aerr := decodeReport(body, &r); aerr != nil {
+			if aerr.status != 400 {
+				t.Fatalf("status %d", aerr.status)
+			}
+			return
+		}
+		if r.Type == "" || (r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "") {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
+}
+
+// FuzzServer throws arbitrary methods, paths, headers and bodies at every
+// endpoint: the server never panics and never answers 5xx.
+func FuzzServer(f *testing.F) {
+	for _, s := range []struct{ method, path, body string }{
+		{"POST", "/v1/check", `{"endpoint":"GET /","ip":"1.2.3.4"}`},
+		{"PUT", "/v1/admin/multipliers/ip/1.2.3.4", `{"multiplier":0.5,"ttl":"1m"}`},
+		{"GET", "/v1/admin/subjects/device/d%7D1", ``},
+		{"DELETE", "/v1/admin/lockouts/alice", ``},
+		{"POST", "/v1/report", `{"type":"login_failed","account":"a"}`},
+		{"GET", "/v1/admin/offenders", ``},
+	} {
+		f.Add(s.method, s.path, s.body, "Bearer tok")
+	}
+	f.Fuzz(func(t *testing.T, method, path, body, auth string) {
+		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \r\n\t#?") || !isTokenString(method) {
+			return
+		}
+		fx := newFixture(t, nil, "tok")
+		r := httptest.NewRequest("GET", "/", strings.NewReader(body))
+		r.Method = method
+		r.URL.Path = path
+		r.Header.Set("Authorization", auth)
+		w := httptest.NewRecorder()
+		fx.srv.ServeHTTP(w, r)
+		if w.Code >= 500 && w.Code != 503 {
+			t.Fatalf("%s %s -> %d %s", method, path, w.Code, w.Body)
+		}
+	})
+}
+
+func isTokenString(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenChar(s[i]) {
+			return false
+		}
+	}
+	return true
 }

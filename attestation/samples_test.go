@@ -1,4 +1,4 @@
-package attestation
+package attestation_test
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tollgate-dev/tollgate/attestation"
 )
 
 // samplesDir is the shared, read-only directory of real App Attest samples
@@ -38,7 +40,7 @@ func readSample(t testing.TB, name string) []byte {
 func appleRoot(t testing.TB) *x509.CertPool {
 	t.Helper()
 	readSample(t, "Apple_App_Attestation_Root_CA.pem")
-	pool, err := LoadAppleRoot(filepath.Join(samplesDir, "Apple_App_Attestation_Root_CA.pem"))
+	pool, err := attestation.LoadAppleRoot(filepath.Join(samplesDir, "Apple_App_Attestation_Root_CA.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func guideSample(t testing.TB, file, appID, keyID, challenge, at string) appleSa
 	return appleSample{
 		name:           file,
 		appID:          appID,
-		env:            EnvironmentProduction,
+		env:            attestation.EnvironmentProduction,
 		object:         mustB64(t, base64.StdEncoding, string(readSample(t, file))),
 		keyID:          mustB64(t, base64.StdEncoding, keyID),
 		clientDataHash: []byte(challenge), // the guide passes the raw bytes
@@ -140,7 +142,7 @@ func iosSample(t testing.TB, name string, att, asr iosDoc, at string) appleSampl
 		t.Fatalf("%s: counter %v: %v", name, asr.Counter, err)
 	}
 	return appleSample{
-		name: name, appID: att.Team + "." + att.Bundle, env: EnvironmentDevelopment,
+		name: name, appID: att.Team + "." + att.Bundle, env: attestation.EnvironmentDevelopment,
 		object:         mustB64(t, base64.StdEncoding, att.Attestation),
 		keyID:          mustB64(t, base64.StdEncoding, att.KeyID),
 		clientDataHash: sum256(mustB64(t, base64.StdEncoding, att.ClientData)),
@@ -215,7 +217,7 @@ func TestRealSamples(t *testing.T) {
 	for _, s := range samples {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			a := &Apple{AppID: s.appID, Environment: s.env, Roots: roots}
+			a := &attestation.Apple{AppID: s.appID, Environment: s.env, Roots: roots}
 			key, err := a.VerifyAttestation(s.object, s.keyID, s.clientDataHash, s.at)
 			if err != nil {
 				t.Fatalf("VerifyAttestation: %v", err)
@@ -234,17 +236,17 @@ func TestRealSamples(t *testing.T) {
 			// The same object must fail when anything about it is off.
 			wrong := []struct {
 				name     string
-				a        *Apple
+				a        *attestation.Apple
 				keyID    []byte
 				cdh      []byte
 				at       time.Time
 				wantStep string
 			}{
-				{"a year later", a, s.keyID, s.clientDataHash, s.at.AddDate(1, 0, 0), StepCertificateChain},
-				{"other client data hash", a, s.keyID, []byte("other"), s.at, StepNonce},
-				{"other key id", a, sum256(s.keyID), s.clientDataHash, s.at, StepKeyID},
-				{"other app id", &Apple{AppID: s.appID + "x", Environment: s.env, Roots: roots}, s.keyID, s.clientDataHash, s.at, StepRPID},
-				{"other environment", &Apple{AppID: s.appID, Environment: otherEnv(s.env), Roots: roots}, s.keyID, s.clientDataHash, s.at, StepAAGUID},
+				{"a year later", a, s.keyID, s.clientDataHash, s.at.AddDate(1, 0, 0), attestation.StepCertificateChain},
+				{"other client data hash", a, s.keyID, []byte("other"), s.at, attestation.StepNonce},
+				{"other key id", a, sum256(s.keyID), s.clientDataHash, s.at, attestation.StepKeyID},
+				{"other app id", &attestation.Apple{AppID: s.appID + "x", Environment: s.env, Roots: roots}, s.keyID, s.clientDataHash, s.at, attestation.StepRPID},
+				{"other environment", &attestation.Apple{AppID: s.appID, Environment: otherEnv(s.env), Roots: roots}, s.keyID, s.clientDataHash, s.at, attestation.StepAAGUID},
 			}
 			for _, w := range wrong {
 				_, err := w.a.VerifyAttestation(s.object, w.keyID, w.cdh, w.at)
@@ -263,10 +265,10 @@ func TestRealSamples(t *testing.T) {
 			if n != s.counter {
 				t.Fatalf("assertion counter = %d, want %d", n, s.counter)
 			}
-			if _, err := a.VerifyAssertion(s.assertion, s.clientData, key.PublicKey, n); stepOf(err) != StepCounter {
+			if _, err := a.VerifyAssertion(s.assertion, s.clientData, key.PublicKey, n); stepOf(err) != attestation.StepCounter {
 				t.Fatalf("replayed assertion: err = %v, want step counter", err)
 			}
-			if _, err := a.VerifyAssertion(s.assertion, []byte("wurzel"), key.PublicKey, 0); stepOf(err) != StepSignature {
+			if _, err := a.VerifyAssertion(s.assertion, []byte("wurzel"), key.PublicKey, 0); stepOf(err) != attestation.StepSignature {
 				t.Fatalf("other client data: err = %v, want step signature", err)
 			}
 		})
@@ -274,16 +276,16 @@ func TestRealSamples(t *testing.T) {
 }
 
 func otherEnv(env string) string {
-	if env == EnvironmentDevelopment {
-		return EnvironmentProduction
+	if env == attestation.EnvironmentDevelopment {
+		return attestation.EnvironmentProduction
 	}
-	return EnvironmentDevelopment
+	return attestation.EnvironmentDevelopment
 }
 
 // stepOf returns the Step of err's *Error, or "" (and the error text when
 // it is another error) for a test message.
 func stepOf(err error) string {
-	var e *Error
+	var e *attestation.Error
 	if errors.As(err, &e) {
 		return e.Step
 	}
@@ -317,7 +319,7 @@ func TestLoadAppleRoot(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := LoadAppleRoot(p); err == nil || !strings.Contains(err.Error(), c.wantErr) {
+		if _, err := attestation.LoadAppleRoot(p); err == nil || !strings.Contains(err.Error(), c.wantErr) {
 			t.Errorf("%s: err = %v, want %q", c.name, err, c.wantErr)
 		}
 	}

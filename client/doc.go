@@ -1,7 +1,8 @@
 // Package client is the Go side of the cooperation Tollgate asks of its
-// callers: an http.RoundTripper that, on 429 (and 503), waits as long as
-// the server said and then some random full-jitter backoff, retries a
-// bounded number of times, and never retries before the server's time.
+// callers: an http.RoundTripper that, on 429 (and 503), waits at least as
+// long as the server said (longer when the random full-jitter backoff says
+// so), retries a bounded number of times, and never retries before the
+// server's time.
 //
 // The server's time comes from the error envelope's
 // error.details.retry_after_ms (exact, in milliseconds) or, when the body

@@ -23,4 +23,9 @@
 // space or control character is sent percent-encoded, a path that does not
 // start with "/" (OPTIONS *) gets one, and the endpoint is cut to the
 // limiter's 2048 bytes.
+//
+// Every limited request's response carries X-Request-Id: the incoming one
+// when it is of a sane form, else a new ULID. Remote mode sends it to the
+// limiter, so the envelope, the header and the limiter's events agree; a
+// handler can read it from w.Header().
 package middleware

@@ -1,0 +1,433 @@
+package middleware
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/engine"
+)
+
+// DefaultTimeout is the default deadline of a remote check.
+const DefaultTimeout = 100 * time.Millisecond
+
+// unavailableRetry is the Retry-After of the middleware's own 503, the same
+// hint the limiter gives (engine.Options.UnavailableRetry's default).
+const unavailableRetry = time.Second
+
+// Sentinel errors of New.
+var (
+	// ErrNoIdentify means Options.Identify is nil.
+	ErrNoIdentify = errors.New("middleware: Options.Identify is required")
+	// ErrMode means neither or both of Options.Engine and
+	// Options.LimiterURL are set.
+	ErrMode = errors.New("middleware: set exactly one of Options.Engine (direct) and Options.LimiterURL (remote)")
+	// ErrLimiterURL means Options.LimiterURL is not an http(s) URL.
+	ErrLimiterURL = errors.New("middleware: Options.LimiterURL must be an http or https URL")
+)
+
+// Identity is who is calling. IP is required (IPv4 or IPv6); the others
+// are optional and, as in the check API, at most 256 bytes of UTF-8
+// without control characters. A non-empty UserID means authenticated.
+type Identity struct {
+	// IP is the client's address (see RemoteIP).
+	IP string
+	// UserID is the authenticated user ("" when anonymous).
+	UserID string
+	// DeviceID is the app install's device id, if the app sends one.
+	DeviceID string
+	// Account is the account a login or token request is for (class auth
+	// routes), e.g. the username in the body.
+	Account string
+}
+
+// Options configures the middleware. Set exactly one of Engine and
+// LimiterURL.
+type Options struct {
+	// Engine selects direct mode: decisions are made in process, with the
+	// engine's bucket store and policy. A store outage is handled by the
+	// policy's failure_mode, as in the limiter.
+	Engine *engine.Engine
+	// LimiterURL selects remote mode: the base URL of a running limiter,
+	// e.g. "http://127.0.0.1:8080"; the middleware POSTs to
+	// LimiterURL + "/v1/check".
+	LimiterURL string
+	// HTTPClient makes the remote calls (default: a client of its own with
+	// keep-alive connections that does not follow redirects). Do not give
+	// it a retrying transport: the check is on the request path.
+	HTTPClient *http.Client
+	// Identify returns who is calling (required). It returns false to let
+	// the request through without limiting (health checks, say).
+	Identify func(r *http.Request) (Identity, bool)
+	// Cost returns the tokens a request takes (default: 1). 0 checks
+	// without taking (a peek); a negative result counts as 1 and a result
+	// above api.MaxCost as api.MaxCost.
+	Cost func(r *http.Request) int
+	// Timeout bounds each remote check, connection included (default
+	// 100ms).
+	Timeout time.Duration
+	// FailOpen is remote mode's answer when the limiter cannot be reached
+	// (transport error, timeout, a status other than 200, 403, 429 and
+	// 503, or a 403/429/503 without the error envelope): true lets the
+	// request through with X-RateLimit-Degraded: 1; false (the zero
+	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1.
+	FailOpen bool
+	// Logger receives failures (default: discarded). Failures of the
+	// remote limiter are logged at most once a second, with a count of the
+	// ones suppressed.
+	Logger *slog.Logger
+}
+
+// limiter is a configured middleware.
+type limiter struct {
+	eng      *engine.Engine
+	checkURL string
+	client   *http.Client
+	identify func(r *http.Request) (Identity, bool)
+	cost     func(r *http.Request) int
+	timeout  time.Duration
+	failOpen bool
+	log      *slog.Logger
+	throttle logThrottle
+}
+
+// New returns the middleware o describes. The middleware is safe for
+// concurrent use.
+func New(o Options) (func(http.Handler) http.Handler, error) {
+	if o.Identify == nil {
+		return nil, ErrNoIdentify
+	}
+	if (o.Engine == nil) == (o.LimiterURL == "") {
+		return nil, ErrMode
+	}
+	l := &limiter{eng: o.Engine, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
+	if l.timeout <= 0 {
+		l.timeout = DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	l.log = o.Logger.With("component", "middleware")
+	if o.LimiterURL != "" {
+		u, err := url.Parse(o.LimiterURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%w: %q", ErrLimiterURL, o.LimiterURL)
+		}
+		l.checkURL = strings.TrimRight(o.LimiterURL, "/") + "/v1/check"
+		if l.client == nil {
+			l.client = defaultClient()
+		}
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
+	}, nil
+}
+
+// defaultClient is the remote mode's own client: pooled keep-alive
+// connections to the limiter, no redirects.
+func defaultClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 256
+	tr.MaxIdleConnsPerHost = 256
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// serve limits one request, then calls next when it may proceed.
+func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	id, ok := l.identify(r)
+	if !ok {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rid := api.RequestID(w, r)
+	in := engine.Input{Endpoint: Endpoint(r), Cost: float64(l.costOf(r))}
+	if msg := normalize(&id, &in); msg != "" {
+		l.log.LogAttrs(r.Context(), slog.LevelWarn, "identity refused", slog.String("request_id", rid), slog.String("reason", msg))
+		api.WriteError(w, rid, http.StatusBadRequest, api.CodeBadRequest, msg, "")
+		return
+	}
+	if l.eng != nil {
+		l.direct(w, r, next, rid, &in)
+		return
+	}
+	l.remote(w, r, next, rid, &in)
+}
+
+// costOf is the request's cost, clamped to [0, api.MaxCost].
+func (l *limiter) costOf(r *http.Request) int {
+	if l.cost == nil {
+		return 1
+	}
+	c := l.cost(r)
+	switch {
+	case c < 0:
+		return 1
+	case c > api.MaxCost:
+		return api.MaxCost
+	}
+	return c
+}
+
+// normalize validates id as the check API would and copies it into in;
+// it returns "" or what is wrong.
+func normalize(id *Identity, in *engine.Input) string {
+	if id.IP == "" {
+		return "identity: the client IP is missing"
+	}
+	ip, err := netip.ParseAddr(id.IP)
+	if err != nil {
+		return fmt.Sprintf("identity: the client IP %q is not an IP address", clip(id.IP))
+	}
+	in.IP = ip.WithZone("").Unmap().String()
+	for _, f := range []struct {
+		name string
+		v    string
+		dst  *string
+	}{{"user id", id.UserID, &in.UserID}, {"device id", id.DeviceID, &in.DeviceID}, {"account", id.Account, &in.Account}} {
+		if msg := checkID(f.v); msg != "" {
+			return "identity: the " + f.name + " " + msg
+		}
+		*f.dst = f.v
+	}
+	return ""
+}
+
+// checkID applies the check API's rules to an identifier.
+func checkID(s string) string {
+	if len(s) > api.MaxIDLen {
+		return fmt.Sprintf("is longer than %d bytes", api.MaxIDLen)
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+// clip shortens s for a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// Endpoint returns the endpoint checked for r: its method, a space and its
+// path, made acceptable to the check API (see the package comment).
+func Endpoint(r *http.Request) string {
+	path := r.URL.Path
+	if !cleanPath(path) {
+		path = r.URL.EscapedPath()
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	ep := r.Method + " " + path
+	if len(ep) > api.MaxEndpointLen {
+		ep = ep[:api.MaxEndpointLen]
+		for !utf8.ValidString(ep) {
+			ep = ep[:len(ep)-1]
+		}
+	}
+	return ep
+}
+
+// cleanPath reports whether p has no space or control character and is
+// valid UTF-8.
+func cleanPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(p)
+}
+
+// direct decides in process.
+func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
+	d := engine.GetDecision()
+	if err := l.eng.Decide(r.Context(), in, d); err != nil {
+		engine.PutDecision(d)
+		l.log.LogAttrs(r.Context(), slog.LevelError, "decide", slog.String("request_id", rid),
+			slog.String("endpoint", in.Endpoint), slog.String("err", err.Error()))
+		api.WriteError(w, rid, http.StatusInternalServerError, api.CodeInternal, "internal error", "")
+		return
+	}
+	pass := api.WriteDecision(w, rid, d)
+	engine.PutDecision(d)
+	if pass {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// Headers copied from the limiter's answer: passHeaders on every answer,
+// denyHeaders too on a relayed denial.
+var (
+	passHeaders = []string{
+		"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
+		"Ratelimit", "Ratelimit-Policy", "X-Ratelimit-Degraded",
+	}
+	denyHeaders = []string{"Retry-After", "X-Request-Id", "Content-Type"}
+)
+
+// maxAnswer bounds the limiter's answer read (its bodies are far smaller).
+const maxAnswer = 64 << 10
+
+// bufPool holds check request bodies.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// remote asks the limiter and relays its answer.
+func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
+	bp := bufPool.Get().(*[]byte)
+	body := appendCheck((*bp)[:0], in)
+	status, header, answer, err := l.call(r.Context(), rid, body)
+	*bp = body[:0]
+	bufPool.Put(bp)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the caller is gone: nobody to answer
+		}
+		l.unavailable(w, r, next, rid, err)
+		return
+	}
+	switch status {
+	case http.StatusOK:
+		copyHeaders(w.Header(), header, passHeaders)
+		next.ServeHTTP(w, r)
+	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusServiceUnavailable:
+		if !isEnvelope(answer) {
+			l.unavailable(w, r, next, rid, fmt.Errorf("middleware: limiter answered %d without an error envelope", status))
+			return
+		}
+		h := w.Header()
+		copyHeaders(h, header, passHeaders)
+		copyHeaders(h, header, denyHeaders)
+		h["Content-Length"] = []string{strconv.Itoa(len(answer))}
+		w.WriteHeader(status)
+		_, _ = w.Write(answer)
+	default:
+		l.unavailable(w, r, next, rid, fmt.Errorf("middleware: limiter answered %d: %s", status, clip(string(answer))))
+	}
+}
+
+// call POSTs body to the limiter within the timeout and reads the answer.
+func (l *limiter) call(parent context.Context, rid string, body []byte) (int, http.Header, []byte, error) {
+	ctx, cancel := context.WithTimeout(parent, l.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.checkURL, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("middleware: check request: %w", err)
+	}
+	req.Header["Content-Type"] = []string{"application/json"}
+	req.Header["X-Request-Id"] = []string{rid}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("middleware: check: %w", err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("middleware: read the limiter's %d answer: %w", resp.StatusCode, err)
+	}
+	return resp.StatusCode, resp.Header, answer, nil
+}
+
+// appendCheck appends the /v1/check body for in.
+func appendCheck(b []byte, in *engine.Input) []byte {
+	b = append(b, `{"endpoint":`...)
+	b = api.AppendJSONString(b, in.Endpoint)
+	b = append(b, `,"ip":`...)
+	b = api.AppendJSONString(b, in.IP)
+	if in.UserID != "" {
+		b = append(b, `,"user_id":`...)
+		b = api.AppendJSONString(b, in.UserID)
+	}
+	if in.DeviceID != "" {
+		b = append(b, `,"device_id":`...)
+		b = api.AppendJSONString(b, in.DeviceID)
+	}
+	if in.Account != "" {
+		b = append(b, `,"account":`...)
+		b = api.AppendJSONString(b, in.Account)
+	}
+	b = append(b, `,"cost":`...)
+	b = strconv.AppendInt(b, int64(in.Cost), 10)
+	return append(b, '}')
+}
+
+// isEnvelope reports whether b is the limiter's error envelope.
+func isEnvelope(b []byte) bool {
+	var env struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(b, &env) == nil && env.Error != nil && env.Error.Code != ""
+}
+
+// copyHeaders copies the named (canonical) headers from src to dst.
+func copyHeaders(dst, src http.Header, names []string) {
+	for _, k := range names {
+		if v, ok := src[k]; ok {
+			dst[k] = v
+		}
+	}
+}
+
+// unavailable applies FailOpen when the limiter could not answer.
+func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, err error) {
+	if n, ok := l.throttle.allow(time.Now()); ok {
+		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter unavailable", slog.String("request_id", rid),
+			slog.Bool("fail_open", l.failOpen), slog.String("err", err.Error()), slog.Int64("suppressed", n))
+	}
+	if l.failOpen {
+		w.Header()["X-Ratelimit-Degraded"] = []string{"1"}
+		next.ServeHTTP(w, r)
+		return
+	}
+	w.Header()["Retry-After"] = []string{strconv.Itoa(int(unavailableRetry / time.Second))}
+	api.WriteError(w, rid, http.StatusServiceUnavailable, api.CodeLimiterUnavailable, "Rate limiter unavailable",
+		`"retry_after_ms":`+strconv.FormatInt(unavailableRetry.Milliseconds(), 10))
+}
+
+// logThrottle lets one log line through per second. The zero value is
+// ready; it is safe for concurrent use.
+type logThrottle struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int64
+}
+
+// allow reports whether to log at now, and how many lines were suppressed
+// since the last one logged.
+func (t *logThrottle) allow(now time.Time) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.last.IsZero() && now.Sub(t.last) < time.Second && now.After(t.last) {
+		t.suppressed++
+		return 0, false
+	}
+	n := t.suppressed
+	t.last, t.suppressed = now, 0
+	return n, true
+}

@@ -1,0 +1,31 @@
+package middleware
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLogThrottle(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1713522600, 0)
+	var th logThrottle
+	steps := []struct {
+		at             time.Duration
+		wantOK         bool
+		wantSuppressed int64
+	}{
+		{0, true, 0},
+		{100 * time.Millisecond, false, 0},
+		{900 * time.Millisecond, false, 0},
+		{time.Second, true, 2},
+		{1500 * time.Millisecond, false, 0},
+		{-time.Hour, true, 1}, // the clock stepped back: log, do not go silent
+		{-time.Hour + time.Millisecond, false, 0},
+	}
+	for i, s := range steps {
+		n, ok := th.allow(t0.Add(s.at))
+		if ok != s.wantOK || n != s.wantSuppressed {
+			t.Errorf("step %d: allow = %d, %v; want %d, %v", i, n, ok, s.wantSuppressed, s.wantOK)
+		}
+	}
+}
