@@ -152,9 +152,9 @@ type AppleKey struct {
 
 // attestationObject is the CBOR attestation object.
 type attestationObject struct {
-	Fmt      string `cbor:"fmt"`
+	Fmt      string  `cbor:"fmt"`
 	AttStmt  attStmt `cbor:"attStmt"`
-	AuthData []byte `cbor:"authData"`
+	AuthData []byte  `cbor:"authData"`
 }
 
 type attStmt struct {

@@ -69,7 +69,9 @@ func TestPlayVerify(t *testing.T) {
 		}, wantStep: attestation.StepPackageName},
 		{name: "wrong nonce", token: func() string { return keys.Token(t, with(nil)) }, nonce: "another-challenge", wantStep: attestation.StepNonce},
 		{name: "expired timestamp", token: func() string {
-			return keys.Token(t, with(func(p map[string]any) { req(p)["timestampMillis"] = strconv.FormatInt(genNow.Add(-5*time.Minute-time.Second).UnixMilli(), 10) }))
+			return keys.Token(t, with(func(p map[string]any) {
+				req(p)["timestampMillis"] = strconv.FormatInt(genNow.Add(-5*time.Minute-time.Second).UnixMilli(), 10)
+			}))
 		}, wantStep: attestation.StepTimestamp, wantErr: "more than max_age 5m0s"},
 		{name: "timestamp in the future", token: func() string {
 			return keys.Token(t, with(func(p map[string]any) { req(p)["timestampMillis"] = genNow.Add(2 * time.Minute).UnixMilli() }))

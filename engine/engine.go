@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/reputation"
 )
 
 // Outcome is what a decision concluded.
@@ -65,8 +68,10 @@ type Input struct {
 	// clock (tests); the zero value is the store's clock.
 	Now time.Time
 	// Static holds multipliers the caller already knows per subject kind
-	// (reputation), indexed by policy.KeyPart; 0 means none (neutral).
-	Static [8]float64
+	// (reputation), indexed by policy.KeyPart, where StaticSet says so
+	// (0 is a valid multiplier: it blocks).
+	Static    [8]float64
+	StaticSet [8]bool
 	// Unverified, when UnverifiedSet, is the device subject's multiplier
 	// while it has no valid attestation (policy unverified_multiplier).
 	Unverified    float64
@@ -147,6 +152,10 @@ type Options struct {
 	Clock func() time.Time
 	// L1, when set, answers known denials locally (see L1).
 	L1 *L1
+	// Reputation, when set, returns the reputation rules in force: the
+	// request's ASN becomes its `asn` key part and the rules' multipliers
+	// apply to its ip and asn subjects from the first request on.
+	Reputation func() *reputation.Rules
 }
 
 // Engine decides. It is safe for concurrent use.
@@ -220,6 +229,25 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		return fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", in.Endpoint)
 	}
 	ci, route := p.Route(method, path)
+	if e.o.Reputation != nil {
+		if rules := e.o.Reputation(); rules != nil {
+			if ip, err := netip.ParseAddr(in.IP); err == nil {
+				res := rules.Lookup(ip)
+				if res.HasASN && in.ASN == "" {
+					in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
+				}
+				if !in.StaticSet[policy.PartIP] {
+					in.Static[policy.PartIP], in.StaticSet[policy.PartIP] = res.IP, true
+				}
+				if !in.StaticSet[policy.PartASN] {
+					in.Static[policy.PartASN], in.StaticSet[policy.PartASN] = res.ASNMult, true
+				}
+			}
+		}
+	}
+	if a := p.Risk.Attestation; a != nil && a.UnverifiedSet && !in.UnverifiedSet {
+		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
+	}
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -261,9 +289,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			if subjOf[part] == 0 {
 				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, subjectKinds[part], value(in, part, routeVal)), ":m"...)
 				d.spans = append(d.spans, span{len(d.keybuf), spanSubject})
-				static := in.Static[part]
-				if static == 0 {
-					static = 1
+				static := 1.0
+				if in.StaticSet[part] {
+					static = in.Static[part]
 				}
 				unverified := 1.0
 				if part == policy.PartDevice && in.UnverifiedSet {

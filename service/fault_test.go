@@ -74,8 +74,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	wg := hammer(8, stop, func() {
-		check(`{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`, 200)
-		check(`{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"a"}`, 200, 429, 503)
+		check(`{"endpoint":"GET /feed","ip":"192.0.2.9","user_id":"u_42"}`, 200)
+		check(`{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"a"}`, 200, 429, 503)
 	})
 	time.Sleep(200 * time.Millisecond) // load before the kill
 	srv.Stop()
@@ -88,7 +88,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	srv.Restart(t)
 	back := time.Now()
 	eventually(t, 5*time.Second, func() string {
-		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"b"}`)
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"b"}`)
 		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
 			return "not normal: " + resp.Status
 		}
@@ -108,7 +108,7 @@ func TestRedisPaused(t *testing.T) {
 	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: 50 * time.Millisecond})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	read := `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`
+	read := `{"endpoint":"GET /feed","ip":"192.0.2.9","user_id":"u_42"}`
 	if resp, _ := post(t, base+"/v1/check", read); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
 		t.Fatalf("before: %d", resp.StatusCode)
 	}
@@ -123,7 +123,7 @@ func TestRedisPaused(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "1" {
 		t.Fatalf("during pause: %d degraded=%q", resp.StatusCode, resp.Header.Get("X-RateLimit-Degraded"))
 	}
-	resp, _ = post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"a"}`)
+	resp, _ = post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"a"}`)
 	if resp.StatusCode != 503 {
 		t.Fatalf("auth during pause: %d", resp.StatusCode)
 	}
@@ -145,7 +145,7 @@ func TestRedisOOM(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0"})
-	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`); resp.Header.Get("X-RateLimit-Degraded") != "" {
+	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"192.0.2.9","user_id":"u_42"}`); resp.Header.Get("X-RateLimit-Degraded") != "" {
 		t.Fatal("degraded before OOM")
 	}
 	// Fill past the limit, then lower the limit below what is used: every
@@ -162,11 +162,11 @@ func TestRedisOOM(t *testing.T) {
 	if err := c.Set(context.Background(), "probe", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("Redis still accepts writes: %v", err)
 	}
-	resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"203.0.113.10","user_id":"u_43"}`)
+	resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"192.0.2.10","user_id":"u_43"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "1" {
 		t.Fatalf("read under OOM: %d degraded=%q", resp.StatusCode, resp.Header.Get("X-RateLimit-Degraded"))
 	}
-	resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"z"}`)
+	resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"z"}`)
 	if resp.StatusCode != 503 || !strings.Contains(body, "LIMITER_UNAVAILABLE") {
 		t.Fatalf("auth under OOM: %d %s", resp.StatusCode, body)
 	}

@@ -68,6 +68,9 @@ type Config struct {
 	// WatchInterval is how often the policy file is checked for changes
 	// (default 2s).
 	WatchInterval time.Duration
+	// ASNWatchInterval is how often the ASN database file is checked for
+	// a new version (default 1m).
+	ASNWatchInterval time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests (default 10s).
 	ShutdownTimeout time.Duration
 	// Logger receives JSON logs (default: JSON on stderr).
@@ -161,7 +164,14 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
 	}, []string{"result"})
 	reg.MustRegister(reloads)
-	holder.OnReload = func(_ *policy.Policy, err error) {
+	rep := newReputationState(log.With("component", "reputation"), reg, cfg.ASNWatchInterval)
+	if err := rep.apply(holder.Current()); err != nil {
+		return nil, err
+	}
+	holder.OnReload = func(np *policy.Policy, err error) {
+		if err == nil {
+			err = rep.apply(np)
+		}
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
 			log.Error("policy reload refused; the running policy stays", "err", err.Error())
@@ -210,6 +220,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
 	}
+	closers = append(closers, rep.close)
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
@@ -231,6 +242,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	eng, err := engine.New(engine.Options{
 		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker, L1: l1,
+		Reputation: rep.Current,
 	})
 	if err != nil {
 		closeAll()

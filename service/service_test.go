@@ -119,8 +119,8 @@ func TestRedisOutage(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedis(t)
 	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: 100 * time.Millisecond})
-	read := `{"endpoint":"GET /feed","ip":"203.0.113.9","user_id":"u_42"}`
-	login := `{"endpoint":"POST /auth/login","ip":"203.0.113.9","account":"alice"}`
+	read := `{"endpoint":"GET /feed","ip":"192.0.2.9","user_id":"u_42"}`
+	login := `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"alice"}`
 	if resp, _ := post(t, base+"/v1/check", read); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Degraded") != "" {
 		t.Fatalf("before: %d", resp.StatusCode)
 	}

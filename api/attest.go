@@ -1,0 +1,446 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/attestation"
+	"github.com/tollgate-dev/tollgate/bucket"
+)
+
+// CodeAttestationInvalid is the envelope code of a failed attestation or
+// assertion; the message names the failed step.
+const CodeAttestationInvalid = "ATTESTATION_INVALID"
+
+// Attestation endpoint paths.
+const (
+	PathAttestChallenge = "/v1/attest/challenge"
+	PathAttestApple     = "/v1/attest/apple"
+	PathAttestAndroid   = "/v1/attest/android"
+	PathAttestAssertion = "/v1/attest/apple/assertion"
+)
+
+// Defaults of AttestOptions.
+const (
+	// DefaultAttestValidFor is AttestOptions.ValidFor when unset.
+	DefaultAttestValidFor = 24 * time.Hour
+)
+
+// AttestOptions configures the attestation endpoints.
+type AttestOptions struct {
+	// Apple verifies App Attest; nil answers 404 on the Apple endpoints.
+	Apple *attestation.Apple
+	// Play verifies Play Integrity; nil answers 404 on the Android endpoint.
+	Play *attestation.Play
+	// Challenges issues and consumes challenges (default: in-process,
+	// attestation.NewMemoryChallenges(0)). Use the Redis one with several replicas.
+	Challenges attestation.Challenges
+	// Devices remembers attestations and App Attest keys (default:
+	// in-process, attestation.NewMemoryDevices(0, Now)).
+	Devices attestation.Devices
+	// Store receives the device's multiplier (source "attestation"); nil
+	// writes none.
+	Store bucket.Admin
+	// Prefix is the key prefix of Store's subjects (bucket.MultiplierKey).
+	Prefix string
+	// VerifiedMultiplier is the multiplier of an attested device (policy
+	// verified_multiplier; default 1, which changes no budget).
+	VerifiedMultiplier float64
+	// ValidFor is how long an attestation counts (policy valid_for;
+	// default DefaultAttestValidFor). A verified assertion renews it.
+	ValidFor time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives verification failures and store errors (default: discard).
+	Logger *slog.Logger
+}
+
+// attestHandler serves the attestation endpoints.
+type attestHandler struct {
+	o AttestOptions
+}
+
+// NewAttestHandler returns the handler of POST /v1/attest/challenge,
+// /v1/attest/apple, /v1/attest/android and /v1/attest/apple/assertion.
+// Mount it at "/v1/attest/" (Server.Handle); it answers other paths under
+// it with 404 and other methods with 405, in the envelope. Failed
+// verifications are 400 ATTESTATION_INVALID naming the step, malformed
+// bodies 400 BAD_REQUEST naming the field, store failures 503
+// LIMITER_UNAVAILABLE. Safe for concurrent use.
+func NewAttestHandler(o AttestOptions) http.Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Challenges == nil {
+		o.Challenges = attestation.NewMemoryChallenges(0)
+	}
+	if o.Devices == nil {
+		o.Devices = attestation.NewMemoryDevices(0, o.Now)
+	}
+	if !(o.VerifiedMultiplier > 0) {
+		o.VerifiedMultiplier = 1
+	}
+	if o.ValidFor <= 0 {
+		o.ValidFor = DefaultAttestValidFor
+	}
+	return &attestHandler{o: o}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *attestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	var serve func(http.ResponseWriter, *http.Request, string) *apiError
+	switch r.URL.Path {
+	case PathAttestChallenge:
+		serve = h.challenge
+	case PathAttestApple:
+		serve = h.apple
+	case PathAttestAndroid:
+		serve = h.android
+	case PathAttestAssertion:
+		serve = h.assertion
+	default:
+		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(r.URL.Path)})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, rid, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed, message: r.Method + " is not allowed here; use POST"})
+		return
+	}
+	if aerr := serve(w, r, rid); aerr != nil {
+		if aerr.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, rid, aerr)
+	}
+}
+
+// Bodies of the attestation endpoints. Pointers tell a missing field
+// from an empty one.
+type (
+	challengeBody struct {
+		DeviceID *string `json:"device_id"`
+	}
+	appleBody struct {
+		DeviceID          *string `json:"device_id"`
+		KeyID             *string `json:"key_id"`
+		AttestationObject *string `json:"attestation_object"`
+		Challenge         *string `json:"challenge"`
+	}
+	androidBody struct {
+		DeviceID  *string `json:"device_id"`
+		Token     *string `json:"token"`
+		Challenge *string `json:"challenge"`
+	}
+	assertionBody struct {
+		DeviceID   *string `json:"device_id"`
+		KeyID      *string `json:"key_id"`
+		Assertion  *string `json:"assertion"`
+		ClientData *string `json:"client_data"`
+	}
+)
+
+// Responses of the attestation endpoints.
+type (
+	challengeResponse struct {
+		Challenge string `json:"challenge"`
+		ExpiresAt string `json:"expires_at"`
+		RequestID string `json:"request_id"`
+	}
+	verifiedResponse struct {
+		Status    string  `json:"status"`
+		Counter   *uint32 `json:"counter,omitempty"`
+		ExpiresAt string  `json:"expires_at"`
+		RequestID string  `json:"request_id"`
+	}
+)
+
+func (h *attestHandler) challenge(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+	if h.o.Apple == nil && h.o.Play == nil {
+		return notConfigured("attestation is not configured")
+	}
+	var b challengeBody
+	if aerr := decodeStrict(r, &b); aerr != nil {
+		return aerr
+	}
+	id, aerr := requiredID("device_id", b.DeviceID)
+	if aerr != nil {
+		return aerr
+	}
+	ch, exp, err := h.o.Challenges.Issue(r.Context(), id, h.o.Now())
+	if err != nil {
+		return h.failure(r.Context(), rid, "challenge", id, err)
+	}
+	writeJSON(w, http.StatusOK, challengeResponse{Challenge: ch, ExpiresAt: rfc3339(exp), RequestID: rid})
+	return nil
+}
+
+func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+	if h.o.Apple == nil {
+		return notConfigured("apple attestation is not configured")
+	}
+	var b appleBody
+	if aerr := decodeStrict(r, &b); aerr != nil {
+		return aerr
+	}
+	id, aerr := requiredID("device_id", b.DeviceID)
+	if aerr != nil {
+		return aerr
+	}
+	keyID, aerr := requiredB64("key_id", b.KeyID)
+	if aerr != nil {
+		return aerr
+	}
+	obj, aerr := requiredB64("attestation_object", b.AttestationObject)
+	if aerr != nil {
+		return aerr
+	}
+	challenge, aerr := requiredID("challenge", b.Challenge)
+	if aerr != nil {
+		return aerr
+	}
+	ctx, now := r.Context(), h.o.Now()
+	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
+		return h.failure(r.Context(), rid, "apple", id, err)
+	}
+	cdh := sha256.Sum256([]byte(challenge))
+	key, err := h.o.Apple.VerifyAttestation(obj, keyID, cdh[:], now)
+	if err != nil {
+		return h.failure(r.Context(), rid, "apple", id, err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.PublicKey)
+	if err != nil {
+		return h.failure(r.Context(), rid, "apple", id, err)
+	}
+	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
+		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
+	if aerr := h.record(ctx, rid, id, st, false); aerr != nil {
+		return aerr
+	}
+	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", "apple"), slog.String("device_id", id), slog.String("request_id", rid))
+	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
+	return nil
+}
+
+func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+	if h.o.Play == nil {
+		return notConfigured("android attestation is not configured")
+	}
+	var b androidBody
+	if aerr := decodeStrict(r, &b); aerr != nil {
+		return aerr
+	}
+	id, aerr := requiredID("device_id", b.DeviceID)
+	if aerr != nil {
+		return aerr
+	}
+	if b.Token == nil || *b.Token == "" {
+		return badRequest(`field "token" is required`)
+	}
+	challenge, aerr := requiredID("challenge", b.Challenge)
+	if aerr != nil {
+		return aerr
+	}
+	ctx, now := r.Context(), h.o.Now()
+	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
+		return h.failure(r.Context(), rid, "android", id, err)
+	}
+	if _, err := h.o.Play.Verify(*b.Token, challenge, now); err != nil {
+		return h.failure(r.Context(), rid, "android", id, err)
+	}
+	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
+		Reason: "play integrity verified"}
+	if aerr := h.record(ctx, rid, id, st, false); aerr != nil {
+		return aerr
+	}
+	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", "android"), slog.String("device_id", id), slog.String("request_id", rid))
+	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
+	return nil
+}
+
+func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+	if h.o.Apple == nil {
+		return notConfigured("apple attestation is not configured")
+	}
+	var b assertionBody
+	if aerr := decodeStrict(r, &b); aerr != nil {
+		return aerr
+	}
+	id, aerr := requiredID("device_id", b.DeviceID)
+	if aerr != nil {
+		return aerr
+	}
+	keyID, aerr := requiredB64("key_id", b.KeyID)
+	if aerr != nil {
+		return aerr
+	}
+	asr, aerr := requiredB64("assertion", b.Assertion)
+	if aerr != nil {
+		return aerr
+	}
+	if b.ClientData == nil {
+		return badRequest(`field "client_data" is required`)
+	}
+	clientData, ok := decodeStdB64(*b.ClientData)
+	if !ok {
+		return badRequest(`field "client_data" is not standard base64`)
+	}
+	ctx, now := r.Context(), h.o.Now()
+	st, found, err := h.o.Devices.Get(ctx, id)
+	if err != nil {
+		return h.failure(r.Context(), rid, "assertion", id, err)
+	}
+	keyText := base64.StdEncoding.EncodeToString(keyID)
+	if !found || !st.Valid(now) || st.Platform != attestation.PlatformApple || st.KeyID != keyText {
+		return h.failure(r.Context(), rid, "assertion", id, &attestation.Error{Step: attestation.StepKeyID,
+			Err: errors.New("no attested App Attest key for this device and key id; attest first")})
+	}
+	pub, err := st.Key()
+	if err != nil {
+		return h.failure(r.Context(), rid, "assertion", id, err)
+	}
+	n, err := h.o.Apple.VerifyAssertion(asr, clientData, pub, st.Counter)
+	if err != nil {
+		return h.failure(r.Context(), rid, "assertion", id, err)
+	}
+	st.Counter, st.VerifiedAt, st.ExpiresAt = n, now, now.Add(h.o.ValidFor)
+	if aerr := h.record(ctx, rid, id, st, true); aerr != nil {
+		return aerr
+	}
+	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", Counter: &n, ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
+	return nil
+}
+
+// record stores the device's status (advancing the counter atomically
+// when advance is set) and then its multiplier.
+func (h *attestHandler) record(ctx context.Context, rid, id string, st attestation.Status, advance bool) *apiError {
+	var err error
+	if advance {
+		err = h.o.Devices.Advance(ctx, id, st)
+	} else {
+		err = h.o.Devices.Put(ctx, id, st)
+	}
+	if err != nil {
+		return h.failure(ctx, rid, "record", id, err)
+	}
+	if h.o.Store == nil {
+		return nil
+	}
+	m := bucket.Multiplier{Source: "attestation", Value: h.o.VerifiedMultiplier, ExpiresAt: st.ExpiresAt, Reason: st.Reason}
+	if err := h.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(h.o.Prefix, "device", id), m); err != nil {
+		return h.failure(ctx, rid, "multiplier", id, errors.Join(attestation.ErrUnavailable, err))
+	}
+	return nil
+}
+
+// failure turns err into the response: an *attestation.Error is 400
+// ATTESTATION_INVALID with "<step>: <cause>", a store failure 503, anything
+// else 500. Each is logged.
+func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err error) *apiError {
+	var ae *attestation.Error
+	switch {
+	case errors.As(err, &ae):
+		h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation failed", slog.String("endpoint", what), slog.String("device_id", id),
+			slog.String("step", ae.Step), slog.String("err", ae.Err.Error()), slog.String("request_id", rid))
+		return &apiError{status: http.StatusBadRequest, code: CodeAttestationInvalid, message: ae.Message(),
+			details: string(appendJSONString([]byte(`"step":`), ae.Step))}
+	case errors.Is(err, attestation.ErrUnavailable), errors.Is(err, bucket.ErrUnavailable), errors.Is(err, bucket.ErrFull):
+		h.o.Logger.LogAttrs(ctx, slog.LevelError, "attestation: store", slog.String("endpoint", what), slog.String("err", err.Error()), slog.String("request_id", rid))
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "store unavailable", details: `"retry_after_ms":1000`}
+	}
+	h.o.Logger.LogAttrs(ctx, slog.LevelError, "attestation: internal error", slog.String("endpoint", what), slog.String("err", err.Error()), slog.String("request_id", rid))
+	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}
+}
+
+func notConfigured(msg string) *apiError {
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: msg}
+}
+
+// decodeStrict reads r's body (at most MaxBody) into v, refusing unknown
+// fields and trailing data.
+func decodeStrict(r *http.Request, v any) *apiError {
+	body, aerr := readBody(r, nil)
+	if aerr != nil {
+		return aerr
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// requiredID checks a required identifier field.
+func requiredID(name string, v *string) (string, *apiError) {
+	if v == nil || *v == "" {
+		return "", badRequest(`field "` + name + `" is required`)
+	}
+	if msg := checkID(*v); msg != "" {
+		return "", badRequest(`field "` + name + `" ` + msg)
+	}
+	return *v, nil
+}
+
+// requiredB64 checks and decodes a required standard base64 field.
+func requiredB64(name string, v *string) ([]byte, *apiError) {
+	if v == nil || *v == "" {
+		return nil, badRequest(`field "` + name + `" is required`)
+	}
+	b, ok := decodeStdB64(*v)
+	if !ok || len(b) == 0 {
+		return nil, badRequest(`field "` + name + `" is not standard base64`)
+	}
+	return b, nil
+}
+
+// decodeStdB64 decodes standard base64, padded or not.
+func decodeStdB64(s string) ([]byte, bool) {
+	b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
+	return b, err == nil
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// attestationView is the "attestation" field of GET
+// /v1/admin/subjects/device/{id}.
+type attestationView struct {
+	Platform   string `json:"platform"`
+	Verified   bool   `json:"verified"`
+	VerifiedAt string `json:"verified_at"`
+	ExpiresAt  string `json:"expires_at"`
+	Counter    uint32 `json:"counter"`
+}
+
+// AttestationView returns the device's attestation for the "attestation"
+// field of GET /v1/admin/subjects/device/{id}: a JSON-able
+// {"platform", "verified", "verified_at", "expires_at", "counter"}, or nil
+// (an untyped nil, rendered null) when the device has none or devices is
+// nil. Errors come from the store (attestation.ErrUnavailable).
+func AttestationView(ctx context.Context, devices attestation.Devices, id string) (any, error) {
+	if devices == nil {
+		return nil, nil
+	}
+	st, ok, err := devices.Get(ctx, id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return attestationView{Platform: st.Platform, Verified: st.Verified, VerifiedAt: rfc3339(st.VerifiedAt), ExpiresAt: rfc3339(st.ExpiresAt), Counter: st.Counter}, nil
+}
