@@ -71,6 +71,11 @@ type Request struct {
 	// Locks are lock keys (LockKey) checked before any bucket: an unexpired
 	// lock denies the request and takes no token.
 	Locks []string
+	// TrustKeys, parallel to Locks, name each lock's trust set (TrustKey;
+	// "" for none): a lock marked Exempt does not apply to a Device in it.
+	TrustKeys []string
+	// Device is the request's device id, for trust sets.
+	Device string
 }
 
 // LimitResult is the outcome of one limit of a decision.
@@ -97,6 +102,9 @@ type Lock struct {
 	Rule string
 	// Until is when it ends.
 	Until time.Time
+	// Exempt makes the lock skip devices in the subject's trust set
+	// (velocity rules with exempt_attested).
+	Exempt bool
 }
 
 // Result is the outcome of a decision.
@@ -149,6 +157,8 @@ type Admin interface {
 	ClearLock(ctx context.Context, key string) (bool, error)
 	// GetLock returns the lock at key if one is in force.
 	GetLock(ctx context.Context, key string) (Lock, bool, error)
+	// Trust adds device to the trust set at key until the given time.
+	Trust(ctx context.Context, key, device string, until time.Time) error
 }
 
 // Store is a bucket store: decisions plus administration.
@@ -195,6 +205,9 @@ func Effective(ms []Multiplier, now time.Time) float64 {
 func (r *Request) validate() error {
 	if len(r.Limits) > MaxLimits {
 		return errors.Join(ErrBadRequest, errors.New("bucket: "+strconv.Itoa(len(r.Limits))+" limits, at most 32"))
+	}
+	if len(r.TrustKeys) != 0 && len(r.TrustKeys) != len(r.Locks) {
+		return errors.Join(ErrBadRequest, errors.New("bucket: trust keys must match locks one for one"))
 	}
 	if len(r.Subjects) > MaxSubjects {
 		return errors.Join(ErrBadRequest, errors.New("bucket: "+strconv.Itoa(len(r.Subjects))+" subjects, at most 32"))
@@ -268,6 +281,12 @@ func AppendSubjectTag(dst []byte, prefix, subject, id string) []byte {
 // MultiplierKey returns the key of a subject's multiplier hash.
 func MultiplierKey(prefix, subject, id string) string {
 	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":m"...))
+}
+
+// TrustKey returns the key of a subject's trust set: the devices that
+// attested and logged in to the account, exempt from its lockouts.
+func TrustKey(prefix, subject, id string) string {
+	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":t"...))
 }
 
 // LockKey returns the key of a subject's lock (accounts are locked).

@@ -256,6 +256,31 @@ func TestLocks(t *testing.T) {
 			if err := s.Decide(ctx, &req, &res); err != nil || !res.Allowed || res.Limits[0].Remaining != 2 {
 				t.Fatalf("after clear: %+v %v", res, err)
 			}
+			// an exempt lock skips the devices in the account's trust set
+			tk := bucket.TrustKey(p, "account", "alice")
+			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "r", Until: until, Exempt: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Trust(ctx, tk, "d-good", until.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				device string
+				trust  bool
+				locked bool
+			}{{"d-good", true, false}, {"d-evil", true, true}, {"", true, true}, {"d-good", false, true}} {
+				req.Device, req.TrustKeys = tc.device, nil
+				if tc.trust {
+					req.TrustKeys = []string{tk}
+				}
+				if err := s.Decide(ctx, &req, &res); err != nil || res.Locked != tc.locked {
+					t.Fatalf("exempt lock, device %q trust %v: locked=%v err=%v, want locked=%v", tc.device, tc.trust, res.Locked, err, tc.locked)
+				}
+			}
+			if l, ok, _ := s.GetLock(ctx, lk); !ok || !l.Exempt {
+				t.Fatalf("GetLock lost the exempt flag: %+v", l)
+			}
+			req.Device, req.TrustKeys = "", nil
 			// an expired lock is not in force
 			req.Now = until.Add(time.Second)
 			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "step_up", Rule: "r", Until: until}); err != nil {

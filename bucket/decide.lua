@@ -1,8 +1,11 @@
 -- decide.lua: one Tollgate decision, atomically, in one round trip.
 --
--- KEYS: nl bucket keys, then ns multiplier hash keys, then nk lock keys.
+-- KEYS: nl bucket keys, then ns multiplier hash keys, then nk lock keys,
+-- then the trust set key of each lock flagged in ARGV.
 -- ARGV[1] now in microseconds, or "0" for Redis TIME
 -- ARGV[2] nl, ARGV[3] ns, ARGV[4] nk, ARGV[5] cost, ARGV[6] expiry slack in ms
+-- ARGV[7] the request's device id ("" when none)
+-- ARGV[8 .. 7+nk] per lock: "1" when a trust set key follows for it, else "0"
 -- then per subject: static multiplier, unverified multiplier
 -- then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub subject indexes (1-based)
 --
@@ -29,18 +32,33 @@ else
 end
 local fmt = string.format
 
+-- A lock is "kind until_us flags rule"; flags "x" exempts the devices in
+-- the lock's trust set (attested devices that logged in to the account).
+local device = ARGV[7]
+local tk = nl + ns + nk
 for i = 1, nk do
+  local tkey = nil
+  if ARGV[7 + i] == "1" then
+    tk = tk + 1
+    tkey = KEYS[tk]
+  end
   local v = redis.call("GET", KEYS[nl + ns + i])
   if v then
-    local kind, us, rule = string.match(v, "^(%S+) (%S+) ?(.*)$")
+    local kind, us, flags, rule = string.match(v, "^(%S+) (%S+) (%S+) ?(.*)$")
     local u = tonumber(us)
     if u and u > now then
-      return {2, now, kind, us, rule, i}
+      local exempt = false
+      if flags == "x" and tkey and device ~= "" then
+        exempt = redis.call("SISMEMBER", tkey, device) == 1
+      end
+      if not exempt then
+        return {2, now, kind, us, rule, i}
+      end
     end
   end
 end
 
-local argi = 7
+local argi = 8 + nk
 local mults = {}
 local pens = {}
 for j = 1, ns do

@@ -39,9 +39,39 @@ type MemoryStore struct {
 	maxSubjects int
 	shards      [memShards]memShard
 
-	mu    sync.RWMutex // guards mults and locks
-	mults map[string]map[string]Multiplier
-	locks map[string]Lock
+	mu     sync.RWMutex // guards mults, locks and trusts
+	mults  map[string]map[string]Multiplier
+	locks  map[string]Lock
+	trusts map[string]map[string]time.Time // trust key -> device -> until
+}
+
+// trustedLocked reports whether lock l (the i-th of req) exempts req's
+// device; s.mu must be held.
+func (s *MemoryStore) trustedLocked(l Lock, req *Request, i int, now float64) bool {
+	if !l.Exempt || req.Device == "" || i >= len(req.TrustKeys) || req.TrustKeys[i] == "" {
+		return false
+	}
+	until, ok := s.trusts[req.TrustKeys[i]][req.Device]
+	return ok && float64(until.UnixMicro()) > now
+}
+
+// Trust implements Admin.
+func (s *MemoryStore) Trust(_ context.Context, key, device string, until time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.trusts[key]
+	if set == nil {
+		if len(s.trusts) >= s.maxSubjects {
+			s.sweepSubjectsLocked(s.now())
+			if len(s.trusts) >= s.maxSubjects {
+				return ErrFull
+			}
+		}
+		set = make(map[string]time.Time, 1)
+		s.trusts[key] = set
+	}
+	set[device] = until
+	return nil
 }
 
 type memShard struct {
@@ -75,6 +105,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		maxSubjects: opts.MaxSubjects,
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
+		trusts:      make(map[string]map[string]time.Time),
 	}
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]*memBucket)
@@ -134,6 +165,16 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 			delete(s.locks, k)
 		}
 	}
+	for k, set := range s.trusts {
+		for dev, until := range set {
+			if !until.After(now) {
+				delete(set, dev)
+			}
+		}
+		if len(set) == 0 {
+			delete(s.trusts, k)
+		}
+	}
 }
 
 // Decide implements Decider.
@@ -160,7 +201,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
 		s.mu.RLock()
 		for i, k := range req.Locks {
-			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now {
+			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
 				s.mu.RUnlock()
 				res.Locked, res.Lock, res.LockIndex = true, l, i
 				return nil

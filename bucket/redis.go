@@ -149,11 +149,23 @@ func (c *call) build(req *Request, slack string) {
 		c.keys = append(c.keys, req.Subjects[i].Key)
 	}
 	c.keys = append(c.keys, req.Locks...)
+	for _, k := range req.TrustKeys {
+		if k != "" {
+			c.keys = append(c.keys, k)
+		}
+	}
 	now := "0"
 	if !req.Now.IsZero() {
 		now = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	}
-	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), ftoa(req.Cost), slack)
+	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), ftoa(req.Cost), slack, req.Device)
+	for i := range req.Locks {
+		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
+			c.args = append(c.args, "1")
+		} else {
+			c.args = append(c.args, "0")
+		}
+	}
 	for i := range req.Subjects {
 		c.args = append(c.args, ftoa(req.Subjects[i].Static), ftoa(req.Subjects[i].Unverified))
 	}
@@ -367,7 +379,11 @@ func (s *RedisStore) Multipliers(ctx context.Context, subjectKey string) ([]Mult
 
 // SetLock implements Admin.
 func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
-	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + l.Rule
+	flags := "-"
+	if l.Exempt {
+		flags = "x"
+	}
+	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
 	if err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)}).Err(); err != nil {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
 	}
@@ -386,6 +402,25 @@ func (s *RedisStore) ClearLock(ctx context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
+// trustScript adds a device to a trust set and keeps the set alive until
+// its latest member's end. KEYS[1] set; ARGV[1] device; ARGV[2] until (ms).
+var trustScript = redis.NewScript(`
+redis.call("SADD", KEYS[1], ARGV[1])
+local ttl = redis.call("PTTL", KEYS[1])
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local want = tonumber(ARGV[2]) - now
+if ttl < want then redis.call("PEXPIRE", KEYS[1], want) end
+return 1`)
+
+// Trust implements Admin.
+func (s *RedisStore) Trust(ctx context.Context, key, device string, until time.Time) error {
+	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
+	}
+	return nil
+}
+
 // GetLock implements Admin.
 func (s *RedisStore) GetLock(ctx context.Context, key string) (Lock, bool, error) {
 	v, err := s.c.Get(ctx, key).Result()
@@ -395,17 +430,17 @@ func (s *RedisStore) GetLock(ctx context.Context, key string) (Lock, bool, error
 	if err != nil {
 		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
 	}
-	parts := strings.SplitN(v, " ", 3)
-	if len(parts) < 2 {
+	parts := strings.SplitN(v, " ", 4)
+	if len(parts) < 3 {
 		return Lock{}, false, nil
 	}
 	us, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil {
 		return Lock{}, false, nil
 	}
-	l := Lock{Kind: parts[0], Until: time.UnixMicro(us)}
-	if len(parts) == 3 {
-		l.Rule = parts[2]
+	l := Lock{Kind: parts[0], Until: time.UnixMicro(us), Exempt: parts[2] == "x"}
+	if len(parts) == 4 {
+		l.Rule = parts[3]
 	}
 	if !l.Until.After(time.Now()) {
 		return Lock{}, false, nil

@@ -122,6 +122,7 @@ const (
 	spanBucket uint8 = iota
 	spanSubject
 	spanLock
+	spanTrust // the trust set of the lock just before it
 )
 
 // FromL1 reports whether the L1 cache answered without asking the store.
@@ -256,7 +257,8 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		routeVal = route.Match
 	}
 	req := &d.breq
-	req.Limits, req.Subjects, req.Locks = req.Limits[:0], req.Subjects[:0], req.Locks[:0]
+	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
+	req.Device = in.DeviceID
 	req.Cost, req.Now = in.Cost, in.Now
 	if req.Now.IsZero() && e.localClock {
 		req.Now = start
@@ -314,6 +316,10 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		if in.Account != "" {
 			d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
 			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+			if in.DeviceID != "" {
+				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":t"...)
+				d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
+			}
 		}
 		d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "ip", in.IP), ":l"...)
 		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
@@ -334,6 +340,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		switch sp.kind {
 		case spanLock:
 			req.Locks = append(req.Locks, k)
+			req.TrustKeys = append(req.TrustKeys, "")
+		case spanTrust:
+			req.TrustKeys[len(req.TrustKeys)-1] = k
 		case spanSubject:
 			req.Subjects[si].Key = k
 			si++

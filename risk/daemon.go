@@ -54,6 +54,9 @@ type Options struct {
 	Reassert time.Duration
 	// Now is the clock for re-assertion and offenders (default time.Now).
 	Now func() time.Time
+	// TrustFor is how long an attested device that logged in to an account
+	// stays exempt from that account's exempt_attested lockouts (default 30 days).
+	TrustFor time.Duration
 	// MaxKeys bounds the keys each signal tracks (default 200,000: about
 	// 100 MB per signal at worst; least recently seen keys go first).
 	MaxKeys int
@@ -96,6 +99,9 @@ func New(o Options) (*Daemon, error) {
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 200_000
+	}
+	if o.TrustFor <= 0 {
+		o.TrustFor = 30 * 24 * time.Hour
 	}
 	if o.Streams.Prefix == "" {
 		o.Streams.Prefix = streams.DefaultPrefix
@@ -339,9 +345,20 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 			d.count("decode")
 			return out, 0
 		}
-		return d.eng.ApplyReport(0, 0, &r, out), 1
+		out = d.eng.ApplyReport(0, 0, &r, out)
+		if r.Type == streams.ReportLoginSucceeded && r.Attested && r.Account != "" && r.DeviceID != "" {
+			// an attested device that logged in to the account: exempt from
+			// the account's lockouts of rules with exempt_attested
+			out = append(out, signals.Action{Kind: actionTrust, Subject: "account", ID: r.Account,
+				Lock: bucket.Lock{Rule: r.DeviceID, Until: r.TS.Add(d.o.TrustFor)}})
+		}
+		return out, 1
 	}
 }
+
+// actionTrust is riskd's own action: add Lock.Rule (a device id) to the
+// account's trust set until Lock.Until.
+const actionTrust signals.ActionKind = 200
 
 // refreshPolicy hands a reloaded policy to the engine; mu held.
 func (d *Daemon) refreshPolicy() {
@@ -373,7 +390,17 @@ func (d *Daemon) execute(ctx context.Context, actions []signals.Action) {
 func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 	m := d.o.Metrics
 	switch a.Kind {
+	case actionTrust:
+		if err := d.o.Store.Trust(ctx, bucket.TrustKey(d.o.Prefix, a.Subject, a.ID), a.Lock.Rule, a.Lock.Until); err != nil {
+			d.count("store")
+			return err
+		}
 	case signals.SetLock:
+		for _, v := range d.o.Policy().Risk.Velocity {
+			if v.Name == a.Lock.Rule && v.ExemptAttested {
+				a.Lock.Exempt = true
+			}
+		}
 		if err := d.o.Store.SetLock(ctx, bucket.LockKey(d.o.Prefix, a.Subject, a.ID), a.Lock); err != nil {
 			d.count("store")
 			return err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -71,6 +72,9 @@ type Config struct {
 	// ASNWatchInterval is how often the ASN database file is checked for
 	// a new version (default 1m).
 	ASNWatchInterval time.Duration
+	// PprofListen, when set, serves net/http/pprof on this address (keep it
+	// on loopback: profiles reveal internals).
+	PprofListen string
 	// ShutdownTimeout bounds the drain of in-flight requests (default 10s).
 	ShutdownTimeout time.Duration
 	// Logger receives JSON logs (default: JSON on stderr).
@@ -315,6 +319,17 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
 
+	if cfg.PprofListen != "" {
+		pm := http.NewServeMux()
+		pm.HandleFunc("/debug/pprof/", pprof.Index)
+		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		ps := &http.Server{Addr: cfg.PprofListen, Handler: pm, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = ps.ListenAndServe() }()
+		closers = append(closers, func() { _ = ps.Close() })
+		log.Info("pprof listening", "addr", cfg.PprofListen)
+	}
 	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

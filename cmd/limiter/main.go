@@ -81,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
+	fs.StringVar(&cfg.PprofListen, "pprof-listen", env("TOLLGATE_PPROF_LISTEN", ""), "serve net/http/pprof on this address (loopback only; off by default)")
 	fs.BoolVar(&cfg.NoL1, "no-l1", false, "turn off the local L1 cache in front of Redis")
 	fs.DurationVar(&cfg.L1TTL, "l1-ttl", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound")
 	fs.IntVar(&cfg.L1MaxEntries, "l1-max-entries", 100_000, "bound on entries held by the L1 cache")
