@@ -29,8 +29,10 @@ const (
 // constants) and Err says what was wrong. Callers show Step and Err to the
 // app; a store failure is never an *Error.
 type Error struct {
+	// Step is the failed check (StepNonce, ...).
 	Step string
-	Err  error
+	// Err is what was wrong.
+	Err error
 }
 
 // Error returns "attestation: <step>: <cause>".

@@ -116,7 +116,7 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 
 	d, err := risk.New(risk.Options{
 		Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg,
-		Metrics: risk.NewMetrics(reg), Logger: log.With("component", "riskd"),
+		Metrics: risk.NewMetrics(reg), Logger: cfg.Logger.With("component", "riskd"),
 	})
 	if err != nil {
 		e.close()

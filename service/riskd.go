@@ -125,7 +125,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 			return nil, fmt.Errorf("service: policy: %w", err)
 		}
 	}
-	holder := policy.NewHolder(cfg.ConfigPath, p, log.With("component", "policy"))
+	holder := policy.NewHolder(cfg.ConfigPath, p, cfg.Logger.With("component", "policy"))
 
 	opts, err := RedisOptions(cfg.RedisURL)
 	if err != nil {

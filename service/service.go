@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			return nil, fmt.Errorf("service: policy: %w", err)
 		}
 	}
-	holder := policy.NewHolder(cfg.ConfigPath, p, log.With("component", "policy"))
+	holder := policy.NewHolder(cfg.ConfigPath, p, cfg.Logger.With("component", "policy"))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -168,7 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
 	}, []string{"result"})
 	reg.MustRegister(reloads)
-	rep := newReputationState(log.With("component", "reputation"), reg, cfg.ASNWatchInterval)
+	rep := newReputationState(cfg.Logger.With("component", "reputation"), reg, cfg.ASNWatchInterval)
 	if err := rep.apply(holder.Current()); err != nil {
 		return nil, err
 	}

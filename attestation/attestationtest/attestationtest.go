@@ -39,12 +39,15 @@ var (
 // CA is a generated App Attest PKI: a root and an intermediate that
 // issues leaves. Pool holds the root, for attestation.Apple.Roots.
 type CA struct {
-	Root            *x509.Certificate
-	RootKey         *ecdsa.PrivateKey
+	// Root and RootKey are the self-signed root (P-384).
+	Root    *x509.Certificate
+	RootKey *ecdsa.PrivateKey
+	// Intermediate and IntermediateKey issue the leaves (P-384).
 	Intermediate    *x509.Certificate
 	IntermediateKey *ecdsa.PrivateKey
-	Pool            *x509.CertPool
-	now             time.Time
+	// Pool holds Root only.
+	Pool *x509.CertPool
+	now  time.Time
 }
 
 // NewCA returns a PKI whose root and intermediate are valid from a year
@@ -113,10 +116,14 @@ type Options struct {
 // Attested is a generated attestation: the object the app would send, its
 // key id and the key itself (to sign assertions).
 type Attested struct {
+	// Object is the CBOR attestation object.
 	Object []byte
-	KeyID  []byte
-	Key    *ecdsa.PrivateKey
-	Leaf   *x509.Certificate
+	// KeyID is SHA-256 of the key's uncompressed point (raw bytes).
+	KeyID []byte
+	// Key is the attested key; it signs assertions (Assertion).
+	Key *ecdsa.PrivateKey
+	// Leaf is the leaf certificate in Object's x5c.
+	Leaf *x509.Certificate
 }
 
 // Attest issues a leaf for o.Key and returns the attestation object.
@@ -228,10 +235,14 @@ func Assertion(t testing.TB, key *ecdsa.PrivateKey, appID string, counter uint32
 // encrypt with and the EC key it would sign with, plus their base64 forms
 // as the Play Console shows them (for attestation.ParsePlayKeys).
 type PlayKeys struct {
+	// Decryption is the raw 32-byte AES key (A256KW).
 	Decryption []byte
-	Signing    *ecdsa.PrivateKey
-	DecB64     string
-	VerB64     string
+	// Signing is the EC P-256 key tokens are signed with (ES256).
+	Signing *ecdsa.PrivateKey
+	// DecB64 and VerB64 are the decryption key and the verification
+	// (public) key's DER SubjectPublicKeyInfo, in standard base64.
+	DecB64 string
+	VerB64 string
 }
 
 // NewPlayKeys generates Play Integrity keys.
