@@ -179,6 +179,14 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		}
 		v.Multipliers = append(v.Multipliers, mv)
 	}
+	if subject == "device" && s.o.Attestation != nil {
+		view, _, err := s.o.Attestation(ctx, id)
+		if err != nil {
+			s.storeError(w, rid, err)
+			return
+		}
+		v.Attestation = view
+	}
 	if subject == "account" {
 		l, ok, err := e.Store().GetLock(ctx, bucket.LockKey(e.Prefix(), "account", id))
 		if err != nil {

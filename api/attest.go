@@ -215,16 +215,16 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	}
 	ctx, now := r.Context(), h.o.Now()
 	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
-		return h.failure(r.Context(), rid, "apple", id, err)
+		return h.failure(ctx, rid, "apple", id, err)
 	}
 	cdh := sha256.Sum256([]byte(challenge))
 	key, err := h.o.Apple.VerifyAttestation(obj, keyID, cdh[:], now)
 	if err != nil {
-		return h.failure(r.Context(), rid, "apple", id, err)
+		return h.failure(ctx, rid, "apple", id, err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(key.PublicKey)
 	if err != nil {
-		return h.failure(r.Context(), rid, "apple", id, err)
+		return h.failure(ctx, rid, "apple", id, err)
 	}
 	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
@@ -257,10 +257,10 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	}
 	ctx, now := r.Context(), h.o.Now()
 	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
-		return h.failure(r.Context(), rid, "android", id, err)
+		return h.failure(ctx, rid, "android", id, err)
 	}
 	if _, err := h.o.Play.Verify(*b.Token, challenge, now); err != nil {
-		return h.failure(r.Context(), rid, "android", id, err)
+		return h.failure(ctx, rid, "android", id, err)
 	}
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
@@ -302,20 +302,20 @@ func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid st
 	ctx, now := r.Context(), h.o.Now()
 	st, found, err := h.o.Devices.Get(ctx, id)
 	if err != nil {
-		return h.failure(r.Context(), rid, "assertion", id, err)
+		return h.failure(ctx, rid, "assertion", id, err)
 	}
 	keyText := base64.StdEncoding.EncodeToString(keyID)
 	if !found || !st.Valid(now) || st.Platform != attestation.PlatformApple || st.KeyID != keyText {
-		return h.failure(r.Context(), rid, "assertion", id, &attestation.Error{Step: attestation.StepKeyID,
+		return h.failure(ctx, rid, "assertion", id, &attestation.Error{Step: attestation.StepKeyID,
 			Err: errors.New("no attested App Attest key for this device and key id; attest first")})
 	}
 	pub, err := st.Key()
 	if err != nil {
-		return h.failure(r.Context(), rid, "assertion", id, err)
+		return h.failure(ctx, rid, "assertion", id, err)
 	}
 	n, err := h.o.Apple.VerifyAssertion(asr, clientData, pub, st.Counter)
 	if err != nil {
-		return h.failure(r.Context(), rid, "assertion", id, err)
+		return h.failure(ctx, rid, "assertion", id, err)
 	}
 	st.Counter, st.VerifiedAt, st.ExpiresAt = n, now, now.Add(h.o.ValidFor)
 	if aerr := h.record(ctx, rid, id, st, true); aerr != nil {

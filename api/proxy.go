@@ -294,6 +294,9 @@ func (p *proxy) outcome(resp *http.Response) error {
 	}
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID}
+	if typ == streams.ReportLoginSucceeded {
+		rep.Attested = p.s.attested(resp.Request.Context(), id.in.DeviceID)
+	}
 	p.s.reports.Add(1)
 	go func() {
 		defer p.s.reports.Done()

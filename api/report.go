@@ -104,6 +104,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.ID = ulid.Make().String()
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
+	rep.Attested = s.attested(r.Context(), rep.DeviceID)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
 		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -111,6 +112,15 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
+}
+
+// attested reports whether the device holds a valid attestation now.
+func (s *Server) attested(ctx context.Context, deviceID string) bool {
+	if deviceID == "" || s.o.Attestation == nil {
+		return false
+	}
+	_, valid, err := s.o.Attestation(ctx, deviceID)
+	return err == nil && valid
 }
 
 // handleOffenders serves GET /v1/admin/offenders.

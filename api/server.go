@@ -42,6 +42,9 @@ type Options struct {
 	Reporter Reporter
 	// Offenders lists repeat offenders for GET /v1/admin/offenders.
 	Offenders func(ctx context.Context) ([]signals.Offender, error)
+	// Attestation returns a device's attestation for the admin subject
+	// view (nil when none) and whether it is valid now.
+	Attestation func(ctx context.Context, deviceID string) (view any, valid bool, err error)
 }
 
 // Server serves the limiter's HTTP API. Its zero value is not usable; use New.

@@ -172,9 +172,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err := rep.apply(holder.Current()); err != nil {
 		return nil, err
 	}
+	var att *attestState // set below, before the policy can reload
 	holder.OnReload = func(np *policy.Policy, err error) {
 		if err == nil {
 			err = rep.apply(np)
+		}
+		if err == nil && att != nil {
+			err = att.apply(np)
 		}
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
@@ -252,14 +256,20 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closeAll()
 		return nil, err
 	}
+	att = newAttestState(cfg.Logger.With("component", "attestation"), store, rclient, cfg.KeyPrefix)
+	if err := att.apply(holder.Current()); err != nil {
+		closeAll()
+		return nil, err
+	}
 	srv, err := api.New(api.Options{
-		Engine:     eng,
-		AdminToken: cfg.AdminToken,
-		Logger:     log,
-		Gatherer:   reg,
-		Events:     ev.publisher,
-		Reporter:   ev.publisher,
-		Offenders:  ev.offenders,
+		Engine:      eng,
+		AdminToken:  cfg.AdminToken,
+		Logger:      log,
+		Gatherer:    reg,
+		Events:      ev.publisher,
+		Reporter:    ev.publisher,
+		Offenders:   ev.offenders,
+		Attestation: att.view,
 		Dependencies: func(ctx context.Context) map[string]string {
 			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {
@@ -275,6 +285,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closeAll()
 		return nil, err
 	}
+
+	srv.Handle("/v1/attest/", att)
 
 	if cfg.Upstream != "" {
 		u, err := url.Parse(cfg.Upstream)
