@@ -108,8 +108,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
 	if c.RedisURL != "" {
-		if _, err := RedisOptions(c.RedisURL); err != nil {
+		o, err := RedisOptions(c.RedisURL)
+		if err != nil {
 			return err
+		}
+		if o.IsClusterMode {
+			// A decision's keys span several subjects' slots; evaluating them
+			// atomically across a Cluster is not built yet. Refuse rather than
+			// fail every decision with CROSSSLOT.
+			return fmt.Errorf("service: redis %s: Redis Cluster is not supported by this version; use a standalone Redis (with a replica for failover)", RedactURL(c.RedisURL))
 		}
 	}
 	return nil

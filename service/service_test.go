@@ -230,6 +230,14 @@ func TestRedisOptions(t *testing.T) {
 	}
 }
 
+func TestClusterRefused(t *testing.T) {
+	t.Parallel()
+	cfg := Config{RedisURL: "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Redis Cluster is not supported") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func itoa(i int) string { return string(rune('0' + i)) }
 
 // newUpstream starts an HTTP upstream and returns its URL.
