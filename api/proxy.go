@@ -87,7 +87,9 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 			pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
 		},
 		Transport:     o.Transport,
-		FlushInterval: -1, // stream responses (server-sent events, long polls) as they come
+		// 0: responses of unknown length (chunked, server-sent events) are
+		// flushed as they come; others are written in as few writes as possible.
+		FlushInterval: 0,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if o.OnUpstreamError != nil {
 				o.OnUpstreamError()
