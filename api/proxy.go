@@ -86,7 +86,7 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 			pr.Out.Header.Set("X-Forwarded-Proto", scheme(pr.In))
 			pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
 		},
-		Transport:     o.Transport,
+		Transport: o.Transport,
 		// 0: responses of unknown length (chunked, server-sent events) are
 		// flushed as they come; others are written in as few writes as possible.
 		FlushInterval: 0,
