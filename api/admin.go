@@ -88,10 +88,12 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		m.ExpiresAt = s.o.Now().Add(ttl)
 	}
 	e := s.o.Engine
-	if err := e.Store().SetMultiplier(r.Context(), bucket.MultiplierKey(e.Prefix(), subject, id), m); err != nil {
+	key := bucket.MultiplierKey(e.Prefix(), subject, id)
+	if err := e.Store().SetMultiplier(r.Context(), key, m); err != nil {
 		s.storeError(w, rid, err)
 		return
 	}
+	e.Forget(key)
 	s.o.Logger.Info("admin: multiplier set", "subject", subject, "id", id, "multiplier", m.Value, "ttl", req.TTL, "reason", req.Reason, "request_id", rid)
 	s.writeSubject(w, r, rid, subject, id)
 }
@@ -103,10 +105,12 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	e := s.o.Engine
-	if err := e.Store().ClearMultiplier(r.Context(), bucket.MultiplierKey(e.Prefix(), subject, id), "admin"); err != nil {
+	key := bucket.MultiplierKey(e.Prefix(), subject, id)
+	if err := e.Store().ClearMultiplier(r.Context(), key, "admin"); err != nil {
 		s.storeError(w, rid, err)
 		return
 	}
+	e.Forget(key)
 	s.o.Logger.Info("admin: multiplier cleared", "subject", subject, "id", id, "request_id", rid)
 	s.writeSubject(w, r, rid, subject, id)
 }

@@ -55,6 +55,19 @@ type Subject struct {
 	// unexpired "attestation" multiplier (the policy's
 	// unverified_multiplier for devices). 1 is neutral; set it.
 	Unverified float64
+	// Cached, when true, gives the subject's effective multiplier (Mult)
+	// and penalty end (Pen, Unix µs; 0 when unknown) from the caller's L1
+	// cache: the store does not read the subject's multipliers.
+	Cached    bool
+	Mult, Pen float64
+}
+
+// SubjectResult is what the store read for one subject.
+type SubjectResult struct {
+	// Read is true when the store read the subject's multipliers (it was
+	// not Cached); Mult and Pen are then what a cache may keep.
+	Read      bool
+	Mult, Pen float64
 }
 
 // Request is one decision: every limit that applies to a request.
@@ -122,6 +135,8 @@ type Result struct {
 	Now time.Time
 	// Limits holds one result per Request.Limits, in order.
 	Limits []LimitResult
+	// Subjects holds one result per Request.Subjects (empty when Locked).
+	Subjects []SubjectResult
 }
 
 // Multiplier is one source's multiplier on a subject.

@@ -203,6 +203,12 @@ func TestMultipliers(t *testing.T) {
 			if res.Limits[1].Burst != 25 {
 				t.Fatalf("static: burst %v, want 25", res.Limits[1].Burst)
 			}
+			// a subject the caller's cache knows is not read: its cached value rules
+			req.Subjects[1] = bucket.Subject{Key: ip, Static: 1, Unverified: 1, Cached: true, Mult: 0.5}
+			must(s.Decide(ctx, &req, &res))
+			if res.Limits[1].Burst != 50 || res.Subjects[1].Read || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.8 {
+				t.Fatalf("cached subject: burst %v, subjects %+v", res.Limits[1].Burst, res.Subjects)
+			}
 			// unverified applies only while no attestation is in force
 			unv := bucket.MultiplierKey(p, "device", "fresh")
 			req = bucket.Request{Now: t0, Subjects: []bucket.Subject{{Key: unv, Static: 1, Unverified: 0.5}},
@@ -354,8 +360,15 @@ func TestConformance(t *testing.T) {
 			continue
 		}
 		req := bucket.Request{Now: now, Cost: float64(rng.IntN(4)), Subjects: subjects}
-		if rng.IntN(10) == 0 {
+		switch rng.IntN(10) {
+		case 0:
 			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
+		case 1: // a subject known to the caller's cache
+			pen := 0.0
+			if rng.IntN(2) == 0 {
+				pen = float64(now.Add(time.Duration(rng.IntN(600)) * time.Second).UnixMicro())
+			}
+			req.Subjects = []bucket.Subject{subjects[0], {Key: subjects[1].Key, Static: 1, Unverified: 1, Cached: true, Mult: values[rng.IntN(len(values))], Pen: pen}, subjects[2]}
 		}
 		for _, l := range all {
 			if rng.IntN(3) > 0 {
@@ -384,6 +397,15 @@ func diff(a, b *bucket.Result) string {
 			math.Float64bits(x.Burst) != math.Float64bits(y.Burst) || math.Float64bits(x.Multiplier) != math.Float64bits(y.Multiplier) ||
 			!x.Reset.Equal(y.Reset) || x.RetryAfter != y.RetryAfter {
 			return fmt.Sprintf("limit %d", i)
+		}
+	}
+	if len(a.Subjects) != len(b.Subjects) {
+		return "subjects"
+	}
+	for j := range a.Subjects {
+		x, y := a.Subjects[j], b.Subjects[j]
+		if x.Read != y.Read || math.Float64bits(x.Mult) != math.Float64bits(y.Mult) || math.Float64bits(x.Pen) != math.Float64bits(y.Pen) {
+			return fmt.Sprintf("subject %d", j)
 		}
 	}
 	return ""

@@ -6,11 +6,13 @@
 -- ARGV[2] nl, ARGV[3] ns, ARGV[4] nk, ARGV[5] cost, ARGV[6] expiry slack in ms
 -- ARGV[7] the request's device id ("" when none)
 -- ARGV[8 .. 7+nk] per lock: "1" when a trust set key follows for it, else "0"
--- then per subject: static multiplier, unverified multiplier
+-- then per subject: static multiplier, unverified multiplier, cached ("" to read
+--   the subject's hash, else "mult pen" known to the caller's L1 cache)
 -- then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub subject indexes (1-based)
 --
 -- Reply: {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
--- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us}.
+-- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us,
+--  then per subject: "mult pen" when read from its hash, else ""}.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
@@ -61,14 +63,14 @@ end
 local argi = 8 + nk
 local mults = {}
 local pens = {}
-for j = 1, ns do
-  local static = tonumber(ARGV[argi])
-  local unverified = tonumber(ARGV[argi + 1])
-  argi = argi + 2
+-- subject returns a subject's effective multiplier and when its lowest
+-- penalty ends (0 when unknown or none), from its hash and the caller's
+-- static and unverified multipliers.
+local function subject(key, static, unverified)
   local lo = static
   local hi = static
   local attested = false
-  local h = redis.call("HGETALL", KEYS[nl + j])
+  local h = redis.call("HGETALL", key)
   local vals = {}
   local exps = {}
   for f = 2, #h, 2 do
@@ -92,7 +94,6 @@ for j = 1, ns do
   end
   local pen = 0
   if lo < 1 then
-    mults[j] = lo
     -- when the lowest penalty ends: the latest expiry among the entries at
     -- the lowest value; 0 (unknown) when one never ends or a caller-known
     -- multiplier (static, unverified) is the lowest
@@ -104,10 +105,26 @@ for j = 1, ns do
       end
     end
     if pen < 0 then pen = 0 end
-  else
-    mults[j] = hi
+    return lo, pen
   end
-  pens[j] = pen
+  return hi, 0
+end
+
+local fresh = {}
+for j = 1, ns do
+  local static = tonumber(ARGV[argi])
+  local unverified = tonumber(ARGV[argi + 1])
+  local cached = ARGV[argi + 2]
+  argi = argi + 3
+  if cached ~= "" then
+    -- the caller's L1 cache already knows this subject's multiplier
+    local ms, ps = string.match(cached, "^(%S+) (%S+)$")
+    mults[j] = tonumber(ms)
+    pens[j] = tonumber(ps)
+  else
+    fresh[j] = true
+    mults[j], pens[j] = subject(KEYS[nl + j], static, unverified)
+  end
 end
 
 local allowed = 1
@@ -185,5 +202,13 @@ for i = 1, nl do
   reply[#reply + 1] = effbs[i]
   reply[#reply + 1] = reset
   reply[#reply + 1] = retries[i]
+end
+-- then, per subject read from its hash: "mult pen" for the caller's cache
+for j = 1, ns do
+  if fresh[j] then
+    reply[#reply + 1] = fmt("%.17g %.17g", mults[j], pens[j])
+  else
+    reply[#reply + 1] = ""
+  end
 end
 return reply

@@ -190,6 +190,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	res.Now = time.UnixMicro(int64(now))
 	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits = res.Limits[:0]
+	res.Subjects = res.Subjects[:0]
 
 	// Scratch space on the stack for the common case of at most 8 limits
 	// and subjects; larger requests spill to the heap.
@@ -209,11 +210,16 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		}
 		empty := len(s.mults) == 0
 		for j := range req.Subjects {
+			sub := &req.Subjects[j]
+			if sub.Cached {
+				mults[j], pens[j] = sub.Mult, sub.Pen
+				continue
+			}
 			var stored map[string]Multiplier
 			if !empty {
-				stored = s.mults[req.Subjects[j].Key]
+				stored = s.mults[sub.Key]
 			}
-			mults[j], pens[j] = combineAt(req.Subjects[j].Static, req.Subjects[j].Unverified, stored, now)
+			mults[j], pens[j] = combineAt(sub.Static, sub.Unverified, stored, now)
 		}
 		s.mu.RUnlock()
 	}
@@ -251,6 +257,13 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		}
 	}
 	res.Allowed = allowed
+	for j := range req.Subjects {
+		if req.Subjects[j].Cached {
+			res.Subjects = append(res.Subjects, SubjectResult{})
+		} else {
+			res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: mults[j], Pen: pens[j]})
+		}
+	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		ev := &evs[i]

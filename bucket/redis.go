@@ -167,7 +167,12 @@ func (c *call) build(req *Request, slack string) {
 		}
 	}
 	for i := range req.Subjects {
-		c.args = append(c.args, ftoa(req.Subjects[i].Static), ftoa(req.Subjects[i].Unverified))
+		sub := &req.Subjects[i]
+		cached := ""
+		if sub.Cached {
+			cached = ftoa(sub.Mult) + " " + ftoa(sub.Pen)
+		}
+		c.args = append(c.args, ftoa(sub.Static), ftoa(sub.Unverified), cached)
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
@@ -275,6 +280,7 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 	res.Now = time.UnixMicro(now)
 	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits = res.Limits[:0]
+	res.Subjects = res.Subjects[:0]
 	if status == 2 {
 		if len(vals) != 6 {
 			return fmt.Errorf("bucket: lock reply has %d values", len(vals))
@@ -289,9 +295,9 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 		res.Locked, res.Lock, res.LockIndex = true, Lock{Kind: kind, Rule: rule, Until: until}, int(idx)-1
 		return nil
 	}
-	nl := len(req.Limits)
-	if len(vals) != 2+5*nl {
-		return fmt.Errorf("bucket: reply has %d values for %d limits", len(vals), nl)
+	nl, ns := len(req.Limits), len(req.Subjects)
+	if len(vals) != 2+5*nl+ns {
+		return fmt.Errorf("bucket: reply has %d values for %d limits and %d subjects", len(vals), nl, ns)
 	}
 	res.Allowed = status == 1
 	for i := 0; i < nl; i++ {
@@ -304,6 +310,20 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 			f[k] = float64(n)
 		}
 		res.Limits = append(res.Limits, limitResult(f[0] == 1, f[1], f[2], f[3], f[4], &req.Limits[i]))
+	}
+	for j := 0; j < ns; j++ {
+		str, _ := vals[2+5*nl+j].(string)
+		if str == "" {
+			res.Subjects = append(res.Subjects, SubjectResult{})
+			continue
+		}
+		ms, ps, ok := strings.Cut(str, " ")
+		m, err1 := strconv.ParseFloat(ms, 64)
+		p, err2 := strconv.ParseFloat(ps, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("bucket: subject reply %q", str)
+		}
+		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: m, Pen: p})
 	}
 	return nil
 }

@@ -186,6 +186,10 @@ func New(o Options) (*Engine, error) {
 	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
 }
 
+// Forget drops a cached answer about key (a lock or multiplier key), after
+// the admin API changed it through this limiter.
+func (e *Engine) Forget(key string) { e.ForgetLock(key) }
+
 // ForgetLock drops a cached lock answer (after the admin API lifted it).
 func (e *Engine) ForgetLock(key string) {
 	if e.o.L1 != nil {
@@ -299,7 +303,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified})
+				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified}) // Cached is reset here
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
@@ -355,6 +359,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	if e.o.L1 != nil && e.fromL1(d, req, start) {
 		e.record(d, p, start)
 		return nil
+	}
+	if e.o.L1 != nil {
+		e.subjectsFromL1(req, start)
 	}
 	if !e.o.Breaker.Allow() {
 		e.fail(d, p, ci, bucket.ErrUnavailable, start)
@@ -425,10 +432,29 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 	return true
 }
 
+// subjectsFromL1 marks the subjects whose multipliers the L1 cache knows,
+// so the store does not read them.
+func (e *Engine) subjectsFromL1(req *bucket.Request, now time.Time) {
+	c := e.o.L1
+	for j := range req.Subjects {
+		sub := &req.Subjects[j]
+		en, ok := c.get(sub.Key, now)
+		if ok && en.subject && en.static == sub.Static && en.unverified == sub.Unverified {
+			sub.Cached, sub.Mult, sub.Pen = true, en.mult, en.pen
+		}
+	}
+}
+
 // toL1 remembers a store answer that will hold: empty buckets until their
-// retry time, locks for LockTTL.
+// retry time, locks and subjects' multipliers for the TTL.
 func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	c := e.o.L1
+	for j, sr := range d.bres.Subjects {
+		if sr.Read && j < len(req.Subjects) {
+			sub := &req.Subjects[j]
+			c.put(sub.Key, l1Entry{until: now.Add(c.ttl), subject: true, mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, now)
+		}
+	}
 	switch d.Outcome {
 	case Locked, StepUp:
 		until := now.Add(min(c.ttl, d.RetryAfter))

@@ -24,13 +24,17 @@ type L1Options struct {
 //   - a bucket found empty: every request needing at least as many tokens
 //     is denied locally until the bucket's retry time or TTL, whichever
 //     comes first, without a store call;
-//   - a lockout or step-up: reused for TTL (capped at its end).
+//   - a lockout or step-up: reused for TTL (capped at its end);
+//   - a subject's effective multiplier: reused for TTL, so the store does
+//     not read the subject's multipliers again (a penalty or bonus set or
+//     expired elsewhere is seen within TTL).
 //
 // So a key attacked at full speed costs the store at most one call per
-// TTL (or per refill of its bucket) instead of one per request. The cache
-// only ever denies: it never makes a decision more lenient than the store
-// would, and a decision is never staler than TTL (a lifted lockout, a
-// cleared penalty, tokens another limiter host returned). It is bounded:
+// TTL (or per refill of its bucket) instead of one per request, and the
+// store's work per decision shrinks. A decision is never more lenient than
+// the policy plus one TTL of staleness (a new penalty, an expired bonus,
+// a lifted lockout, tokens another limiter host returned are all seen
+// within TTL). It is bounded:
 // when full, expired entries are dropped, then arbitrary ones. Safe for
 // concurrent use.
 type L1 struct {
@@ -56,6 +60,11 @@ type l1Entry struct {
 	reset time.Time
 	lock  bucket.Lock // set for a lockout or step-up
 	scope string
+	// a subject's multiplier: the store's answer for these static and
+	// unverified inputs
+	subject            bool
+	mult, pen          float64
+	static, unverified float64
 }
 
 // NewL1 returns an empty cache.

@@ -196,3 +196,57 @@ func BenchmarkHotKeyRedisOps(b *testing.B) {
 		})
 	}
 }
+
+// TestL1CachesMultipliers: a subject's multiplier is read once per TTL;
+// a change made elsewhere is seen once the TTL has passed, one made
+// through this limiter (Forget) at once.
+func TestL1CachesMultipliers(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1700000000, 0)
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return now }})
+	reads := &subjectReads{Store: mem}
+	e := l1Engine(t, reads, NewL1(L1Options{TTL: 300 * time.Millisecond}), &now)
+	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "d", Cost: 0}
+	var d Decision
+	_ = e.Decide(context.Background(), &in, &d)
+	_ = e.Decide(context.Background(), &in, &d)
+	if reads.read.Load() != 2 || reads.cached.Load() != 2 { // ip and device, read once then cached
+		t.Fatalf("reads %d cached %d", reads.read.Load(), reads.cached.Load())
+	}
+	key := bucket.MultiplierKey("tg:", "device", "d")
+	_ = mem.SetMultiplier(context.Background(), key, bucket.Multiplier{Source: "admin", Value: 0.5})
+	now = now.Add(100 * time.Millisecond)
+	_ = e.Decide(context.Background(), &in, &d)
+	if d.Binding.Name != "per-ip" || d.Limit != 10 { // per-device still 600 from the cache: per-ip binds
+		t.Fatalf("within TTL: %s %d", d.Binding.Name, d.Limit)
+	}
+	now = now.Add(200 * time.Millisecond) // TTL over: read again
+	_ = e.Decide(context.Background(), &in, &d)
+	in2 := in
+	_ = e.Decide(context.Background(), &in2, &d)
+	if reads.read.Load() != 4 {
+		t.Fatalf("after TTL: reads %d, want 4", reads.read.Load())
+	}
+	e.Forget(key)
+	_ = e.Decide(context.Background(), &in, &d)
+	if reads.read.Load() != 5 {
+		t.Fatalf("after Forget: reads %d, want 5", reads.read.Load())
+	}
+}
+
+// subjectReads counts subjects the store read and those the cache supplied.
+type subjectReads struct {
+	bucket.Store
+	read, cached atomic.Int64
+}
+
+func (s *subjectReads) Decide(ctx context.Context, req *bucket.Request, res *bucket.Result) error {
+	for _, sub := range req.Subjects {
+		if sub.Cached {
+			s.cached.Add(1)
+		} else {
+			s.read.Add(1)
+		}
+	}
+	return s.Store.Decide(ctx, req, res)
+}
