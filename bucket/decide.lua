@@ -12,7 +12,7 @@
 --
 -- Reply: {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
 -- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us,
---  then per subject: "mult pen" when read from its hash, else ""}.
+--  then per subject: "mult pen" when read from its hash ("1" for neutral), else ""}.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
@@ -205,7 +205,9 @@ for i = 1, nl do
 end
 -- then, per subject read from its hash: "mult pen" for the caller's cache
 for j = 1, ns do
-  if fresh[j] then
+  if fresh[j] and mults[j] == 1 and pens[j] == 0 then
+    reply[#reply + 1] = "1" -- the common case, neutral: no formatting
+  elseif fresh[j] then
     reply[#reply + 1] = fmt("%.17g %.17g", mults[j], pens[j])
   else
     reply[#reply + 1] = ""

@@ -317,6 +317,10 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 			res.Subjects = append(res.Subjects, SubjectResult{})
 			continue
 		}
+		if str == "1" {
+			res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: 1})
+			continue
+		}
 		ms, ps, ok := strings.Cut(str, " ")
 		m, err1 := strconv.ParseFloat(ms, 64)
 		p, err2 := strconv.ParseFloat(ps, 64)
