@@ -360,7 +360,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
-	if e.o.L1 != nil {
+	if e.o.L1 != nil && !e.o.L1.noSubjects {
 		e.subjectsFromL1(req, start)
 	}
 	if !e.o.Breaker.Allow() {
@@ -450,7 +450,7 @@ func (e *Engine) subjectsFromL1(req *bucket.Request, now time.Time) {
 func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	c := e.o.L1
 	for j, sr := range d.bres.Subjects {
-		if sr.Read && j < len(req.Subjects) {
+		if sr.Read && j < len(req.Subjects) && !c.noSubjects {
 			sub := &req.Subjects[j]
 			c.put(sub.Key, l1Entry{until: now.Add(c.ttl), subject: true, mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, now)
 		}

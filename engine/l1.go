@@ -12,6 +12,11 @@ import (
 type L1Options struct {
 	// MaxEntries bounds the cache (default 100,000 entries; about 10 MB).
 	MaxEntries int
+	// NoMultipliers turns off the caching of subjects' multipliers (denials
+	// and locks are still cached). Caching them saves the store 1 read per
+	// subject per decision when keys repeat within TTL, and costs a little
+	// limiter CPU when they do not (uniformly random keys).
+	NoMultipliers bool
 	// TTL is the longest any answer is reused before the store is asked
 	// again (default 250ms; 100-500ms is sane): the cache's staleness bound.
 	// A lockout lifted or a penalty cleared by the admin API is seen within it.
@@ -40,6 +45,7 @@ type L1Options struct {
 type L1 struct {
 	maxPerShard int
 	ttl         time.Duration
+	noSubjects  bool
 	seed        maphash.Seed
 	shards      [l1Shards]l1Shard
 }
@@ -75,7 +81,7 @@ func NewL1(o L1Options) *L1 {
 	if o.TTL <= 0 {
 		o.TTL = 250 * time.Millisecond
 	}
-	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), ttl: o.TTL, seed: maphash.MakeSeed()}
+	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), ttl: o.TTL, noSubjects: o.NoMultipliers, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]l1Entry)
 	}

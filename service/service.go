@@ -66,6 +66,8 @@ type Config struct {
 	L1TTL time.Duration
 	// L1MaxEntries bounds the L1 cache (default 100,000).
 	L1MaxEntries int
+	// L1NoMultipliers stops the L1 cache from caching multipliers.
+	L1NoMultipliers bool
 	// WatchInterval is how often the policy file is checked for changes
 	// (default 2s).
 	WatchInterval time.Duration
@@ -251,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 
 	var l1 *engine.L1
 	if cfg.RedisURL != "" && !cfg.NoL1 {
-		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL})
+		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL, NoMultipliers: cfg.L1NoMultipliers})
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
 			Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
 	}

@@ -85,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.BoolVar(&cfg.NoL1, "no-l1", false, "turn off the local L1 cache in front of Redis")
 	fs.DurationVar(&cfg.L1TTL, "l1-ttl", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound")
 	fs.IntVar(&cfg.L1MaxEntries, "l1-max-entries", 100_000, "bound on entries held by the L1 cache")
+	fs.BoolVar(&cfg.L1NoMultipliers, "no-l1-multipliers", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
