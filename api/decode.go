@@ -62,18 +62,9 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
 	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Cost: 1}
-	for _, f := range []struct {
-		name string
-		v    *string
-		dst  *string
-	}{{"user_id", req.UserID, &in.UserID}, {"device_id", req.DeviceID, &in.DeviceID}, {"account", req.Account, &in.Account}} {
-		if f.v == nil {
-			continue
-		}
-		if msg := checkID(*f.v); msg != "" {
-			return badRequest(`field "` + f.name + `" ` + msg)
-		}
-		*f.dst = *f.v
+	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
+		idField{"account", req.Account, &in.Account}); aerr != nil {
+		return aerr
 	}
 	if len(req.Cost) > 0 && string(req.Cost) != "null" {
 		if c := req.Cost[0]; c != '-' && (c < '0' || c > '9') {
@@ -89,6 +80,28 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 			return badRequest(`field "cost" must not be negative`)
 		}
 		in.Cost = float64(c)
+	}
+	return nil
+}
+
+// idField is an optional identifier of a request body and where it goes.
+type idField struct {
+	name string
+	v    *string
+	dst  *string
+}
+
+// copyIDs validates the present identifiers and copies them; the error
+// names the first bad field.
+func copyIDs(fields ...idField) *apiError {
+	for _, f := range fields {
+		if f.v == nil {
+			continue
+		}
+		if msg := checkID(*f.v); msg != "" {
+			return badRequest(`field "` + f.name + `" ` + msg)
+		}
+		*f.dst = *f.v
 	}
 	return nil
 }

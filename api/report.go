@@ -54,18 +54,9 @@ func decodeReport(body []byte, r *streams.Report) *apiError {
 		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
 	}
 	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
-	for _, f := range []struct {
-		name string
-		v    *string
-		dst  *string
-	}{{"account", req.Account, &r.Account}, {"device_id", req.DeviceID, &r.DeviceID}, {"user_id", req.UserID, &r.UserID}} {
-		if f.v == nil {
-			continue
-		}
-		if msg := checkID(*f.v); msg != "" {
-			return badRequest(`field "` + f.name + `" ` + msg)
-		}
-		*f.dst = *f.v
+	if aerr := copyIDs(idField{"account", req.Account, &r.Account}, idField{"device_id", req.DeviceID, &r.DeviceID},
+		idField{"user_id", req.UserID, &r.UserID}); aerr != nil {
+		return aerr
 	}
 	if req.IP != nil && *req.IP != "" {
 		ip, err := netip.ParseAddr(*req.IP)

@@ -20,7 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/bucket"
-	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -118,14 +117,10 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	log := cfg.Logger.With("component", "riskd")
 	quietRedis(cfg.Logger)
-	var p *policy.Policy
-	if cfg.ConfigPath != "" {
-		var err error
-		if p, err = policy.Load(cfg.ConfigPath); err != nil {
-			return nil, fmt.Errorf("service: policy: %w", err)
-		}
+	holder, err := loadPolicy(cfg.ConfigPath, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
-	holder := policy.NewHolder(cfg.ConfigPath, p, cfg.Logger.With("component", "policy"))
 
 	opts, err := RedisOptions(cfg.RedisURL)
 	if err != nil {

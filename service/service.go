@@ -161,14 +161,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	log := cfg.Logger.With("component", "limiter")
 	quietRedis(cfg.Logger)
 
-	var p *policy.Policy
-	if cfg.ConfigPath != "" {
-		var err error
-		if p, err = policy.Load(cfg.ConfigPath); err != nil {
-			return nil, fmt.Errorf("service: policy: %w", err)
-		}
+	holder, err := loadPolicy(cfg.ConfigPath, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
-	holder := policy.NewHolder(cfg.ConfigPath, p, cfg.Logger.With("component", "policy"))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -183,12 +179,6 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	var att *attestState // set below, before the policy can reload
 	holder.OnReload = func(np *policy.Policy, err error) {
-		if err == nil {
-			err = rep.apply(np)
-		}
-		if err == nil && att != nil {
-			err = att.apply(np)
-		}
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
 			log.Error("policy reload refused; the running policy stays", "err", err.Error())
@@ -196,6 +186,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 		reloads.WithLabelValues("ok").Inc()
 		log.Info("policy reloaded", "file", cfg.ConfigPath)
+		// The new limits are in force; a reputation database or attestation
+		// key it names that cannot be read keeps the previous one serving.
+		if err := rep.apply(np); err != nil {
+			log.Error("policy reloaded, but its ASN database could not be loaded; the previous reputation rules stay", "err", err.Error())
+		}
+		if att != nil {
+			if err := att.apply(np); err != nil {
+				log.Error("policy reloaded, but its attestation settings could not be loaded; the previous ones stay", "err", err.Error())
+			}
+		}
 	}
 
 	metrics := engine.NewMetrics(reg)
@@ -396,6 +396,19 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		log.Info("stopped")
 	}()
 	return run, nil
+}
+
+// loadPolicy loads the policy file (or the built-in policy for "") into
+// a Holder that reloads it.
+func loadPolicy(path string, logger *slog.Logger) (*policy.Holder, error) {
+	var p *policy.Policy
+	if path != "" {
+		var err error
+		if p, err = policy.Load(path); err != nil {
+			return nil, fmt.Errorf("service: policy: %w", err)
+		}
+	}
+	return policy.NewHolder(path, p, logger.With("component", "policy")), nil
 }
 
 // RedisOptions parses a --redis value: "redis://host:port/db" (or
