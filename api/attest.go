@@ -228,12 +228,7 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	}
 	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
-	if aerr := h.record(ctx, rid, id, st, false); aerr != nil {
-		return aerr
-	}
-	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", "apple"), slog.String("device_id", id), slog.String("request_id", rid))
-	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
-	return nil
+	return h.verified(ctx, w, rid, id, st)
 }
 
 func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid string) *apiError {
@@ -264,10 +259,15 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	}
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
+	return h.verified(ctx, w, rid, id, st)
+}
+
+// verified records a fresh attestation of device id and answers 200.
+func (h *attestHandler) verified(ctx context.Context, w http.ResponseWriter, rid, id string, st attestation.Status) *apiError {
 	if aerr := h.record(ctx, rid, id, st, false); aerr != nil {
 		return aerr
 	}
-	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", "android"), slog.String("device_id", id), slog.String("request_id", rid))
+	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", st.Platform), slog.String("device_id", id), slog.String("request_id", rid))
 	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
 	return nil
 }
