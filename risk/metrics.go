@@ -12,6 +12,7 @@ type Metrics struct {
 	Errors      *prometheus.CounterVec // tollgate_riskd_errors_total{op}
 	Offenders   *prometheus.GaugeVec   // tollgate_repeat_offenders{limit}
 	Skipped     prometheus.Counter     // tollgate_riskd_redelivered_total
+	Leader      prometheus.Gauge       // tollgate_riskd_leader
 }
 
 // NewMetrics creates riskd's metrics and registers them on reg (when not nil).
@@ -33,9 +34,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Keys denied more than repeat_offender.per_minute times in the last minute, per limit."}, []string{"limit"}),
 		Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_riskd_redelivered_total",
 			Help: "Messages riskd had already processed and skipped (redeliveries)."}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_riskd_leader",
+			Help: "1 while this riskd holds the leadership lease and consumes, 0 while it stands by."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.Lag, m.Errors, m.Offenders, m.Skipped)
+		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.Lag, m.Errors, m.Offenders, m.Skipped, m.Leader)
 	}
 	return m
+}
+
+// StandBy clears what only a leader measures (lag, offenders) and marks
+// this riskd as standing by.
+func (m *Metrics) StandBy() {
+	m.Leader.Set(0)
+	m.Lag.Reset()
+	m.Offenders.Reset()
 }

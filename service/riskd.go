@@ -53,13 +53,15 @@ type RiskdConfig struct {
 
 // lead runs the daemon while this instance holds the lease: acquire,
 // replay and consume, and stop consuming the moment the lease is lost.
-func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), state *atomic.Value, log *slog.Logger) error {
+func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), state *atomic.Value, metrics *risk.Metrics, log *slog.Logger) error {
 	for ctx.Err() == nil {
 		state.Store("standby")
+		metrics.StandBy()
 		if err := lease.Acquire(ctx, 500*time.Millisecond); err != nil {
 			return nil
 		}
 		state.Store("starting")
+		metrics.Leader.Set(1)
 		log.Info("leadership acquired; replaying state")
 		d, err := newDaemon()
 		if err != nil {
@@ -207,7 +209,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 
 	dctx, stop := context.WithCancel(context.Background())
 	derr := make(chan error, 1)
-	go func() { derr <- lead(dctx, lease, newDaemon, &state, log) }()
+	go func() { derr <- lead(dctx, lease, newDaemon, &state, metrics, log) }()
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if cfg.ConfigPath != "" {
 		go holder.Watch(watchCtx, 0)

@@ -173,6 +173,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
 	}, []string{"result"})
 	reg.MustRegister(reloads)
+	reloads.WithLabelValues("ok") // export both series from the start, for alerting
+	reloads.WithLabelValues("error")
 	rep := newReputationState(cfg.Logger.With("component", "reputation"), reg, cfg.ASNWatchInterval)
 	if err := rep.apply(holder.Current()); err != nil {
 		return nil, err
