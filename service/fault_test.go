@@ -177,15 +177,13 @@ func TestRedisOOM(t *testing.T) {
 func TestRedisRestartedEmpty(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedis(t)
-	_, keyPrefix := testenv.Redis(t)
-	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
-	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	stream, subj := testenv.SharedStreams(t)
 	policyPath := writePolicy(t, loopPolicy)
 	redisURL := "redis://" + srv.Addr + "/0"
 	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(), SubjectPrefix: subj, StreamName: stream, L1TTL: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-		SubjectPrefix: subj, StreamName: stream, Reassert: 200 * time.Millisecond, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, Reassert: 200 * time.Millisecond, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,7 @@ import (
 // reported in milliseconds.
 func BenchmarkLoopLatency(b *testing.B) {
 	_, keyPrefix := testenv.Redis(b)
-	subj := "b" + strings.Trim(keyPrefix, "t:") + "."
-	stream := "B" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	stream, subj := testenv.SharedStreams(b)
 	policyPath := writePolicyB(b, loopPolicy)
 	redisURL := "redis://" + testenv.RedisAddr() + "/0"
 	_, base := startB(b, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),

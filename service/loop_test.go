@@ -239,8 +239,7 @@ func TestStepUpLoop(t *testing.T) {
 func TestRiskdRestartLosesNothing(t *testing.T) {
 	t.Parallel()
 	_, keyPrefix := testenv.Redis(t)
-	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
-	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	stream, subj := testenv.SharedStreams(t)
 	policyPath := writePolicy(t, strings.Replace(loopPolicy, "threshold: 3", "threshold: 4", 1))
 	redisURL := "redis://" + testenv.RedisAddr() + "/0"
 	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
@@ -304,7 +303,7 @@ func startRiskdFor(t testing.TB, policyPath, redisURL, keyPrefix, subj, stream s
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,8 +326,7 @@ func startRiskdFor(t testing.TB, policyPath, redisURL, keyPrefix, subj, stream s
 func TestTwoRiskdOneVerdict(t *testing.T) {
 	t.Parallel()
 	_, keyPrefix := testenv.Redis(t)
-	subj := "t" + strings.Trim(keyPrefix, "t:") + "."
-	stream := "T" + strings.ToUpper(strings.Trim(keyPrefix, "t:"))
+	stream, subj := testenv.SharedStreams(t)
 	policyPath := writePolicy(t, loopPolicy)
 	redisURL := "redis://" + testenv.RedisAddr() + "/0"
 	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),

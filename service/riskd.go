@@ -39,6 +39,8 @@ type RiskdConfig struct {
 	KeyPrefix     string
 	SubjectPrefix string
 	StreamName    string
+	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
+	DecisionsMaxBytes int64
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written
@@ -140,7 +142,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()

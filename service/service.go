@@ -56,6 +56,9 @@ type Config struct {
 	SubjectPrefix string
 	// StreamName starts the JetStream stream names (default "TOLLGATE").
 	StreamName string
+	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB; JetStream
+	// reserves it on the server).
+	DecisionsMaxBytes int64
 	// StoreTimeout bounds each store round trip (default 50ms).
 	StoreTimeout time.Duration
 	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).

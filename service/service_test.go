@@ -19,6 +19,9 @@ func start(t *testing.T, cfg Config) (*Running, string) { return startB(t, cfg) 
 
 func startB(t testing.TB, cfg Config) (*Running, string) {
 	t.Helper()
+	if cfg.NATSURL != "" && cfg.DecisionsMaxBytes == 0 {
+		cfg.DecisionsMaxBytes = 16 << 20 // streams reserve storage on the shared server
+	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}

@@ -1,13 +1,18 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATSURL is the shared test NATS: $TOLLGATE_TEST_NATS or nats://127.0.0.1:4222.
@@ -78,5 +83,34 @@ func (s *NATSServer) Restart(t testing.TB) {
 	s.Stop()
 	if err := s.start(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// SharedStreams returns the stream-name and subject prefixes a test should
+// use on the shared NATS server, and deletes the test's streams at cleanup
+// (every stream reserves storage on the server).
+func SharedStreams(t testing.TB) (streamName, subjectPrefix string) {
+	t.Helper()
+	id := strings.ToUpper(strings.Trim(Prefix(t), "t:"))
+	streamName, subjectPrefix = "T"+id, "t"+strings.ToLower(id)+"."
+	t.Cleanup(func() { DeleteStreams(NATSURL(), streamName) })
+	return streamName, subjectPrefix
+}
+
+// DeleteStreams deletes the streams named name+"_DECISIONS" and name+"_EVENTS".
+func DeleteStreams(url, name string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range []string{"_DECISIONS", "_EVENTS"} {
+		_ = js.DeleteStream(ctx, name+s)
 	}
 }
