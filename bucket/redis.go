@@ -37,6 +37,9 @@ type RedisOptions struct {
 	// ExpirySlack is how long a bucket key outlives the moment it would be
 	// full again (default 1s). Tests that inject time set it higher.
 	ExpirySlack time.Duration
+	// Cluster is set for Redis Cluster: a decision whose keys span several
+	// hash slots is evaluated per slot (see decideCluster).
+	Cluster bool
 }
 
 // RedisStore is the Redis-backed Store. Every decision is one EVALSHA of
@@ -48,6 +51,7 @@ type RedisStore struct {
 	timeout time.Duration
 	max     int
 	slack   string
+	cluster bool
 	queue   chan *call
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -84,6 +88,7 @@ func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
 	s := &RedisStore{
 		c:       c,
 		slack:   strconv.FormatInt(opts.ExpirySlack.Milliseconds(), 10),
+		cluster: opts.Cluster,
 		timeout: opts.Timeout,
 		max:     opts.MaxBatch,
 		queue:   make(chan *call, opts.Lanes*opts.MaxBatch),
@@ -111,6 +116,15 @@ func (s *RedisStore) Decide(ctx context.Context, req *Request, res *Result) erro
 	if err := req.validate(); err != nil {
 		return err
 	}
+	if s.cluster && !sameSlot(req) {
+		return s.decideCluster(ctx, req, res)
+	}
+	return s.decideOne(ctx, req, res)
+}
+
+// decideOne evaluates req with one EVALSHA (every key in one slot, or a
+// standalone Redis).
+func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) error {
 	c := callPool.Get().(*call)
 	c.build(req, s.slack)
 	select {

@@ -113,15 +113,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
 	if c.RedisURL != "" {
-		o, err := RedisOptions(c.RedisURL)
-		if err != nil {
+		if _, err := RedisOptions(c.RedisURL); err != nil {
 			return err
-		}
-		if o.IsClusterMode {
-			// A decision's keys span several subjects' slots; evaluating them
-			// atomically across a Cluster is not built yet. Refuse rather than
-			// fail every decision with CROSSSLOT.
-			return fmt.Errorf("service: redis %s: Redis Cluster is not supported by this version; use a standalone Redis (with a replica for failover)", RedactURL(c.RedisURL))
 		}
 	}
 	return nil
@@ -238,7 +231,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		opts.WriteTimeout = 2 * cfg.StoreTimeout
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
-		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout})
+		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Cluster: opts.IsClusterMode})
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
 	}

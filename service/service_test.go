@@ -233,11 +233,25 @@ func TestRedisOptions(t *testing.T) {
 	}
 }
 
-func TestClusterRefused(t *testing.T) {
+// TestRedisCluster runs the limiter on a 3-node Redis Cluster: the
+// login's limits live in several slots and still give one decision.
+func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	cfg := Config{RedisURL: "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Redis Cluster is not supported") {
-		t.Fatalf("err = %v", err)
+	cl := testenv.StartCluster(t)
+	_, base := start(t, Config{RedisURL: "redis+cluster://" + strings.Join(cl.Addrs, ",")})
+	login := `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`
+	for i := 4; i >= 0; i-- {
+		resp, body := post(t, base+"/v1/check", login)
+		if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != itoa(i) {
+			t.Fatalf("request %d: %d %s", 5-i, resp.StatusCode, body)
+		}
+	}
+	if resp, body := post(t, base+"/v1/check", login); resp.StatusCode != 429 || !strings.Contains(body, `"limit":"login-account"`) {
+		t.Fatalf("6th: %d %s", resp.StatusCode, body)
+	}
+	// the login-ip bucket (another slot) gave back what the denied 6th took
+	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"bob","cost":0}`); resp.Header.Get("RateLimit-Policy") != `"login-ip";q=10;w=60` || resp.Header.Get("X-RateLimit-Remaining") != "5" {
+		t.Fatalf("login-ip after the denial: %v", resp.Header)
 	}
 }
 

@@ -162,3 +162,47 @@ func (s *RedisServer) Restart(t testing.TB) {
 		t.Fatalf("testenv: restart redis-server: %v", err)
 	}
 }
+
+// Cluster is a private Redis Cluster of three masters on loopback.
+type Cluster struct {
+	Nodes []*RedisServer
+	Addrs []string
+}
+
+// StartCluster starts three redis-server processes with cluster mode on,
+// joins them with `redis-cli --cluster create` and waits until the
+// cluster is ok; they are stopped at cleanup.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		c.Nodes = append(c.Nodes, n)
+		c.Addrs = append(c.Addrs, n.Addr)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("testenv: redis-cli not installed: %v", err)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, a := range c.Addrs {
+			out, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info").Output()
+			ok = ok && strings.Contains(string(out), "cluster_state:ok")
+		}
+		if ok {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: cluster on %v not ok within 20s", c.Addrs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,328 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis Cluster.
+//
+// A decision's keys are tagged by subject, so one subject's buckets,
+// multipliers and lock share a slot, but a decision usually spans several
+// subjects and so several slots, which one script cannot touch. On a
+// Cluster such a decision runs in two or three steps:
+//
+//  1. read: the subjects' multipliers, the locks and trust sets, in one
+//     pipeline; multipliers are combined and locks judged in Go by the
+//     same rules as decide.lua (the memory store's code);
+//  2. decide: decide.lua once per slot, for that slot's buckets, with the
+//     subjects passed in as known (Cached), all slots in one pipeline;
+//     each slot takes its tokens only if all of its limits allow;
+//  3. refund: when a slot denied, the slots that took give their tokens
+//     back (refund.lua), so a denied request takes nothing in the end.
+//
+// Between 2 and 3 other requests may see the taken tokens missing and be
+// denied: on a Cluster, all-or-nothing can be stricter than on one node,
+// never more lenient. N concurrent requests on one bucket still admit
+// exactly its capacity (one slot, one script). Decisions whose keys share
+// a slot take the single-script path.
+
+// refundSource gives tokens back to buckets a decision took from.
+// KEYS: the buckets; ARGV[1] micro-tokens to give back; ARGV[1+i] the
+// effective burst of bucket i (the cap).
+const refundSource = `
+local cost = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local v = redis.call("GET", KEYS[i])
+  if v then
+    local t, l = string.match(v, "^(%d+) (%d+)$")
+    t = tonumber(t)
+    if t then
+      t = t + cost
+      local cap = tonumber(ARGV[1 + i])
+      if t > cap then t = cap end
+      redis.call("SET", KEYS[i], string.format("%d %s", t, l), "KEEPTTL")
+    end
+  end
+end
+return 1`
+
+// Slot returns the Redis Cluster hash slot of key (its hash tag's, when
+// it has one).
+func Slot(key string) uint16 { return slotOf(key) }
+
+// slotOf returns the Redis Cluster hash slot of key.
+func slotOf(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % 16384
+}
+
+// crc16 is CRC-16/XMODEM, Redis Cluster's key hash.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// sameSlot reports whether every key of req hashes to one slot.
+func sameSlot(req *Request) bool {
+	first, set := uint16(0), false
+	same := func(k string) bool {
+		if k == "" {
+			return true
+		}
+		sl := slotOf(k)
+		if !set {
+			first, set = sl, true
+		}
+		return sl == first
+	}
+	for i := range req.Limits {
+		if !same(req.Limits[i].Key) {
+			return false
+		}
+	}
+	for i := range req.Subjects {
+		if !req.Subjects[i].Cached && !same(req.Subjects[i].Key) {
+			return false
+		}
+	}
+	for _, k := range req.Locks {
+		if !same(k) {
+			return false
+		}
+	}
+	for _, k := range req.TrustKeys {
+		if !same(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// decideCluster evaluates a decision whose keys span several slots.
+func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*s.timeout)
+	defer cancel()
+	now := time.Now()
+	nowUS := float64(now.UnixMicro())
+	if !req.Now.IsZero() {
+		now, nowUS = req.Now, float64(req.Now.UnixMicro())
+	}
+	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Limits, res.Subjects = res.Limits[:0], res.Subjects[:0]
+	res.Now = time.UnixMicro(int64(nowUS))
+
+	// 1. read multipliers, locks and trust sets
+	pipe := s.c.Pipeline()
+	hashes := make([]*redis.MapStringStringCmd, len(req.Subjects))
+	for j := range req.Subjects {
+		if !req.Subjects[j].Cached {
+			hashes[j] = pipe.HGetAll(ctx, req.Subjects[j].Key)
+		}
+	}
+	locks := make([]*redis.StringCmd, len(req.Locks))
+	trusted := make([]*redis.BoolCmd, len(req.Locks))
+	for i, k := range req.Locks {
+		locks[i] = pipe.Get(ctx, k)
+		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" && req.Device != "" {
+			trusted[i] = pipe.SIsMember(ctx, req.TrustKeys[i], req.Device)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
+	}
+	for i, cmd := range locks {
+		l, ok := parseLock(cmd.Val())
+		if !ok || float64(l.Until.UnixMicro()) <= nowUS {
+			continue
+		}
+		if l.Exempt && trusted[i] != nil && trusted[i].Val() {
+			continue
+		}
+		res.Locked, res.Lock, res.LockIndex = true, l, i
+		return nil
+	}
+	subs := make([]Subject, len(req.Subjects))
+	for j := range req.Subjects {
+		subs[j] = req.Subjects[j]
+		if subs[j].Cached {
+			res.Subjects = append(res.Subjects, SubjectResult{})
+			continue
+		}
+		m, p := combineAt(subs[j].Static, subs[j].Unverified, parseMultipliers(hashes[j].Val()), nowUS)
+		subs[j].Cached, subs[j].Mult, subs[j].Pen = true, m, p
+		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: m, Pen: p})
+	}
+
+	// 2. one script per slot, its subjects passed in as known
+	type group struct {
+		limits []int // indexes into req.Limits
+		req    Request
+		res    Result
+	}
+	var groups []*group
+	bySlot := map[uint16]*group{}
+	for i := range req.Limits {
+		sl := slotOf(req.Limits[i].Key)
+		g := bySlot[sl]
+		if g == nil {
+			g = &group{}
+			bySlot[sl] = g
+			groups = append(groups, g)
+		}
+		g.limits = append(g.limits, i)
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe = s.c.Pipeline()
+	for gi, g := range groups {
+		g.req = Request{Now: req.Now, Cost: req.Cost}
+		slotKey := req.Limits[g.limits[0]].Key
+		remap := map[int]int{}
+		for _, i := range g.limits {
+			l := req.Limits[i]
+			var mask uint32
+			for j := range subs {
+				if l.Subjects&(1<<uint(j)) == 0 {
+					continue
+				}
+				k, ok := remap[j]
+				if !ok {
+					k = len(g.req.Subjects)
+					remap[j] = k
+					sub := subs[j]
+					sub.Key = slotKey // known, never read: keep the script in one slot
+					g.req.Subjects = append(g.req.Subjects, sub)
+				}
+				mask |= 1 << uint(k)
+			}
+			l.Subjects = mask
+			g.req.Limits = append(g.req.Limits, l)
+		}
+		c := &call{}
+		c.build(&g.req, s.slack)
+		cmds[gi] = pipe.EvalSha(ctx, decideScript.Hash(), c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	if isNoScript(cmds) {
+		if err := decideScript.Load(ctx, s.c).Err(); err != nil {
+			return fmt.Errorf("%w: load script: %w", ErrUnavailable, err)
+		}
+		return s.decideCluster(ctx, req, res)
+	}
+	allowed := true
+	for gi, g := range groups {
+		if err := cmds[gi].Err(); err != nil {
+			return fmt.Errorf("%w: cluster decide: %w", ErrUnavailable, err)
+		}
+		if err := parseDecision(cmds[gi].Val(), &g.req, &g.res); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		allowed = allowed && g.res.Allowed
+	}
+
+	// 3. a slot denied: the slots that took give their tokens back
+	out := make([]LimitResult, len(req.Limits))
+	var refund []*redis.Cmd
+	if !allowed && req.Cost > 0 {
+		pipe = s.c.Pipeline()
+		cost := ftoa(float64(int64(req.Cost * unit)))
+		for _, g := range groups {
+			if !g.res.Allowed {
+				continue
+			}
+			var keys []string
+			args := []interface{}{cost}
+			for k := range g.req.Limits {
+				if g.res.Limits[k].Allowed {
+					keys = append(keys, g.req.Limits[k].Key)
+					args = append(args, ftoa(g.res.Limits[k].Burst*unit))
+					g.res.Limits[k].Remaining += float64(int64(req.Cost*unit)) / unit
+				}
+			}
+			if len(keys) > 0 {
+				// EVAL, not EVALSHA: refunds are rare and must not fail on NOSCRIPT
+				refund = append(refund, pipe.Eval(ctx, refundSource, keys, args...))
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for _, g := range groups {
+		for k, i := range g.limits {
+			out[i] = g.res.Limits[k]
+		}
+	}
+	for _, c := range refund {
+		if err := c.Err(); err != nil {
+			// Tokens not given back only make this bucket stricter until it refills.
+			return fmt.Errorf("%w: cluster refund: %w", ErrUnavailable, err)
+		}
+	}
+	res.Allowed = allowed
+	res.Limits = append(res.Limits, out...)
+	return nil
+}
+
+// parseLock parses a lock value "kind until_us flags rule".
+func parseLock(v string) (Lock, bool) {
+	parts := strings.SplitN(v, " ", 4)
+	if len(parts) < 3 {
+		return Lock{}, false
+	}
+	us, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return Lock{}, false
+	}
+	l := Lock{Kind: parts[0], Until: time.UnixMicro(us), Exempt: parts[2] == "x"}
+	if len(parts) == 4 {
+		l.Rule = parts[3]
+	}
+	return l, true
+}
+
+// parseMultipliers parses a multiplier hash (source -> "value expires_us reason").
+func parseMultipliers(h map[string]string) map[string]Multiplier {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]Multiplier, len(h))
+	for src, v := range h {
+		parts := strings.SplitN(v, " ", 3)
+		if len(parts) < 2 {
+			continue
+		}
+		val, err1 := strconv.ParseFloat(parts[0], 64)
+		exp, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		m := Multiplier{Source: src, Value: val}
+		if exp != 0 {
+			m.ExpiresAt = time.UnixMicro(exp)
+		}
+		if len(parts) == 3 {
+			m.Reason = parts[2]
+		}
+		out[src] = m
+	}
+	return out
+}
