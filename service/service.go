@@ -61,6 +61,8 @@ type Config struct {
 	DecisionsMaxBytes int64
 	// StoreTimeout bounds each store round trip (default 50ms).
 	StoreTimeout time.Duration
+	// RedisLanes is the number of Redis pipelines in flight at once (default 4).
+	RedisLanes int
 	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).
 	MemoryMaxKeys int
 	// NoL1 turns the local L1 cache in front of Redis off.
@@ -231,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		opts.WriteTimeout = 2 * cfg.StoreTimeout
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
-		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Cluster: opts.IsClusterMode})
+		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode})
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
 	}
