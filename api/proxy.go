@@ -313,3 +313,36 @@ func (p *proxy) outcome(resp *http.Response) error {
 
 // WaitReports waits for reports of proxied outcomes still being published.
 func (s *Server) WaitReports() { s.reports.Wait() }
+
+// Guard checks requests to an endpoint the limiter serves to apps itself
+// (attestation) against the policy, keyed by the client IP as proxy mode
+// finds it (X-Forwarded-For only from trusted proxies): an unauthenticated
+// endpoint that writes state must not be free to flood. The endpoint is
+// "METHOD /path", so routes and limits of the policy apply to it.
+func (s *Server) Guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := requestID(w, r)
+		pol := s.o.Engine.Policy()
+		ip, _ := clientIP(r, pol.Identity.TrustedProxies)
+		if !ip.IsValid() {
+			writeError(w, rid, badRequest("cannot determine the client address"))
+			return
+		}
+		in := engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Cost: 1}
+		d := engine.GetDecision()
+		defer engine.PutDecision(d)
+		if err := s.o.Engine.Decide(r.Context(), &in, d); err != nil {
+			s.o.Logger.Error("guard: decide", "request_id", rid, "err", err)
+			writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+			return
+		}
+		if s.o.Events != nil {
+			s.publish(rid, &in, d)
+		}
+		if !WriteDecision(w, rid, d) {
+			return
+		}
+		r.Header.Set("X-Request-Id", rid)
+		h.ServeHTTP(w, r)
+	})
+}

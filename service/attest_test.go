@@ -98,3 +98,32 @@ risk:
 		t.Fatalf("a request without a device must be locked: %d", c)
 	}
 }
+
+// TestAttestationEndpointsAreLimited: challenges (state in the store) are
+// rate limited per client IP by the policy like any endpoint.
+func TestAttestationEndpointsAreLimited(t *testing.T) {
+	t.Parallel()
+	ca := attestationtest.NewCA(t, time.Now())
+	root := filepath.Join(t.TempDir(), "root.pem")
+	if err := os.WriteFile(root, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := writePolicy(t, `version: 1
+routes:
+  - {match: "POST /v1/attest/*", class: attest}
+limits:
+  - {name: attest-ip, by: [ip], rate: 3/min, if: {class: attest}}
+risk:
+  attestation:
+    apple: {app_id: TEAMID1234.com.example.app, root_ca_file: `+root+`}
+`)
+	_, base := start(t, Config{ConfigPath: path})
+	for i := 0; i < 3; i++ {
+		if resp, body := post(t, base+"/v1/attest/challenge", `{"device_id":"d"}`); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "3" {
+			t.Fatalf("challenge %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if resp, body := post(t, base+"/v1/attest/challenge", `{"device_id":"d"}`); resp.StatusCode != 429 || !strings.Contains(body, `"limit":"attest-ip"`) {
+		t.Fatalf("4th challenge: %d %s", resp.StatusCode, body)
+	}
+}

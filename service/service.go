@@ -295,7 +295,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 
-	srv.Handle("/v1/attest/", att)
+	srv.Handle("/v1/attest/", srv.Guard(att))
 
 	if cfg.Upstream != "" {
 		u, err := url.Parse(cfg.Upstream)
