@@ -393,6 +393,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 // this request is known; it reports whether it did.
 func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 	c := e.o.L1
+	if !c.denials(now) {
+		return false
+	}
 	for _, k := range req.Locks {
 		if en, ok := c.get(k, now); ok {
 			d.Outcome, d.Lock, d.LockScope, d.Now = Locked, en.lock, en.scope, now

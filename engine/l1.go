@@ -3,6 +3,7 @@ package engine
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -46,6 +47,9 @@ type L1 struct {
 	maxPerShard int
 	ttl         time.Duration
 	noSubjects  bool
+	// lastDeny is when (Unix ns) a denial or lock was last cached: past
+	// it plus ttl none can be in force, and lookups for them are skipped.
+	lastDeny atomic.Int64
 	seed        maphash.Seed
 	shards      [l1Shards]l1Shard
 }
@@ -104,8 +108,18 @@ func (c *L1) get(key string, now time.Time) (l1Entry, bool) {
 	return e, true
 }
 
+// denials reports whether a denial or lock may be cached at now.
+func (c *L1) denials(now time.Time) bool {
+	return now.UnixNano() <= c.lastDeny.Load()+int64(c.ttl)
+}
+
 // put stores e at key, evicting when the shard is full.
 func (c *L1) put(key string, e l1Entry, now time.Time) {
+	if !e.subject {
+		if n := now.UnixNano(); n > c.lastDeny.Load() {
+			c.lastDeny.Store(n)
+		}
+	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
