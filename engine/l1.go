@@ -50,8 +50,8 @@ type L1 struct {
 	// lastDeny is when (Unix ns) a denial or lock was last cached: past
 	// it plus ttl none can be in force, and lookups for them are skipped.
 	lastDeny atomic.Int64
-	seed        maphash.Seed
-	shards      [l1Shards]l1Shard
+	seed     maphash.Seed
+	shards   [l1Shards]l1Shard
 }
 
 const l1Shards = 32
