@@ -133,7 +133,7 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 	e := s.o.Engine
 	key := bucket.LockKey(e.Prefix(), "account", account)
 	was, err := e.Store().ClearLock(r.Context(), key)
-	e.ForgetLock(key)
+	e.Forget(key)
 	if err != nil {
 		s.storeError(w, rid, err)
 		return

@@ -61,7 +61,7 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	if err != nil || ip.Zone() != "" {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
-	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Cost: 1}
+	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
 		return aerr

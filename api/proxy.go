@@ -165,7 +165,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		return badRequest("cannot determine the client address")
 	}
 	id.xff = xff
-	id.in = engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Cost: 1}
+	id.in = engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 	if ident.UserHeader != "" {
 		user := r.Header.Get(ident.UserHeader)
 		if user != "" && checkID(user) == "" {
@@ -328,7 +328,7 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 			writeError(w, rid, badRequest("cannot determine the client address"))
 			return
 		}
-		in := engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Cost: 1}
+		in := engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 		d := engine.GetDecision()
 		defer engine.PutDecision(d)
 		if err := s.o.Engine.Decide(r.Context(), &in, d); err != nil {

@@ -389,27 +389,10 @@ func (s *RedisStore) Multipliers(ctx context.Context, subjectKey string) ([]Mult
 	}
 	now := time.Now()
 	out := make([]Multiplier, 0, len(h))
-	for src, v := range h {
-		parts := strings.SplitN(v, " ", 3)
-		if len(parts) < 2 {
-			continue
+	for _, m := range parseMultipliers(h) {
+		if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
+			out = append(out, m)
 		}
-		val, err1 := strconv.ParseFloat(parts[0], 64)
-		exp, err2 := strconv.ParseInt(parts[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		m := Multiplier{Source: src, Value: val}
-		if exp != 0 {
-			m.ExpiresAt = time.UnixMicro(exp)
-			if !m.ExpiresAt.After(now) {
-				continue
-			}
-		}
-		if len(parts) == 3 {
-			m.Reason = parts[2]
-		}
-		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
 	return out, nil
@@ -468,17 +451,9 @@ func (s *RedisStore) GetLock(ctx context.Context, key string) (Lock, bool, error
 	if err != nil {
 		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
 	}
-	parts := strings.SplitN(v, " ", 4)
-	if len(parts) < 3 {
+	l, ok := parseLock(v)
+	if !ok {
 		return Lock{}, false, nil
-	}
-	us, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return Lock{}, false, nil
-	}
-	l := Lock{Kind: parts[0], Until: time.UnixMicro(us), Exempt: parts[2] == "x"}
-	if len(parts) == 4 {
-		l.Rule = parts[3]
 	}
 	if !l.Until.After(time.Now()) {
 		return Lock{}, false, nil

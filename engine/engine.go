@@ -58,6 +58,9 @@ type Input struct {
 	Endpoint string
 	// IP is the client address, already validated.
 	IP string
+	// Addr is IP parsed, when the caller has it (saves a parse for
+	// reputation lookups); the zero value means parse IP.
+	Addr netip.Addr
 	// UserID, DeviceID, Account and ASN are optional key parts; a limit
 	// keyed by a part the request lacks does not apply to it. A non-empty
 	// UserID means the request is authenticated.
@@ -188,10 +191,7 @@ func New(o Options) (*Engine, error) {
 
 // Forget drops a cached answer about key (a lock or multiplier key), after
 // the admin API changed it through this limiter.
-func (e *Engine) Forget(key string) { e.ForgetLock(key) }
-
-// ForgetLock drops a cached lock answer (after the admin API lifted it).
-func (e *Engine) ForgetLock(key string) {
+func (e *Engine) Forget(key string) {
 	if e.o.L1 != nil {
 		e.o.L1.Forget(key)
 	}
@@ -236,7 +236,11 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	ci, route := p.Route(method, path)
 	if e.o.Reputation != nil {
 		if rules := e.o.Reputation(); rules != nil {
-			if ip, err := netip.ParseAddr(in.IP); err == nil {
+			ip := in.Addr
+			if !ip.IsValid() {
+				ip, _ = netip.ParseAddr(in.IP)
+			}
+			if ip.IsValid() {
 				res := rules.Lookup(ip)
 				if res.HasASN && in.ASN == "" {
 					in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
@@ -303,7 +307,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified}) // Cached is reset here
+				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified})
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)

@@ -35,12 +35,13 @@ type Decision struct {
 	Result string `json:"result"`
 	// Remaining is the binding limit's whole tokens left.
 	Remaining int64 `json:"remaining"`
-	// Key parts of the request ("" when absent).
+	// Key parts of the request ("" when absent; always present, as the
+	// contract lists them).
 	IP       string `json:"ip"`
-	ASN      string `json:"asn,omitempty"`
-	UserID   string `json:"user_id,omitempty"`
-	DeviceID string `json:"device_id,omitempty"`
-	Account  string `json:"account,omitempty"`
+	ASN      string `json:"asn"`
+	UserID   string `json:"user_id"`
+	DeviceID string `json:"device_id"`
+	Account  string `json:"account"`
 }
 
 // DecisionBatch is the body of a decisions message.

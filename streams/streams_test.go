@@ -163,3 +163,24 @@ func BenchmarkDecision(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(p.Dropped()), "dropped")
 }
+
+// TestDecisionFieldsAlwaysPresent: every field the contract lists is in
+// each decision's JSON, even when the request lacked that key part.
+func TestDecisionFieldsAlwaysPresent(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(streams.DecisionBatch{V: 1, Decisions: []streams.Decision{{Class: "read", IP: "192.0.2.1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Decisions []map[string]json.RawMessage `json:"decisions"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ts", "request_id", "endpoint", "limit", "allowed", "remaining", "ip", "asn", "user_id", "device_id", "account"} {
+		if _, ok := got.Decisions[0][k]; !ok {
+			t.Errorf("decision JSON lacks %q: %s", k, b)
+		}
+	}
+}
