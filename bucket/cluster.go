@@ -220,10 +220,12 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		}
 		c := &call{}
 		c.build(&g.req, s.slack)
-		cmds[gi] = pipe.EvalSha(ctx, decideScript.Hash(), c.keys, c.args...)
+		var buf batchBuf
+		keys, args := buf.fill([]*call{c})
+		cmds[gi] = pipe.EvalSha(ctx, decideScript.Hash(), keys, args...)
 	}
 	_, _ = pipe.Exec(ctx)
-	if isNoScript(cmds) {
+	if anyNoScript(cmds) {
 		if err := decideScript.Load(ctx, s.c).Err(); err != nil {
 			return fmt.Errorf("%w: load script: %w", ErrUnavailable, err)
 		}
@@ -234,7 +236,11 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		if err := cmds[gi].Err(); err != nil {
 			return fmt.Errorf("%w: cluster decide: %w", ErrUnavailable, err)
 		}
-		if err := parseDecision(cmds[gi].Val(), &g.req, &g.res); err != nil {
+		v, err := unwrapReply(firstOf(cmds[gi].Val()))
+		if err != nil {
+			return fmt.Errorf("%w: cluster decide: %w", ErrUnavailable, err)
+		}
+		if err := parseDecision(v, &g.req, &g.res); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		allowed = allowed && g.res.Allowed
@@ -325,4 +331,14 @@ func parseMultipliers(h map[string]string) map[string]Multiplier {
 		out[src] = m
 	}
 	return out
+}
+
+// anyNoScript reports whether any of cmds failed with NOSCRIPT.
+func anyNoScript(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if isNoScript(c.Err()) {
+			return true
+		}
+	}
+	return false
 }

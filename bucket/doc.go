@@ -14,9 +14,11 @@
 // multiplier is below 1 the lowest applies, otherwise the highest (see
 // Combine). A multiplier of 0 blocks.
 //
-// RedisStore evaluates a decision with one embedded Lua script (decide.lua),
+// RedisStore evaluates decisions with one embedded Lua script (decide.lua),
 // one round trip whatever the number of layers, on Redis's own clock (TIME),
-// so several limiter hosts never disagree. MemoryStore is the same semantics
+// so several limiter hosts never disagree. Concurrent decisions share a
+// round trip: a batch is one EVALSHA (on Redis Cluster, one EVALSHA per
+// decision in one pipeline). MemoryStore is the same semantics
 // in process for the one-process default. Both compute in float64 with the
 // same operations in the same order, so they agree to the bit; the
 // conformance tests in this package prove it on a shared table of steps.

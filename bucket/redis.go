@@ -30,9 +30,9 @@ type RedisOptions struct {
 	// Timeout bounds each round trip to Redis (default 50ms). A decision
 	// whose round trip runs over fails with ErrUnavailable.
 	Timeout time.Duration
-	// Lanes is the number of pipelines in flight at once (default 4).
+	// Lanes is the number of round trips in flight at once (default 4).
 	Lanes int
-	// MaxBatch is the most decisions sent in one pipeline (default 128).
+	// MaxBatch is the most decisions sent in one round trip (default 128).
 	MaxBatch int
 	// ExpirySlack is how long a bucket key outlives the moment it would be
 	// full again (default 1s). Tests that inject time set it higher.
@@ -42,9 +42,10 @@ type RedisOptions struct {
 	Cluster bool
 }
 
-// RedisStore is the Redis-backed Store. Every decision is one EVALSHA of
-// decide.lua; decisions made concurrently are batched into pipelines by a
-// few lanes, so many callers share few round trips. It is safe for
+// RedisStore is the Redis-backed Store. Decisions are evaluated by
+// decide.lua; decisions made concurrently are batched by a few lanes, each
+// batch one EVALSHA (one pipeline on Redis Cluster), so many callers share
+// few round trips. It is safe for
 // concurrent use; Close stops its lanes.
 type RedisStore struct {
 	c       Client
@@ -211,10 +212,11 @@ func (c *call) build(req *Request, slack string) {
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// lane collects queued calls into a pipeline and runs it, until Close.
+// lane collects queued calls into batches and runs them, until Close.
 func (s *RedisStore) lane() {
 	defer s.wg.Done()
 	batch := make([]*call, 0, s.max)
+	var buf batchBuf
 	for {
 		select {
 		case c := <-s.queue:
@@ -231,53 +233,129 @@ func (s *RedisStore) lane() {
 				break drain
 			}
 		}
-		s.run(batch)
+		s.run(batch, &buf)
 	}
 }
 
-// run sends batch as one pipeline and hands each call its reply.
-func (s *RedisStore) run(batch []*call) {
+// batchBuf is a lane's reusable space for one batch's keys and arguments.
+type batchBuf struct {
+	keys []string
+	args []interface{}
+}
+
+// fill lays calls out as one decide.lua batch (see its header).
+func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
+	b.keys, b.args = b.keys[:0], append(b.args[:0], len(calls))
+	for _, c := range calls {
+		b.keys = append(b.keys, c.keys...)
+		b.args = append(b.args, len(c.keys), len(c.args))
+		b.args = append(b.args, c.args...)
+	}
+	return b.keys, b.args
+}
+
+// run evaluates batch in one round trip and hands each call its reply. On
+// a standalone Redis the whole batch is one EVALSHA; on Redis Cluster each
+// call is its own EVALSHA (its keys share a slot, the batch's do not) and
+// the calls are pipelined.
+func (s *RedisStore) run(batch []*call, buf *batchBuf) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	cmds := s.exec(ctx, batch)
-	if cmds != nil && isNoScript(cmds) {
+	replies, err := s.exec(ctx, batch, buf)
+	if isNoScript(err) {
 		// Redis lost its script cache (restart, SCRIPT FLUSH): load it once
 		// and run the batch again. NOSCRIPT means nothing was evaluated.
-		if err := decideScript.Load(ctx, s.c).Err(); err == nil {
-			cmds = s.exec(ctx, batch)
+		if lerr := decideScript.Load(ctx, s.c).Err(); lerr == nil {
+			replies, err = s.exec(ctx, batch, buf)
 		}
 	}
 	for i, c := range batch {
-		if cmds == nil {
-			c.err = ctx.Err()
-			if c.err == nil {
-				c.err = errors.New("bucket: pipeline failed")
+		switch {
+		case err != nil:
+			c.err = err
+		case i >= len(replies) || replies[i].err != nil:
+			if i < len(replies) {
+				c.err = replies[i].err
+			} else {
+				c.err = fmt.Errorf("bucket: batch reply has %d entries for %d decisions", len(replies), len(batch))
 			}
-		} else {
-			c.reply, c.err = cmds[i].Val(), cmds[i].Err()
+		default:
+			c.reply = replies[i].val
 		}
 		c.done <- struct{}{}
 	}
 }
 
-// exec runs one pipeline of EVALSHA calls.
-func (s *RedisStore) exec(ctx context.Context, batch []*call) []*redis.Cmd {
+// reply is one decision's answer within a batch.
+type reply struct {
+	val interface{}
+	err error
+}
+
+// exec evaluates batch and returns one reply per call, or the error that
+// failed them all.
+func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]reply, error) {
+	out := make([]reply, len(batch))
+	if !s.cluster {
+		keys, args := buf.fill(batch)
+		v, err := s.c.EvalSha(ctx, decideScript.Hash(), keys, args...).Result()
+		if err != nil {
+			return nil, err
+		}
+		vals, ok := v.([]interface{})
+		if !ok || len(vals) != len(batch) {
+			return nil, fmt.Errorf("bucket: unexpected batch reply %T", v)
+		}
+		for i := range vals {
+			out[i].val, out[i].err = unwrapReply(vals[i])
+		}
+		return out, nil
+	}
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		cmds[i] = pipe.EvalSha(ctx, decideScript.Hash(), c.keys, c.args...)
+		keys, args := buf.fill(batch[i : i+1])
+		cmds[i] = pipe.EvalSha(ctx, decideScript.Hash(), keys, args...)
+		_ = c
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	return cmds
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			if isNoScript(err) {
+				return nil, err
+			}
+			out[i].err = err
+			continue
+		}
+		out[i].val, out[i].err = unwrapReply(firstOf(cmd.Val()))
+	}
+	return out, nil
 }
 
-func isNoScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return true
+// isNoScript reports whether err is Redis's NOSCRIPT (its script cache
+// lost decide.lua).
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// firstOf returns the only entry of a batch-of-one reply (v itself when
+// it is not one, for parseDecision to reject).
+func firstOf(v interface{}) interface{} {
+	if vals, ok := v.([]interface{}); ok && len(vals) == 1 {
+		return vals[0]
+	}
+	return v
+}
+
+// unwrapReply turns a decision's {3, message} entry into an error.
+func unwrapReply(v interface{}) (interface{}, error) {
+	if vals, ok := v.([]interface{}); ok && len(vals) == 2 {
+		if st, _ := vals[0].(int64); st == 3 {
+			msg, _ := vals[1].(string)
+			return nil, errors.New("bucket: decide: " + msg)
 		}
 	}
-	return false
+	return v, nil
 }
 
 // parseDecision turns decide.lua's reply into res, checking its shape.

@@ -1,0 +1,131 @@
+package bucket
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+// runBatch evaluates reqs as ONE batch (one EVALSHA) and returns each
+// decision's result or error, in order.
+func runBatch(t *testing.T, s *RedisStore, reqs []Request) ([]Result, []error) {
+	t.Helper()
+	calls := make([]*call, len(reqs))
+	for i := range reqs {
+		calls[i] = &call{done: make(chan struct{}, 1)}
+		calls[i].build(&reqs[i], s.slack)
+	}
+	var buf batchBuf
+	s.run(calls, &buf)
+	res := make([]Result, len(reqs))
+	errs := make([]error, len(reqs))
+	for i, c := range calls {
+		<-c.done
+		errs[i] = c.err
+		if c.err == nil {
+			errs[i] = parseDecision(c.reply, &reqs[i], &res[i])
+		}
+	}
+	return res, errs
+}
+
+func TestBatchRunsDecisionsInOrder(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second, ExpirySlack: time.Hour})
+	defer s.Close()
+	now := time.Unix(1_800_000_000, 0)
+	reqs := make([]Request, 20)
+	for i := range reqs {
+		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
+			{Key: p + "{ip:1}:b:a", Burst: 7, Rate: 1, Period: time.Hour, Subjects: 1},
+			{Key: p + "{ip:1}:b:b", Burst: 100, Rate: 1, Period: time.Hour, Subjects: 1},
+		}, Subjects: []Subject{{Key: p + "{ip:1}:m", Static: 1, Unverified: 1}}}
+	}
+	res, errs := runBatch(t, s, reqs)
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		want := i < 7
+		if res[i].Allowed != want {
+			t.Fatalf("decision %d allowed=%v, want %v", i, res[i].Allowed, want)
+		}
+		wantA, wantB := float64(6-i), float64(99-i)
+		if !want {
+			// denied decisions take nothing anywhere (all-or-nothing)
+			wantA, wantB = 0, 93
+		}
+		if got := res[i].Limits[0].Remaining; got != wantA {
+			t.Fatalf("decision %d: bucket a has %v, want %v", i, got, wantA)
+		}
+		if got := res[i].Limits[1].Remaining; got != wantB {
+			t.Fatalf("decision %d: bucket b has %v, want %v", i, got, wantB)
+		}
+	}
+}
+
+func TestBatchIsolatesAFailedDecision(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
+	defer s.Close()
+	// Something else wrote a string where a multiplier hash belongs:
+	// HGETALL fails with WRONGTYPE for the decision that reads it.
+	if err := c.Set(context.Background(), p+"{user:bad}:m", "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(id string) Request {
+		return Request{Cost: 1, Limits: []Limit{{Key: p + "{user:" + id + "}:b:x", Burst: 5, Rate: 1, Period: time.Second, Subjects: 1}},
+			Subjects: []Subject{{Key: p + "{user:" + id + "}:m", Static: 1, Unverified: 1}}}
+	}
+	res, errs := runBatch(t, s, []Request{mk("a"), mk("bad"), mk("b")})
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
+		t.Fatalf("the bad decision's error = %v, want WRONGTYPE", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil || !res[i].Allowed || res[i].Limits[0].Remaining != 4 {
+			t.Fatalf("decision %d beside the bad one: %v %+v", i, errs[i], res[i])
+		}
+	}
+	// and through Decide the failure is the store's: ErrUnavailable
+	req := mk("bad")
+	var r Result
+	if err := s.Decide(context.Background(), &req, &r); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Decide on the bad key: %v", err)
+	}
+}
+
+func TestBatchMixesInjectedAndRedisTime(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second, ExpirySlack: time.Hour})
+	defer s.Close()
+	past := time.Unix(1_000_000_000, 0)
+	lim := func(k string) []Limit {
+		return []Limit{{Key: p + "{ip:2}:b:" + k, Burst: 3, Rate: 1, Period: time.Hour}}
+	}
+	res, errs := runBatch(t, s, []Request{
+		{Now: past, Cost: 1, Limits: lim("x")},
+		{Cost: 1, Limits: lim("y")},
+		{Now: past.Add(time.Second), Cost: 1, Limits: lim("x")}, // 1 s refills 1e6/3600 micro-tokens
+		{Cost: 1, Limits: lim("y")},
+	})
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("decision %d: %v", i, e)
+		}
+	}
+	if !res[0].Now.Equal(past) || !res[2].Now.Equal(past.Add(time.Second)) {
+		t.Fatalf("injected times came back as %v and %v", res[0].Now, res[2].Now)
+	}
+	if !res[1].Now.Equal(res[3].Now) || time.Since(res[1].Now).Abs() > time.Minute {
+		t.Fatalf("Redis TIME decisions at %v and %v: one clock read per batch, near now", res[1].Now, res[3].Now)
+	}
+	if res[2].Limits[0].Remaining != 1.000277 || res[3].Limits[0].Remaining != 1 {
+		t.Fatalf("remaining %v and %v, want 1.000277 and 1", res[2].Limits[0].Remaining, res[3].Limits[0].Remaining)
+	}
+}
