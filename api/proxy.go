@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -30,7 +29,8 @@ import (
 type ProxyOptions struct {
 	// Upstream is the API requests are forwarded to (required).
 	Upstream *url.URL
-	// Transport reaches the upstream (default: a tuned http.Transport).
+	// Transport reaches the upstream (default: an UpstreamTransport, which
+	// sends what it does not handle itself through a tuned http.Transport).
 	Transport http.RoundTripper
 	// Getenv reads the user signature key (default os.Getenv).
 	Getenv func(string) string
@@ -59,15 +59,7 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		o.Getenv = os.Getenv
 	}
 	if o.Transport == nil {
-		o.Transport = &http.Transport{
-			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second,
-			ForceAttemptHTTP2:     true,
-		}
+		o.Transport = &UpstreamTransport{Fallback: tunedTransport()}
 	}
 	p := &proxy{s: s, o: o}
 	p.rp = &httputil.ReverseProxy{

@@ -50,6 +50,10 @@ type Config struct {
 	// Upstream, when set, turns on reverse-proxy mode: allowed requests
 	// are forwarded to this URL.
 	Upstream string
+	// UpstreamTransport picks the proxy's upstream client: "lean" (default:
+	// api.UpstreamTransport, the round trip on the request's goroutine) or
+	// "std" (net/http's Transport for everything).
+	UpstreamTransport string
 	// KeyPrefix starts every Redis key (default "tg:").
 	KeyPrefix string
 	// SubjectPrefix starts every NATS subject (default "tollgate.").
@@ -308,7 +312,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
 			Help: "Proxied requests the upstream could not answer (502/504)."})
 		reg.MustRegister(forged, upErrs)
-		if err := srv.EnableProxy(api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}); err != nil {
+		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}
+		switch cfg.UpstreamTransport {
+		case "", "lean":
+		case "std":
+			po.Transport = api.StdUpstreamTransport()
+		default:
+			closeAll()
+			return nil, fmt.Errorf("service: upstream transport %q: want lean or std", cfg.UpstreamTransport)
+		}
+		if err := srv.EnableProxy(po); err != nil {
 			closeAll()
 			return nil, err
 		}
