@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -73,14 +74,22 @@ func TestBatchIsolatesAFailedDecision(t *testing.T) {
 	c, p := testenv.Redis(t)
 	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
 	defer s.Close()
-	// Something else wrote a string where a multiplier hash belongs:
-	// HGETALL fails with WRONGTYPE for the decision that reads it.
-	if err := c.Set(context.Background(), p+"{user:bad}:m", "not a hash", 0).Err(); err != nil {
+	ctx := context.Background()
+	// An exempting lockout on account "bad" whose trust set key holds a
+	// string (something else wrote it): SISMEMBER fails with WRONGTYPE for
+	// the decision that must check it.
+	lock := p + "{account:bad}:l"
+	if err := s.SetLock(ctx, lock, Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true, Rule: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(id string) Request {
-		return Request{Cost: 1, Limits: []Limit{{Key: p + "{user:" + id + "}:b:x", Burst: 5, Rate: 1, Period: time.Second, Subjects: 1}},
-			Subjects: []Subject{{Key: p + "{user:" + id + "}:m", Static: 1, Unverified: 1}}}
+		return Request{Cost: 1, Device: "d1",
+			Limits:    []Limit{{Key: p + "{account:" + id + "}:b:x", Burst: 5, Rate: 1, Period: time.Second}},
+			Locks:     []string{p + "{account:" + id + "}:l"},
+			TrustKeys: []string{p + "{account:" + id + "}:t"}}
 	}
 	res, errs := runBatch(t, s, []Request{mk("a"), mk("bad"), mk("b")})
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
@@ -94,7 +103,7 @@ func TestBatchIsolatesAFailedDecision(t *testing.T) {
 	// and through Decide the failure is the store's: ErrUnavailable
 	req := mk("bad")
 	var r Result
-	if err := s.Decide(context.Background(), &req, &r); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+	if err := s.Decide(ctx, &req, &r); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("Decide on the bad key: %v", err)
 	}
 }
