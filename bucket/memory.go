@@ -252,6 +252,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
 		b := s.shards[idx[i]].buckets[l.Key]
 		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
+		evs[i].b = b
 		if !evs[i].ok && !l.Shadow {
 			allowed = false
 		}
@@ -264,14 +265,22 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: mults[j], Pen: pens[j]})
 		}
 	}
-	for i := range req.Limits {
-		l := &req.Limits[i]
-		ev := &evs[i]
-		if allowed && ev.ok && cost > 0 {
-			ev.tokens -= cost
-			s.store(&s.shards[idx[i]], l.Key, ev, now)
+	if allowed && cost > 0 {
+		// Buckets that exist are updated in place (the pointers were read
+		// under the locks still held) before any new bucket is inserted,
+		// since an insertion may evict.
+		for pass := 0; pass < 2; pass++ {
+			for i := range req.Limits {
+				ev := &evs[i]
+				if ev.ok && (ev.b != nil) == (pass == 0) {
+					ev.tokens -= cost
+					s.store(&s.shards[idx[i]], req.Limits[i].Key, ev, now)
+				}
+			}
 		}
-		res.Limits = append(res.Limits, ev.result(now, l))
+	}
+	for i := range req.Limits {
+		res.Limits = append(res.Limits, evs[i].result(now, &req.Limits[i]))
 	}
 	return nil
 }
@@ -293,7 +302,7 @@ func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
 // store writes ev's state for key; sh.mu must be held.
 func (s *MemoryStore) store(sh *memShard, key string, ev *eval, now float64) {
 	full := resetAt(now, ev.tokens, ev.effb, ev.per)
-	if b := sh.buckets[key]; b != nil {
+	if b := ev.b; b != nil {
 		b.tokens, b.last, b.full = ev.tokens, ev.last, full
 		return
 	}
@@ -332,6 +341,7 @@ const unit = 1e6
 type eval struct {
 	tokens, last, effb, per, retry float64
 	ok                             bool
+	b                              *memBucket // the stored state read, nil when absent
 }
 
 func (ev *eval) result(now float64, l *Limit) LimitResult {
