@@ -65,7 +65,8 @@ type Config struct {
 	DecisionsMaxBytes int64
 	// StoreTimeout bounds each store round trip (default 50ms).
 	StoreTimeout time.Duration
-	// RedisLanes is the number of Redis pipelines in flight at once (default 4).
+	// RedisLanes is the number of Redis round trips in flight at once, each
+	// carrying a batch of concurrent decisions (default 4).
 	RedisLanes int
 	// MemoryMaxKeys bounds the memory store's buckets (default 1<<20).
 	MemoryMaxKeys int

@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.UpstreamTransport, "upstream-transport", "lean", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
-	fs.IntVar(&cfg.RedisLanes, "redis-lanes", 4, "Redis pipelines in flight at once (concurrent decisions are batched into them)")
+	fs.IntVar(&cfg.RedisLanes, "redis-lanes", 4, "Redis round trips in flight at once (concurrent decisions are batched into each)")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
 	fs.StringVar(&cfg.PprofListen, "pprof-listen", env("TOLLGATE_PPROF_LISTEN", ""), "serve net/http/pprof on this address (loopback only; off by default)")
 	fs.BoolVar(&cfg.NoL1, "no-l1", false, "turn off the local L1 cache in front of Redis")
