@@ -331,7 +331,7 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 	switch {
 	case len(subj) > len(pfx)+10 && subj[len(pfx):len(pfx)+10] == "decisions.":
 		var b streams.DecisionBatch
-		if err := json.Unmarshal(m.Data(), &b); err != nil {
+		if err := streams.DecodeDecisionBatch(m.Data(), &b); err != nil {
 			d.count("decode")
 			return out, 0
 		}

@@ -1,0 +1,140 @@
+package streams_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// sampleBatch is what the publisher sends: json.Marshal of a batch.
+func sampleBatch(tb testing.TB, n int) []byte {
+	tb.Helper()
+	b := streams.DecisionBatch{V: streams.SchemaVersion}
+	ts := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	for i := 0; i < n; i++ {
+		id := strconv.Itoa(i)
+		b.Decisions = append(b.Decisions, streams.Decision{
+			TS: ts.Add(time.Duration(i) * time.Millisecond), RequestID: "01JDQ7Z3K4" + id, Endpoint: "POST /auth/login",
+			Class: "auth", Route: "POST /auth/login", Limit: "login-ip", Allowed: i%3 != 0, Result: "limited",
+			Remaining: int64(i - 2), IP: "198.51.100." + id, ASN: "64500", UserID: "u_" + id, DeviceID: "d_" + id, Account: "alice@example.com",
+		})
+	}
+	data, err := json.Marshal(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+// decodeCases are inputs on and off the fast path; each must decode
+// exactly as encoding/json decodes it.
+var decodeCases = []string{
+	`{"v":1,"decisions":[]}`,
+	`{"v":1}`,
+	`{}`,
+	` { "v" : 1 , "decisions" : [ { "ip" : "1.2.3.4" , "allowed" : true } ] } `,
+	`{"v":1,"decisions":[{"ts":"2026-11-30T12:00:00.5Z","remaining":-3,"allowed":false}]}`,
+	`{"v":1,"decisions":[{"endpoint":"GET /a\u0026b","user_id":"\u00e9"}]}`,
+	`{"v":1,"decisions":[{"account":"zoë@example.com","device_id":"日本"}]}`,
+	"{\"v\":1,\"decisions\":[{\"account\":\"bad \xff utf8\"}]}",
+	`{"V":1,"Decisions":[{"IP":"1.2.3.4"}]}`,
+	`{"v":1,"decisions":[{"ip":null,"remaining":null,"ts":null,"allowed":null}]}`,
+	`{"v":1,"decisions":null}`,
+	`{"v":1,"decisions":[{"ip":"a"}],"decisions":[{"class":"b"}]}`,
+	`{"v":1,"decisions":[{"ip":"a","ip":"b"}]}`,
+	`{"v":1,"decisions":[{"remaining":1.5}]}`,
+	`{"v":1,"decisions":[{"remaining":1e2}]}`,
+	`{"v":1,"decisions":[{"remaining":01}]}`,
+	`{"v":1,"decisions":[{"remaining":99999999999999999999}]}`,
+	`{"v":1,"decisions":[{"remaining":-0}]}`,
+	`{"v":1,"decisions":[{"ts":"yesterday"}]}`,
+	`{"v":1,"decisions":[{"extra":{"nested":[1,2,{"x":"y"}]},"ip":"1"}]}`,
+	`{"v":1,"decisions":[{"ip":5}]}`,
+	`{"v":1,"decisions":[{"allowed":truex}]}`,
+	`{"v":1,"decisions":[{"ip":"1"}]} trailing`,
+	`{"v":1,"decisions":[{"ip":"1"},]}`,
+	`{"v":"1"}`,
+	`{"v":1,"decisions":[{"ip":"tab	inside"}]}`,
+	`[]`,
+	``,
+	`{"v":1,"decisions":[{"ip":"1"}`,
+}
+
+func decodeBoth(t *testing.T, data []byte) {
+	t.Helper()
+	var fast streams.DecisionBatch
+	errFast := streams.DecodeDecisionBatch(data, &fast)
+	var std streams.DecisionBatch
+	errStd := json.Unmarshal(data, &std)
+	if (errFast == nil) != (errStd == nil) {
+		t.Fatalf("%q: error %v, encoding/json says %v", data, errFast, errStd)
+	}
+	if errStd == nil && !reflect.DeepEqual(fast, std) {
+		t.Fatalf("%q:\n got %+v\nwant %+v", data, fast, std)
+	}
+	// and into a batch that held decisions before
+	reused := streams.DecisionBatch{V: 9, Decisions: make([]streams.Decision, 3, 8)}
+	reused.Decisions[0].IP = "stale"
+	errReused := streams.DecodeDecisionBatch(data, &reused)
+	if (errReused == nil) != (errStd == nil) {
+		t.Fatalf("%q reused: error %v, encoding/json says %v", data, errReused, errStd)
+	}
+	if errStd != nil {
+		return
+	}
+	if reused.V != std.V || len(reused.Decisions) != len(std.Decisions) || (reused.Decisions == nil) != (std.Decisions == nil) {
+		t.Fatalf("%q reused:\n got %+v\nwant %+v", data, reused, std)
+	}
+	for i := range std.Decisions {
+		if reused.Decisions[i] != std.Decisions[i] {
+			t.Fatalf("%q reused decision %d:\n got %+v\nwant %+v", data, i, reused.Decisions[i], std.Decisions[i])
+		}
+	}
+}
+
+func TestDecodeDecisionBatchMatchesEncodingJSON(t *testing.T) {
+	decodeBoth(t, sampleBatch(t, 50))
+	for _, c := range decodeCases {
+		decodeBoth(t, []byte(c))
+	}
+}
+
+func FuzzDecodeDecisionBatch(f *testing.F) {
+	f.Add(sampleBatch(f, 2))
+	for _, c := range decodeCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { decodeBoth(t, data) })
+}
+
+// BenchmarkDecodeDecisionBatch decodes a batch of 64 decisions as the
+// publisher writes them: the fast decoder against encoding/json.
+func BenchmarkDecodeDecisionBatch(b *testing.B) {
+	data := sampleBatch(b, 64)
+	b.Run("fast", func(b *testing.B) {
+		var batch streams.DecisionBatch
+		b.ReportAllocs()
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			if err := streams.DecodeDecisionBatch(data, &batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/decision")
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			var batch streams.DecisionBatch
+			if err := json.Unmarshal(data, &batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/decision")
+	})
+}
