@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
 
 // Bounds on the check request.
@@ -40,13 +41,11 @@ type checkRequest struct {
 // a 400 whose message names the field.
 func decodeCheck(body []byte, in *engine.Input) *apiError {
 	var req checkRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("body: unexpected data after the JSON object")
+	if !scanCheck(body, &req) {
+		req = checkRequest{}
+		if aerr := unmarshalCheck(body, &req); aerr != nil {
+			return aerr
+		}
 	}
 	if req.Endpoint == nil || *req.Endpoint == "" {
 		return badRequest(`field "endpoint" is required`)
@@ -82,6 +81,56 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 		in.Cost = float64(c)
 	}
 	return nil
+}
+
+// unmarshalCheck decodes a check body with encoding/json: unknown fields
+// and data after the object are errors.
+func unmarshalCheck(body []byte, req *checkRequest) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// scanCheck is unmarshalCheck's fast path, without reflection, for the
+// plain form clients send: the contract's field names, strings without
+// escapes, an integer cost. It reports false on anything else (req is then
+// partly filled), and the caller decodes with unmarshalCheck, so a body
+// means the same either way (FuzzScanCheck checks).
+func scanCheck(body []byte, req *checkRequest) bool {
+	s := jsonscan.New(body)
+	str := func(dst **string) bool {
+		v, ok := s.String()
+		if ok {
+			x := string(v)
+			*dst = &x
+		}
+		return ok
+	}
+	return s.Object(func(key []byte) bool {
+		switch string(key) {
+		case "endpoint":
+			return str(&req.Endpoint)
+		case "ip":
+			return str(&req.IP)
+		case "user_id":
+			return str(&req.UserID)
+		case "device_id":
+			return str(&req.DeviceID)
+		case "account":
+			return str(&req.Account)
+		case "cost":
+			_, text, ok := s.Integer()
+			req.Cost = json.RawMessage(text)
+			return ok
+		}
+		return false
+	}) && s.End()
 }
 
 // idField is an optional identifier of a request body and where it goes.

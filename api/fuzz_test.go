@@ -96,3 +96,59 @@ func isTokenString(s string) bool {
 	}
 	return true
 }
+
+// FuzzScanCheck: whatever the fast path accepts, encoding/json accepts
+// with the same fields.
+func FuzzScanCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","device_id":"d_1","account":"alice@example.com","cost":1}`,
+		` {"endpoint" : "GET /", "ip":"::1", "cost": -0 } `, `{"Endpoint":"GET /"}`, `{"ip":"a","ip":"b"}`, `{"cost":01}`,
+		`{"cost":1.5}`, `{"user_id":"\u00e9"}`, `{"user_id":"zoë"}`, `{"x":1}`, `{}`, `{"ip":null}`, `{"ip":"1"} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	deref := func(p *string) string {
+		if p == nil {
+			return "<nil>"
+		}
+		return "=" + *p
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast checkRequest
+		if !scanCheck(body, &fast) {
+			return
+		}
+		var std checkRequest
+		if aerr := unmarshalCheck(body, &std); aerr != nil {
+			t.Fatalf("%q: fast path accepted, encoding/json says %v", body, aerr.message)
+		}
+		if deref(fast.Endpoint) != deref(std.Endpoint) || deref(fast.IP) != deref(std.IP) || deref(fast.UserID) != deref(std.UserID) ||
+			deref(fast.DeviceID) != deref(std.DeviceID) || deref(fast.Account) != deref(std.Account) || string(fast.Cost) != string(std.Cost) {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", body, fast, std)
+		}
+	})
+}
+
+// BenchmarkDecodeCheck decodes and validates a typical check body: the
+// fast path against encoding/json (unmarshalCheck) and the same checks.
+func BenchmarkDecodeCheck(b *testing.B) {
+	body := []byte(`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","device_id":"d_1","account":"alice@example.com","cost":1}`)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		var in engine.Input
+		for i := 0; i < b.N; i++ {
+			if aerr := decodeCheck(body, &in); aerr != nil {
+				b.Fatal(aerr.message)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			var req checkRequest
+			if aerr := unmarshalCheck(body, &req); aerr != nil {
+				b.Fatal(aerr.message)
+			}
+		}
+	})
+}
