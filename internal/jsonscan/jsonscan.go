@@ -111,7 +111,10 @@ func (s *Scanner) Integer() (int64, []byte, bool) {
 	}
 	text := s.data[start:s.i]
 	n, err := strconv.ParseInt(string(text), 10, 64)
-	return n, text, err == nil
+	if err != nil {
+		return 0, nil, false // out of int64's range
+	}
+	return n, text, true
 }
 
 // Bool reads true or false.
