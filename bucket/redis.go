@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -173,7 +175,7 @@ func (c *call) build(req *Request, slack string) {
 	if !req.Now.IsZero() {
 		now = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	}
-	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), ftoa(req.Cost), slack, req.Device)
+	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), num(req.Cost), slack, req.Device)
 	for i := range req.Locks {
 		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
 			c.args = append(c.args, "1")
@@ -187,7 +189,7 @@ func (c *call) build(req *Request, slack string) {
 		if sub.Cached {
 			cached = ftoa(sub.Mult) + " " + ftoa(sub.Pen)
 		}
-		c.args = append(c.args, ftoa(sub.Static), ftoa(sub.Unverified), cached)
+		c.args = append(c.args, num(sub.Static), num(sub.Unverified), cached)
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
@@ -201,7 +203,7 @@ func (c *call) build(req *Request, slack string) {
 				n++
 			}
 		}
-		c.args = append(c.args, ftoa(l.Burst), ftoa(l.Rate), l.Period.Microseconds(), shadow, n)
+		c.args = append(c.args, num(l.Burst), num(l.Rate), num(float64(l.Period.Microseconds())), shadow, n)
 		for j := range req.Subjects {
 			if l.Subjects&(1<<uint(j)) != 0 {
 				c.args = append(c.args, j+1)
@@ -211,6 +213,29 @@ func (c *call) build(req *Request, slack string) {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// numCache holds formatted, boxed script arguments: a decision's numbers
+// are mostly the policy's bursts, rates and periods and a few multipliers,
+// so most are formatted and allocated once. Direct-mapped and lock-free:
+// a collision replaces the entry.
+var numCache [256]atomic.Pointer[numEntry]
+
+type numEntry struct {
+	bits uint64
+	arg  interface{} // ftoa(f), boxed
+}
+
+// num returns ftoa(f) as a script argument, from numCache when it can.
+func num(f float64) interface{} {
+	bits := math.Float64bits(f)
+	slot := &numCache[(bits^bits>>29^bits>>47)*0x9E3779B97F4A7C15>>56]
+	if e := slot.Load(); e != nil && e.bits == bits {
+		return e.arg
+	}
+	e := &numEntry{bits: bits, arg: ftoa(f)}
+	slot.Store(e)
+	return e.arg
+}
 
 // lane collects queued calls into batches and runs them, until Close.
 func (s *RedisStore) lane() {
