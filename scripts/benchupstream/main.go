@@ -1,7 +1,9 @@
 // Command benchupstream is the upstream API of scripts/bench-proxy: it
 // answers every request with a small JSON body, as a fast API would. With
 // -proxy URL it is instead a bare httputil.ReverseProxy to URL: the
-// baseline of what any Go reverse-proxy hop costs on the machine.
+// baseline of what any Go reverse-proxy hop costs on the machine; -lean
+// gives that proxy Tollgate's upstream client (api.UpstreamTransport)
+// instead of net/http's Transport.
 package main
 
 import (
@@ -11,12 +13,15 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/api"
 )
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:0", "address")
 	delay := flag.Duration("delay", 0, "time each answer takes, as a real API's work would")
 	proxy := flag.String("proxy", "", "be a bare reverse proxy to this URL instead")
+	lean := flag.Bool("lean", false, "with -proxy: use api.UpstreamTransport")
 	flag.Parse()
 	if *proxy != "" {
 		u, err := url.Parse(*proxy)
@@ -25,6 +30,9 @@ func main() {
 		}
 		rp := httputil.NewSingleHostReverseProxy(u)
 		rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
+		if *lean {
+			rp.Transport = &api.UpstreamTransport{}
+		}
 		srv := &http.Server{Addr: *addr, Handler: rp, ReadHeaderTimeout: 5 * time.Second}
 		log.Fatal(srv.ListenAndServe())
 	}
