@@ -138,3 +138,48 @@ func TestBatchMixesInjectedAndRedisTime(t *testing.T) {
 		t.Fatalf("remaining %v and %v, want 1.000277 and 1", res[2].Limits[0].Remaining, res[3].Limits[0].Remaining)
 	}
 }
+
+// TestLongBatchIsSplitIntoScripts: a batch longer than maxPerScript runs
+// as several scripts in one pipeline, in order, each decision answered.
+func TestLongBatchIsSplitIntoScripts(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second, ExpirySlack: time.Hour})
+	defer s.Close()
+	ctx := context.Background()
+	// one exempting lockout whose trust set is a string: decision 50 fails
+	if err := s.SetLock(ctx, p+"{account:bad}:l", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now() // the lock is in force
+	n := 2*maxPerScript + 11
+	reqs := make([]Request, n)
+	for i := range reqs {
+		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{{Key: p + "{ip:9}:b:x", Burst: 40, Rate: 1, Period: time.Hour}}}
+	}
+	reqs[50] = Request{Now: now, Cost: 1, Device: "d", Limits: []Limit{{Key: p + "{account:bad}:b:x", Burst: 1, Rate: 1, Period: time.Hour}},
+		Locks: []string{p + "{account:bad}:l"}, TrustKeys: []string{p + "{account:bad}:t"}}
+	res, errs := runBatch(t, s, reqs)
+	taken := 0
+	for i := range reqs {
+		if i == 50 {
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+				t.Fatalf("decision 50: %v, want WRONGTYPE", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		want := taken < 40
+		if res[i].Allowed != want || (want && res[i].Limits[0].Remaining != float64(39-taken)) {
+			t.Fatalf("decision %d: allowed=%v remaining=%v, want allowed=%v after %d taken", i, res[i].Allowed, res[i].Limits[0].Remaining, want, taken)
+		}
+		if want {
+			taken++
+		}
+	}
+}
