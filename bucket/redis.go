@@ -320,7 +320,8 @@ type reply struct {
 // maxPerScript bounds the decisions one EVALSHA carries: Redis runs a
 // script without serving anyone else, so a longer batch is split into
 // several scripts sent in one pipeline (still one round trip). 32
-// four-layer decisions hold Redis for about 0.8 ms on a 2-vCPU machine
+// four-layer decisions hold Redis for about 1.8 ms on the slower of our
+// 2-vCPU machines
 // (BenchmarkRedisScriptCost).
 const maxPerScript = 32
 
