@@ -321,8 +321,7 @@ type reply struct {
 // script without serving anyone else, so a longer batch is split into
 // several scripts sent in one pipeline (still one round trip). 32
 // four-layer decisions hold Redis for about 1.8 ms on the slower of our
-// 2-vCPU machines
-// (BenchmarkRedisScriptCost).
+// 2-vCPU machines (BenchmarkRedisScriptCost).
 const maxPerScript = 32
 
 // exec evaluates batch in one round trip and returns one reply per call,
