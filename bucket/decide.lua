@@ -24,8 +24,9 @@
 -- Reply: one entry per decision, in order:
 -- {3, message} when it failed (a key holding the wrong type), else
 -- {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
--- {allowed, now, then per limit: ok, tokens, eff_burst, reset_us, retry_us,
---  then per subject: "mult pen" when read from its hash ("1" for neutral), else ""}.
+-- a string of little-endian float64s: allowed, now, then per limit: ok,
+--  tokens, eff_burst, reset_us, retry_us, then per subject: read (1 when
+--  read from its hash, 0 when the caller's cache knew it), mult, pen.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
@@ -240,18 +241,17 @@ local function decide(kb, ab)
     reply[r + 5] = retries[i]
     r = r + 5
   end
-  -- then, per subject read from its hash: "mult pen" for the caller's cache
+  -- then per subject: read from its hash (1, else 0: the caller's cache
+  -- knew it), its multiplier and penalty end, for the caller's cache
   for j = 1, ns do
-    r = r + 1
-    if fresh[j] and mults[j] == 1 and pens[j] == 0 then
-      reply[r] = "1" -- the common case, neutral: no formatting
-    elseif fresh[j] then
-      reply[r] = fmt("%.17g %.17g", mults[j], pens[j])
-    else
-      reply[r] = ""
-    end
+    if fresh[j] then reply[r + 1] = 1 else reply[r + 1] = 0 end
+    reply[r + 2] = mults[j]
+    reply[r + 3] = pens[j]
+    r = r + 3
   end
-  return reply
+  -- one binary string of little-endian doubles: every value is exact (the
+  -- integers are below 2^53) and Redis sends one value instead of r
+  return struct.pack("<" .. string.rep("d", r), unpack(reply, 1, r))
 end
 
 local n = tonumber(ARGV[1])

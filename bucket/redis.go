@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -407,66 +408,54 @@ func unwrapReply(v interface{}) (interface{}, error) {
 
 // parseDecision turns decide.lua's reply into res, checking its shape.
 func parseDecision(reply interface{}, req *Request, res *Result) error {
+	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Limits = res.Limits[:0]
+	res.Subjects = res.Subjects[:0]
+	if packed, ok := reply.(string); ok {
+		return parsePacked(packed, req, res)
+	}
 	vals, ok := reply.([]interface{})
-	if !ok || len(vals) < 2 {
+	if !ok || len(vals) != 6 {
 		return fmt.Errorf("bucket: unexpected reply %T", reply)
 	}
 	status, ok1 := vals[0].(int64)
 	now, ok2 := vals[1].(int64)
-	if !ok1 || !ok2 {
-		return fmt.Errorf("bucket: unexpected reply head %T %T", vals[0], vals[1])
+	if !ok1 || !ok2 || status != 2 {
+		return fmt.Errorf("bucket: unexpected reply head %v %v", vals[0], vals[1])
 	}
 	res.Now = time.UnixMicro(now)
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
-	res.Limits = res.Limits[:0]
-	res.Subjects = res.Subjects[:0]
-	if status == 2 {
-		if len(vals) != 6 {
-			return fmt.Errorf("bucket: lock reply has %d values", len(vals))
-		}
-		idx, _ := vals[5].(int64)
-		kind, _ := vals[2].(string)
-		rule, _ := vals[4].(string)
-		until, err := usAt(vals[3])
-		if err != nil {
-			return err
-		}
-		res.Locked, res.Lock, res.LockIndex = true, Lock{Kind: kind, Rule: rule, Until: until}, int(idx)-1
-		return nil
+	idx, _ := vals[5].(int64)
+	kind, _ := vals[2].(string)
+	rule, _ := vals[4].(string)
+	until, err := usAt(vals[3])
+	if err != nil {
+		return err
 	}
+	res.Locked, res.Lock, res.LockIndex = true, Lock{Kind: kind, Rule: rule, Until: until}, int(idx)-1
+	return nil
+}
+
+// parsePacked reads decide.lua's reply of a decision that was evaluated:
+// little-endian float64s (see decide.lua).
+func parsePacked(b string, req *Request, res *Result) error {
 	nl, ns := len(req.Limits), len(req.Subjects)
-	if len(vals) != 2+5*nl+ns {
-		return fmt.Errorf("bucket: reply has %d values for %d limits and %d subjects", len(vals), nl, ns)
+	if len(b) != 8*(2+5*nl+3*ns) {
+		return fmt.Errorf("bucket: reply of %d bytes for %d limits and %d subjects", len(b), nl, ns)
 	}
-	res.Allowed = status == 1
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i : 8*i+8]))) }
+	res.Allowed = f(0) == 1
+	res.Now = time.UnixMicro(int64(f(1)))
 	for i := 0; i < nl; i++ {
-		var f [5]float64
-		for k := range f {
-			n, isInt := vals[2+5*i+k].(int64)
-			if !isInt {
-				return fmt.Errorf("bucket: reply value %d of limit %d is %T", k, i, vals[2+5*i+k])
-			}
-			f[k] = float64(n)
-		}
-		res.Limits = append(res.Limits, limitResult(f[0] == 1, f[1], f[2], f[3], f[4], &req.Limits[i]))
+		k := 2 + 5*i
+		res.Limits = append(res.Limits, limitResult(f(k) == 1, f(k+1), f(k+2), f(k+3), f(k+4), &req.Limits[i]))
 	}
 	for j := 0; j < ns; j++ {
-		str, _ := vals[2+5*nl+j].(string)
-		if str == "" {
+		k := 2 + 5*nl + 3*j
+		if f(k) != 1 {
 			res.Subjects = append(res.Subjects, SubjectResult{})
 			continue
 		}
-		if str == "1" {
-			res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: 1})
-			continue
-		}
-		ms, ps, ok := strings.Cut(str, " ")
-		m, err1 := strconv.ParseFloat(ms, 64)
-		p, err2 := strconv.ParseFloat(ps, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("bucket: subject reply %q", str)
-		}
-		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: m, Pen: p})
+		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: f(k + 1), Pen: f(k + 2)})
 	}
 	return nil
 }
