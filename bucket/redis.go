@@ -47,7 +47,8 @@ type RedisOptions struct {
 
 // RedisStore is the Redis-backed Store. Decisions are evaluated by
 // decide.lua; decisions made concurrently are batched by a few lanes, each
-// batch one EVALSHA (one pipeline on Redis Cluster), so many callers share
+// batch one round trip of EVALSHAs carrying up to maxPerScript decisions
+// each (one each on Redis Cluster), so many callers share
 // few round trips. It is safe for
 // concurrent use; Close stops its lanes.
 type RedisStore struct {
@@ -280,10 +281,8 @@ func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
 	return b.keys, b.args
 }
 
-// run evaluates batch in one round trip and hands each call its reply. On
-// a standalone Redis the whole batch is one EVALSHA; on Redis Cluster each
-// call is its own EVALSHA (its keys share a slot, the batch's do not) and
-// the calls are pipelined.
+// run evaluates batch in one round trip (see exec) and hands each call
+// its reply.
 func (s *RedisStore) run(batch []*call, buf *batchBuf) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
