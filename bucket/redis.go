@@ -48,9 +48,8 @@ type RedisOptions struct {
 // RedisStore is the Redis-backed Store. Decisions are evaluated by
 // decide.lua; decisions made concurrently are batched by a few lanes, each
 // batch one round trip of EVALSHAs carrying up to maxPerScript decisions
-// each (one each on Redis Cluster), so many callers share
-// few round trips. It is safe for
-// concurrent use; Close stops its lanes.
+// each (one each on Redis Cluster), so many callers share few round trips.
+// It is safe for concurrent use; Close stops its lanes.
 type RedisStore struct {
 	c       Client
 	timeout time.Duration
