@@ -32,7 +32,7 @@ func subjectPath(r *http.Request) (subject, id string, aerr *apiError) {
 	if id == "" {
 		return "", "", badRequest("id is required")
 	}
-	if msg := checkID(id); msg != "" {
+	if msg := CheckID(id); msg != "" {
 		return "", "", badRequest("id " + msg)
 	}
 	return subject, id, nil
@@ -74,7 +74,7 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, badRequest(fmt.Sprintf(`field "multiplier" must be between 0 and %d`, MaxMultiplier)))
 		return
 	}
-	if len(req.Reason) > 512 || checkID(req.Reason) != "" && len(req.Reason) <= 512 {
+	if len(req.Reason) > 512 || printable(req.Reason) != "" {
 		writeError(w, rid, badRequest(`field "reason" must be at most 512 bytes of printable UTF-8`))
 		return
 	}
@@ -126,7 +126,7 @@ func (s *Server) handleGetSubject(w http.ResponseWriter, r *http.Request, rid st
 
 func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid string) {
 	account := r.PathValue("account")
-	if msg := checkID(account); msg != "" || account == "" {
+	if msg := CheckID(account); msg != "" || account == "" {
 		writeError(w, rid, badRequest("account is empty or "+msg))
 		return
 	}

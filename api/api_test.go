@@ -280,10 +280,16 @@ func TestAdmin(t *testing.T) {
 		{"/v1/admin/multipliers/ip/x", `{"multiplier":-1}`, `field \"multiplier\" must be between 0 and 1000`},
 		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"ttl":"soon"}`, `field \"ttl\" must be a positive duration such as \"10m\", at most 8760h`},
 		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"color":"red"}`, `unknown field \"color\"`},
+		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"` + strings.Repeat("r", 513) + `"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
+		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"tab\there"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
 	} {
 		expect(t, f.do(t, "PUT", tt.path, tt.body, auth...), 400,
 			`{"error":{"code":"BAD_REQUEST","message":"`+tt.msg+`","details":{},"request_id":"req-1"}}`)
 	}
+	// a reason longer than an identifier's 256 bytes is fine up to 512
+	long := strings.Repeat("r", 512)
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"`+long+`"}`, auth...), 200,
+		`{"subject":"ip","id":"x","effective":1,"multipliers":[{"source":"admin","value":1,"expires_at":null,"reason":"`+long+`"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	// lockouts
 	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Minute)})
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/account/alice", "", auth...), 200,

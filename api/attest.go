@@ -393,7 +393,7 @@ func requiredID(name string, v *string) (string, *apiError) {
 	if v == nil || *v == "" {
 		return "", badRequest(`field "` + name + `" is required`)
 	}
-	if msg := checkID(*v); msg != "" {
+	if msg := CheckID(*v); msg != "" {
 		return "", badRequest(`field "` + name + `" ` + msg)
 	}
 	return *v, nil

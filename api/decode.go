@@ -147,7 +147,7 @@ func copyIDs(fields ...idField) *apiError {
 		if f.v == nil {
 			continue
 		}
-		if msg := checkID(*f.v); msg != "" {
+		if msg := CheckID(*f.v); msg != "" {
 			return badRequest(`field "` + f.name + `" ` + msg)
 		}
 		*f.dst = *f.v
@@ -206,11 +206,19 @@ func checkEndpoint(s string) string {
 	return ""
 }
 
-// checkID validates an identifier; it returns "" or what is wrong.
-func checkID(s string) string {
+// CheckID applies the check API's rules to an identifier (user_id,
+// device_id, account): at most MaxIDLen bytes of printable UTF-8. It
+// returns "" or what is wrong, for a message naming the field.
+func CheckID(s string) string {
 	if len(s) > MaxIDLen {
 		return fmt.Sprintf("is longer than %d bytes", MaxIDLen)
 	}
+	return printable(s)
+}
+
+// printable returns "" when s is UTF-8 without control characters, else
+// what is wrong.
+func printable(s string) string {
 	if !utf8.ValidString(s) {
 		return "is not valid UTF-8"
 	}

@@ -160,7 +160,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	id.in = engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 	if ident.UserHeader != "" {
 		user := r.Header.Get(ident.UserHeader)
-		if user != "" && checkID(user) == "" {
+		if user != "" && CheckID(user) == "" {
 			if p.userVerified(ident, user, r.Header.Get(ident.UserSignatureHeader)) {
 				id.in.UserID = user
 				id.verified = true
@@ -177,7 +177,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		}
 	}
 	if ident.DeviceHeader != "" {
-		if dev := r.Header.Get(ident.DeviceHeader); dev != "" && checkID(dev) == "" {
+		if dev := r.Header.Get(ident.DeviceHeader); dev != "" && CheckID(dev) == "" {
 			id.in.DeviceID = dev
 		}
 	}
@@ -193,13 +193,13 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			var fields map[string]json.RawMessage
 			if json.Unmarshal(body, &fields) == nil {
 				var acct string
-				if raw, ok := fields[ident.AccountBodyField]; ok && json.Unmarshal(raw, &acct) == nil && checkID(acct) == "" {
+				if raw, ok := fields[ident.AccountBodyField]; ok && json.Unmarshal(raw, &acct) == nil && CheckID(acct) == "" {
 					id.in.Account = acct
 				}
 			}
 		}
 		if id.in.Account == "" && ident.AccountHeader != "" {
-			if acct := r.Header.Get(ident.AccountHeader); acct != "" && checkID(acct) == "" {
+			if acct := r.Header.Get(ident.AccountHeader); acct != "" && CheckID(acct) == "" {
 				id.in.Account = acct
 			}
 		}

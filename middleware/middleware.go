@@ -200,26 +200,10 @@ func normalize(id *Identity, in *engine.Input) string {
 		v    string
 		dst  *string
 	}{{"user id", id.UserID, &in.UserID}, {"device id", id.DeviceID, &in.DeviceID}, {"account", id.Account, &in.Account}} {
-		if msg := checkID(f.v); msg != "" {
+		if msg := api.CheckID(f.v); msg != "" {
 			return "identity: the " + f.name + " " + msg
 		}
 		*f.dst = f.v
-	}
-	return ""
-}
-
-// checkID applies the check API's rules to an identifier.
-func checkID(s string) string {
-	if len(s) > api.MaxIDLen {
-		return fmt.Sprintf("is longer than %d bytes", api.MaxIDLen)
-	}
-	if !utf8.ValidString(s) {
-		return "is not valid UTF-8"
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return "contains a control character"
-		}
 	}
 	return ""
 }
