@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
@@ -110,27 +109,12 @@ func BenchmarkRedisDecide4Serial(b *testing.B) {
 	}
 }
 
-var rawBucket = redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate = tonumber(ARGV[1]) / 1000000
-local burst = tonumber(ARGV[2])
-local v = redis.call("HMGET", KEYS[1], "t", "l")
-local tokens = burst
-if v[1] then tokens = math.min(burst, tonumber(v[1]) + (now - tonumber(v[2])) * rate) end
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "t", tostring(tokens), "l", tostring(now))
-redis.call("PEXPIRE", KEYS[1], 60000)
-return ok
-`)
-
 // BenchmarkRawEvalSha is the raw cost of one unpipelined EVALSHA of a
 // one-key token bucket from 32 goroutines: the ratio's denominator.
 func BenchmarkRawEvalSha(b *testing.B) {
 	c, p := testenv.Redis(b)
 	ctx := context.Background()
-	if err := rawBucket.Load(ctx, c).Err(); err != nil {
+	if err := bucket.RawBucketScript.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
 	}
 	keys := make([]string, 1000)
@@ -143,7 +127,7 @@ func BenchmarkRawEvalSha(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := keys[seq.Add(1)%int64(len(keys))]
-			if err := rawBucket.EvalSha(ctx, c, []string{k}, 1000000, 1000000).Err(); err != nil {
+			if err := bucket.RawBucketScript.EvalSha(ctx, c, []string{k}, 1000000, 1000000).Err(); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -12,6 +12,24 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
+// RawBucketScript is the raw one-key token bucket the benchmarks compare
+// decide.lua against: one HMGET, one HSET and a PEXPIRE, no multipliers,
+// no locks (the ratio's denominator; also used by package bucket_test).
+var RawBucketScript = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rate = tonumber(ARGV[1]) / 1000000
+local burst = tonumber(ARGV[2])
+local v = redis.call("HMGET", KEYS[1], "t", "l")
+local tokens = burst
+if v[1] then tokens = math.min(burst, tonumber(v[1]) + (now - tonumber(v[2])) * rate) end
+local ok = 0
+if tokens >= 1 then tokens = tokens - 1; ok = 1 end
+redis.call("HSET", KEYS[1], "t", tostring(tokens), "l", tostring(now))
+redis.call("PEXPIRE", KEYS[1], 60000)
+return ok
+`)
+
 // evalshaUsec reads the server's total microseconds spent in EVALSHA
 // (INFO commandstats), the Redis CPU a script costs.
 func evalshaUsec(tb testing.TB, c *redis.Client) float64 {
@@ -87,20 +105,7 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 	b.Run("raw1", func(b *testing.B) {
 		c, p := testenv.Redis(b)
 		ctx := context.Background()
-		raw := redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate = tonumber(ARGV[1]) / 1000000
-local burst = tonumber(ARGV[2])
-local v = redis.call("HMGET", KEYS[1], "t", "l")
-local tokens = burst
-if v[1] then tokens = math.min(burst, tonumber(v[1]) + (now - tonumber(v[2])) * rate) end
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "t", tostring(tokens), "l", tostring(now))
-redis.call("PEXPIRE", KEYS[1], 60000)
-return ok
-`)
+		raw := RawBucketScript
 		if err := raw.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)
 		}
