@@ -59,7 +59,7 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		o.Getenv = os.Getenv
 	}
 	if o.Transport == nil {
-		o.Transport = &UpstreamTransport{Fallback: tunedTransport()}
+		o.Transport = &UpstreamTransport{Fallback: StdUpstreamTransport()}
 	}
 	p := &proxy{s: s, o: o}
 	p.rp = &httputil.ReverseProxy{

@@ -124,14 +124,10 @@ type UpstreamTransport struct {
 
 var _ http.RoundTripper = (*UpstreamTransport)(nil)
 
-// StdUpstreamTransport returns net/http's Transport tuned as
-// UpstreamTransport's fallback, for proxies that want it for every request
-// (limiter --upstream-transport std).
-func StdUpstreamTransport() *http.Transport { return tunedTransport() }
-
-// tunedTransport is the fallback: net/http's Transport tuned for one busy
-// upstream.
-func tunedTransport() *http.Transport {
+// StdUpstreamTransport returns net/http's Transport tuned for one busy
+// upstream: UpstreamTransport's default fallback, and the proxy's
+// transport for every request with limiter --upstream-transport std.
+func StdUpstreamTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -147,7 +143,7 @@ func (t *UpstreamTransport) init() {
 	t.once.Do(func() {
 		t.fallback = t.Fallback
 		if t.fallback == nil {
-			t.fallback = tunedTransport()
+			t.fallback = StdUpstreamTransport()
 		}
 		t.dialer = net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 		t.maxIdle = orDefault(t.MaxIdlePerHost, defaultMaxIdlePerHost)
