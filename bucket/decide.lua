@@ -39,6 +39,7 @@ local fmt = string.format
 local match = string.match
 local U = 1000000
 local clock = nil
+local packfmts = {} -- struct.pack formats by value count, built once per batch
 
 -- subject returns a subject's effective multiplier and when its lowest
 -- penalty ends (0 when unknown or none), from its hash and the caller's
@@ -251,7 +252,12 @@ local function decide(kb, ab)
   end
   -- one binary string of little-endian doubles: every value is exact (the
   -- integers are below 2^53) and Redis sends one value instead of r
-  return struct.pack("<" .. string.rep("d", r), unpack(reply, 1, r))
+  local pf = packfmts[r]
+  if not pf then
+    pf = "<" .. string.rep("d", r)
+    packfmts[r] = pf
+  end
+  return struct.pack(pf, unpack(reply, 1, r))
 end
 
 local n = tonumber(ARGV[1])
