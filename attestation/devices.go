@@ -87,6 +87,19 @@ func ttlOf(s Status) (time.Duration, error) {
 	return ttl, nil
 }
 
+// encodeStatus returns s as stored in Redis and how long it is kept.
+func encodeStatus(s Status) ([]byte, time.Duration, error) {
+	ttl, err := ttlOf(s)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, 0, fmt.Errorf("attestation: status: %w", err)
+	}
+	return b, ttl, nil
+}
+
 func errNoKey() *Error {
 	return fail(StepKeyID, "no attested App Attest key for this device and key id; attest first")
 }
@@ -133,13 +146,9 @@ func (r *RedisDevices) Get(ctx context.Context, deviceID string) (Status, bool, 
 
 // Put implements Devices.
 func (r *RedisDevices) Put(ctx context.Context, deviceID string, s Status) error {
-	ttl, err := ttlOf(s)
+	b, ttl, err := encodeStatus(s)
 	if err != nil {
 		return err
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("attestation: status: %w", err)
 	}
 	if err := r.c.Set(ctx, StatusKey(r.prefix, deviceID), b, ttl).Err(); err != nil {
 		return fmt.Errorf("%w: redis: put status: %w", ErrUnavailable, err)
@@ -149,13 +158,9 @@ func (r *RedisDevices) Put(ctx context.Context, deviceID string, s Status) error
 
 // Advance implements Devices with one script (advanceScript).
 func (r *RedisDevices) Advance(ctx context.Context, deviceID string, s Status) error {
-	ttl, err := ttlOf(s)
+	b, ttl, err := encodeStatus(s)
 	if err != nil {
 		return err
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("attestation: status: %w", err)
 	}
 	reply, err := advanceScript.Run(ctx, r.c, []string{StatusKey(r.prefix, deviceID)},
 		s.KeyID, strconv.FormatUint(uint64(s.Counter), 10), b, ttl.Milliseconds()).Result()
