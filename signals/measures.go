@@ -48,16 +48,7 @@ func (e *Engine) setLock(ns int64, subject, id string, lock bucket.Lock, rule st
 			return false
 		}
 	}
-	if en == nil {
-		en = e.meas.addBytes(key)
-	}
-	end := lock.Until.UnixNano()
-	en.val = measure{
-		act:     Action{Kind: SetLock, Subject: subject, ID: id, Lock: lock},
-		rule:    rule,
-		end:     end,
-		sweepAt: e.clock + (end - ns),
-	}
+	e.record(en, key, Action{Kind: SetLock, Subject: subject, ID: id, Lock: lock}, rule, ns, lock.Until.UnixNano())
 	return true
 }
 
@@ -74,15 +65,16 @@ func (e *Engine) setMultiplier(ns int64, subject, id string, m bucket.Multiplier
 			return false
 		}
 	}
+	e.record(en, key, Action{Kind: SetMultiplier, Subject: subject, ID: id, Multiplier: m}, rule, ns, m.ExpiresAt.UnixNano())
+	return true
+}
+
+// record stores act, set at ns by rule and in force until end (Unix ns),
+// as the measure at key (en: its entry, nil when there is none yet).
+// Callers hold e.mu.
+func (e *Engine) record(en *entry[measure], key []byte, act Action, rule string, ns, end int64) {
 	if en == nil {
 		en = e.meas.addBytes(key)
 	}
-	end := m.ExpiresAt.UnixNano()
-	en.val = measure{
-		act:     Action{Kind: SetMultiplier, Subject: subject, ID: id, Multiplier: m},
-		rule:    rule,
-		end:     end,
-		sweepAt: e.clock + (end - ns),
-	}
-	return true
+	en.val = measure{act: act, rule: rule, end: end, sweepAt: e.clock + (end - ns)}
 }
