@@ -124,6 +124,11 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	switch c.UpstreamTransport {
+	case "", "lean", "std":
+	default:
+		return fmt.Errorf("service: upstream transport %q: want lean or std", c.UpstreamTransport)
+	}
 	return nil
 }
 
@@ -314,13 +319,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			Help: "Proxied requests the upstream could not answer (502/504)."})
 		reg.MustRegister(forged, upErrs)
 		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}
-		switch cfg.UpstreamTransport {
-		case "", "lean":
-		case "std":
-			po.Transport = api.StdUpstreamTransport()
-		default:
-			closeAll()
-			return nil, fmt.Errorf("service: upstream transport %q: want lean or std", cfg.UpstreamTransport)
+		if cfg.UpstreamTransport == "std" {
+			po.Transport = api.StdUpstreamTransport() // Validate allowed only lean (the default) or std
 		}
 		if err := srv.EnableProxy(po); err != nil {
 			closeAll()

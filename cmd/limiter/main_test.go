@@ -77,4 +77,9 @@ func TestBadFlags(t *testing.T) {
 	if code := run([]string{"serve"}, &out, &errb); code != 2 {
 		t.Fatalf("stray argument: exit %d", code)
 	}
+	errb.Reset()
+	if code := run([]string{"--upstream", "http://127.0.0.1:1", "--upstream-transport", "fast"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `upstream transport "fast": want lean or std`) {
+		t.Fatalf("bad transport: exit %d %s", code, errb.String())
+	}
 }
