@@ -181,8 +181,10 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			id.in.DeviceID = dev
 		}
 	}
-	ci, _ := pol.Route(r.Method, r.URL.Path)
-	if pol.Classes[ci] == "auth" {
+	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
+		return nil // no account to find: skip matching the route twice
+	}
+	if ci, _ := pol.Route(r.Method, r.URL.Path); pol.Classes[ci] == "auth" {
 		if ident.AccountBodyField != "" && r.Body != nil && r.Body != http.NoBody {
 			body, aerr := readBody(r, nil)
 			if aerr != nil {
