@@ -104,7 +104,7 @@ func (f *proxyFixture) do(t *testing.T, method, path, body string, hdr ...string
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.front.Client().Do(req) // not http.DefaultClient: parallel tests closing httptest servers close its idle conns
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestProxyStreamsBodies(t *testing.T) {
 		pw.Close()
 	}()
 	req, _ := http.NewRequest("POST", f.front.URL+"/upload", pr)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.front.Client().Do(req) // not http.DefaultClient: parallel tests closing httptest servers close its idle conns
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -757,7 +757,7 @@ func TestProxyUsesUpstreamTransport(t *testing.T) {
 		req := newReq(t, method, front.URL+"/items", strings.NewReader(body))
 		req.Header.Set("X-User-Id", "u_1")
 		req.Header.Set("X-User-Signature", sign("u_1"))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := front.Client().Do(req) // not http.DefaultClient: parallel tests closing httptest servers close its idle conns
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,6 +37,11 @@ const (
 )
 
 // dir returns the package directory (go test runs tests in it).
+// client is the tests' HTTP client. Not http.DefaultClient: closing an
+// httptest server (as a test here does) closes the idle connections of
+// http.DefaultTransport, which can break a request another test has on one.
+var client = &http.Client{Transport: &http.Transport{}}
+
 func dir(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
@@ -377,7 +382,7 @@ type scraped map[string]map[string]bool
 
 func scrape(t *testing.T, base string) scraped {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	resp, err := client.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +434,7 @@ func scrape(t *testing.T, base string) scraped {
 
 func postJSON(t *testing.T, url, body string) int {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +449,7 @@ func waitForSeries(t *testing.T, base, series string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(base + "/metrics")
+		resp, err := client.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -227,7 +227,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	}
 	got := make(chan string, 1)
 	go func() {
-		resp, err := http.Get("http://" + r.Addr + "/slow")
+		resp, err := client.Get("http://" + r.Addr + "/slow")
 		if err != nil {
 			got <- "error: " + err.Error()
 			return

@@ -39,9 +39,14 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 	return r, "http://" + r.Addr
 }
 
+// client is the tests' HTTP client. Not http.DefaultClient: closing an
+// httptest server (as parallel tests do) closes the idle connections of
+// http.DefaultTransport, which can break a request another test has on one.
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
 func post(t *testing.T, url, body string) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +57,7 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 
 func get(t testing.TB, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
