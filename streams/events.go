@@ -4,7 +4,10 @@
 // publishing with acknowledgement.
 package streams
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // SchemaVersion is the version of every event body ("v").
 const SchemaVersion = 1
@@ -42,6 +45,25 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
+	// Cost is the tokens the request asked for. A decision recorded before
+	// events carried it (no "cost" member) decodes as 1, the check API's
+	// default.
+	Cost float64 `json:"cost"`
+	// Attributes are the request's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// UnmarshalJSON decodes a decision as encoding/json would, except that a
+// missing "cost" is 1 (events before schema 1.1 carried none).
+func (d *Decision) UnmarshalJSON(data []byte) error {
+	type plain Decision
+	p := plain{Cost: 1}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	*d = Decision(p)
+	return nil
 }
 
 // DecisionBatch is the body of a decisions message.
@@ -79,6 +101,9 @@ type Report struct {
 	UserID   string `json:"user_id,omitempty"`
 	// Attested is true when the device had a valid attestation at the time.
 	Attested bool `json:"attested,omitempty"`
+	// Attributes are the report's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // Alert kinds.
@@ -117,4 +142,7 @@ type Alert struct {
 	Reason string `json:"reason"`
 	// Count is the number of events that fired the rule.
 	Count int `json:"count"`
+	// Shadow is true for an alert of a rule with `shadow: true`: the rule
+	// fired, and nothing was enforced.
+	Shadow bool `json:"shadow,omitempty"`
 }
