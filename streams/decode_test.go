@@ -21,7 +21,7 @@ func sampleBatch(tb testing.TB, n int) []byte {
 			TS: ts.Add(time.Duration(i) * time.Millisecond), RequestID: "01JDQ7Z3K4" + id, Endpoint: "POST /auth/login",
 			Class: "auth", Route: "POST /auth/login", Limit: "login-ip", Allowed: i%3 != 0, Result: "limited",
 			Remaining: int64(i - 2), IP: "198.51.100." + id, ASN: "64500", UserID: "u_" + id, DeviceID: "d_" + id, Account: "alice@example.com",
-			Cost: float64(i % 4),
+			Cost: float64(i % 4), DeviceVerified: i%2 == 0,
 		})
 		if i%5 == 0 {
 			b.Decisions[i].Attributes = map[string]string{"plan": "free", "app_version": "5.2." + id}
@@ -80,6 +80,8 @@ var decodeCases = []string{
 	`{"v":1,"decisions":[{"attributes":{"\u0061":"x"}}]}`,
 	`{"v":1,"decisions":[{"attributes":["a"]}]}`,
 	`{"v":1,"decisions":[null]}`,
+	`{"v":1,"decisions":[{"device_verified":true,"cost":3}]}`,
+	`{"v":1,"decisions":[{"device_verified":"yes"}]}`,
 }
 
 func decodeBoth(t *testing.T, data []byte) {

@@ -52,6 +52,9 @@ type Decision struct {
 	// Attributes are the request's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// DeviceVerified is true when the request presented a valid device
+	// token for its device_id (contract 6.3); omitted when false.
+	DeviceVerified bool `json:"device_verified,omitempty"`
 }
 
 // UnmarshalJSON decodes a decision as encoding/json would, except that a

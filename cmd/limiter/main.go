@@ -4,6 +4,9 @@
 //	limiter [flags]                    run the service
 //	limiter validate --config FILE     check a policy file (exit 0, or FILE:LINE errors and 1)
 //	limiter budgets --config FILE      print every budget as a Markdown table
+//	limiter replay --nats URL --config CANDIDATE.yaml [--baseline CURRENT.yaml]
+//	               [--since 1h | --from-seq N] [--json]
+//	                                   re-run recorded traffic under a candidate policy
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/replay"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -33,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return validate(args[1:], stdout, stderr)
 		case "budgets":
 			return budgets(args[1:], stdout, stderr)
+		case "replay":
+			return replayCmd(args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseFlags(args, stderr)
@@ -94,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets, replay)\n", fs.Arg(0))
 		return cfg, errors.New("bad arguments")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -140,6 +146,13 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d routes, %d limits)\n", path, len(p.Routes), len(p.Limits))
 	return 0
+}
+
+// replayCmd runs `limiter replay` (flags and logic in package replay).
+func replayCmd(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return replay.Command(ctx, args, os.LookupEnv, stdout, stderr)
 }
 
 func budgets(args []string, stdout, stderr io.Writer) int {

@@ -1,0 +1,108 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+const loosePolicy = `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+  - {match: "* *", class: write}
+limits:
+  - {name: login-account, by: [account, route], rate: 100/h, if: {class: auth}}
+  - {name: user-write, by: [user], rate: 100/h, if: {class: write}}
+`
+
+const strictPolicy = `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+  - {match: "* *", class: write}
+limits:
+  - {name: login-account, by: [account, route], rate: 3/h, if: {class: auth}}
+  - {name: user-write, by: [user], rate: 5/h, if: {class: write}}
+risk:
+  velocity:
+    - {name: fails, event: login_failed, by: account, threshold: 3, window: 10m, action: lockout, duration: 15m}
+    - {name: dry, event: login_failed, by: account, threshold: 2, window: 10m, action: step_up, duration: 15m, shadow: true}
+`
+
+func mustParse(t testing.TB, name, text string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(name, []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// TestReplayerCounts feeds synthetic events straight into a Replayer.
+func TestReplayerCounts(t *testing.T) {
+	t.Parallel()
+	r, err := NewReplayer(Policies{Candidate: mustParse(t, "strict.yaml", strictPolicy), Baseline: mustParse(t, "loose.yaml", loosePolicy),
+		CandidateName: "strict.yaml", BaselineName: "loose.yaml"}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ts := t0
+	next := func() time.Time { ts = ts.Add(time.Millisecond); return ts }
+	login := func(account string) {
+		r.Decision(&streams.Decision{TS: next(), Endpoint: "POST /auth/login", IP: "198.51.100.7", Account: account, Cost: 1})
+	}
+	// alice: 5 logins (2 newly denied), a success; bob: 3 failures (locked), then 2 logins
+	for range 5 {
+		login("alice")
+	}
+	r.Report(&streams.Report{TS: next(), Type: streams.ReportLoginSucceeded, Account: "alice"})
+	for range 3 {
+		r.Report(&streams.Report{TS: next(), Type: streams.ReportLoginFailed, Account: "bob"})
+	}
+	login("bob")
+	login("bob")
+	// u1 writes 7 times at cost 1 and once at cost 0: 2 newly denied
+	for i := range 8 {
+		r.Decision(&streams.Decision{TS: next(), Endpoint: "POST /items", IP: "203.0.113.5", UserID: "u1", Cost: float64(min(1, 7-i))})
+	}
+	rep := r.Result()
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(md.String())
+	find := func(class, limit string) Row {
+		for _, l := range rep.Limits {
+			if l.Class == class && l.Limit == limit {
+				return l
+			}
+		}
+		t.Fatalf("no row %s/%s", class, limit)
+		return Row{}
+	}
+	if got, want := find("auth", "login-account"), (Row{Class: "auth", Limit: "login-account", Requests: 7, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+		t.Errorf("login-account %+v, want %+v", got, want)
+	}
+	if got, want := find("auth", "fails"), (Row{Class: "auth", Limit: "fails", Requests: 2, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+		t.Errorf("fails %+v, want %+v", got, want)
+	}
+	if got, want := find("write", "user-write"), (Row{Class: "write", Limit: "user-write", Requests: 8, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+		t.Errorf("user-write %+v, want %+v", got, want)
+	}
+	if got := rep.Total; got.Requests != 15 || got.NewlyDenied != 6 || got.NewlyAllowed != 0 || got.DeniedBaseline != 0 {
+		t.Errorf("total %+v", got)
+	}
+	wantM := []Measure{{Rule: "dry", Kind: "step_up", Shadow: true, Candidate: 1}, {Rule: "fails", Kind: "lockout", Candidate: 1}}
+	if fmt.Sprint(rep.Measures) != fmt.Sprint(wantM) {
+		t.Errorf("measures %+v, want %+v", rep.Measures, wantM)
+	}
+	if rep.FalsePositiveIdentities != 1 || rep.LikelyFalsePositives[0].ID != "alice" || rep.LikelyFalsePositives[0].NewlyDenied != 2 {
+		t.Errorf("false positives %+v", rep.LikelyFalsePositives)
+	}
+}
