@@ -203,7 +203,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer r.Close()
-	dec, rep, err := openReaders(ctx, o.JetStream, o.Streams, o.Range, o.Now(), o.ReorderWindow)
+	warmup := Warmup(o.Candidate, o.Baseline)
+	dec, rep, err := openReaders(ctx, o.JetStream, o.Streams, o.Range, o.Now(), o.ReorderWindow, warmup)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	go func() { errs <- dec.run(ctx, o.JetStream, dch) }()
 	go func() { errs <- rep.run(ctx, o.JetStream, rch) }()
 	stopProgress := startProgress(o, dec, rep)
-	merge(r, dch, rch)
+	merge(r, dch, rch, int64(warmup))
 	stopProgress()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -227,11 +228,26 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return out, nil
 }
 
+// Warmup is how far before the first decision replayed the reports are
+// replayed too: the longest velocity window of the policies, so that the
+// rules start with the counts riskd had.
+func Warmup(policies ...*policy.Policy) time.Duration {
+	var w time.Duration
+	for _, p := range policies {
+		for _, v := range p.Risk.Velocity {
+			w = max(w, v.Window)
+		}
+	}
+	return w
+}
+
 // merge replays the two ordered streams of chunks into r, in event-time
-// order (decisions first at equal times), until both are closed.
-func merge(r *Replayer, dch, rch <-chan []event) {
+// order (decisions first at equal times), until both are closed. Reports
+// more than warmup ns before the first decision are dropped.
+func merge(r *Replayer, dch, rch <-chan []event, warmup int64) {
 	var da, ra []event
 	dOpen, rOpen := true, true
+	start := int64(-1)
 	for {
 		if len(da) == 0 && dOpen {
 			da, dOpen = <-dch
@@ -244,6 +260,17 @@ func merge(r *Replayer, dch, rch <-chan []event) {
 				return
 			}
 			continue
+		}
+		if start < 0 {
+			if len(da) == 0 {
+				for range rch { // no decisions: nothing to compare
+				}
+				return
+			}
+			start = da[0].ns - warmup
+		}
+		for len(ra) > 0 && ra[0].ns < start {
+			ra = ra[1:]
 		}
 		// Replay decisions while they come first: the common case.
 		for len(da) > 0 && (len(ra) == 0 && !rOpen || len(ra) > 0 && before(&da[0], &ra[0])) {

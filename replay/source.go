@@ -41,6 +41,10 @@ type streamReader struct {
 	skipped    atomic.Int64
 }
 
+// reportMargin is how much earlier than the first decision's storage time
+// reports are read.
+const reportMargin = time.Minute
+
 // chunkSize is how many events a reader hands over at once.
 const chunkSize = 4096
 
@@ -161,8 +165,8 @@ func eventNs(t time.Time) (int64, bool) {
 }
 
 // openReaders prepares the readers of the decisions and reports streams
-// for rng, at now.
-func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config, rng Range, now time.Time, window time.Duration) (dec, rep *streamReader, err error) {
+// for rng, at now; reports are read from warmup before the range.
+func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config, rng Range, now time.Time, window, warmup time.Duration) (dec, rep *streamReader, err error) {
 	pfx := cfg.Prefix
 	if pfx == "" {
 		pfx = streams.DefaultPrefix
@@ -189,8 +193,9 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 	if dinfo.State.Msgs == 0 {
 		dec.last = 0
 	}
-	dec.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{dec.filter}}
-	rep.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{rep.filter}}
+	// The server drops the ephemeral consumers soon after the replay.
+	dec.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{dec.filter}, InactiveThreshold: 5 * time.Second}
+	rep.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{rep.filter}, InactiveThreshold: 5 * time.Second}
 	var from time.Time
 	switch {
 	case rng.Since > 0:
@@ -215,6 +220,11 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 		rep.last = 0 // no decisions: nothing to compare
 		return dec, rep, nil
 	}
+	// Reports of the warm-up before the first decision count (velocity
+	// windows reach back), and decisions are stored up to a batch interval
+	// after they were made, reports at once: read the reports from a
+	// margin earlier still; the merge drops those before the warm-up.
+	from = from.Add(-warmup - reportMargin)
 	rep.deliver.DeliverPolicy, rep.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
 	if einfo.State.Msgs == 0 {
 		rep.last = 0
