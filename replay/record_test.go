@@ -181,7 +181,7 @@ func TestReplayRecordedTraffic(t *testing.T) {
 	decisions += 6
 
 	o := replay.Options{
-		Policies: replay.Policies{Candidate: load(t, strictPath), Baseline: load(t, loosePath), CandidateName: "strict.yaml", BaselineName: "loose.yaml"},
+		Policies:  replay.Policies{Candidate: load(t, strictPath), Baseline: load(t, loosePath), CandidateName: "strict.yaml", BaselineName: "loose.yaml"},
 		JetStream: jetStream(t, r.NATSURL), Streams: streams.Config{Name: stream, Prefix: subj},
 	}
 	rep := replayUntil(t, o, decisions, reports)
