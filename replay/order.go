@@ -16,7 +16,8 @@ const (
 
 // event is one recorded event.
 type event struct {
-	ns   int64 // event time, Unix ns
+	ns   int64  // event time, Unix ns
+	seq  uint64 // arrival order within its stream
 	rank uint8
 	d    *streams.Decision
 	r    *streams.Report
@@ -34,6 +35,7 @@ const DefaultReorderWindow = 2 * time.Second
 // an event later than window is released at its place in the sequence.
 type reorder struct {
 	window int64
+	n      uint64 // events added
 	buf    []event
 	maxNs  int64
 }
@@ -41,6 +43,8 @@ type reorder struct {
 // add takes ev and returns the events now released (valid until the next
 // call), oldest first.
 func (o *reorder) add(ev event, out []event) []event {
+	o.n++
+	ev.seq = o.n
 	o.buf = append(o.buf, ev)
 	if ev.ns > o.maxNs {
 		o.maxNs = ev.ns
@@ -80,14 +84,19 @@ func (o *reorder) sort() {
 	if slices.IsSortedFunc(o.buf, byTime) {
 		return
 	}
-	slices.SortStableFunc(o.buf, byTime)
+	slices.SortFunc(o.buf, byTime)
 }
 
+// byTime orders by event time, then arrival.
 func byTime(a, b event) int {
 	switch {
 	case a.ns < b.ns:
 		return -1
 	case a.ns > b.ns:
+		return 1
+	case a.seq < b.seq:
+		return -1
+	case a.seq > b.seq:
 		return 1
 	}
 	return 0

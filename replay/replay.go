@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -124,7 +125,8 @@ func (r *Replayer) Decision(d *streams.Decision) {
 		r.t.skipped++
 		return
 	}
-	if !r.sims[base].decide(d) || !r.sims[cand].decide(d) {
+	addr, _ := netip.ParseAddr(d.IP) // once for both policies' reputation rules
+	if !r.sims[base].decide(d, addr) || !r.sims[cand].decide(d, addr) {
 		r.t.skipped++
 		return
 	}

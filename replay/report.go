@@ -231,10 +231,10 @@ func writeIdentities(b *strings.Builder, ids []Identity, empty string) {
 		b.WriteString(empty + "\n")
 		return
 	}
-	b.WriteString("| subject | id | requests | denied (baseline) | denied (candidate) | newly denied | newly allowed | logged in | valid device token |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+	b.WriteString("| subject | id | denied (baseline) | denied (candidate) | newly denied | newly allowed | logged in | valid device token |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n")
 	for _, x := range ids {
-		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %d | %d | %s | %s |\n", x.Subject, cell(x.ID), x.Requests,
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %d | %s | %s |\n", x.Subject, cell(x.ID),
 			x.DeniedBaseline, x.DeniedCandidate, x.NewlyDenied, x.NewlyAllowed, yesNo(x.LoggedIn), yesNo(x.ValidDeviceToken))
 	}
 }

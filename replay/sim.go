@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -15,8 +16,9 @@ import (
 )
 
 // sweepEvery is how much event time passes between sweeps of the memory
-// store, as the limiter sweeps it every 10 s of wall time.
-const sweepEvery = int64(10 * time.Second)
+// store (the limiter sweeps it every 10 s of wall time; sweeps change no
+// decision, they only free memory).
+const sweepEvery = int64(time.Minute)
 
 // sim re-runs the record under one policy: the limiter's engine over a
 // memory store whose clock is the event time, and the risk engine fed with
@@ -93,15 +95,16 @@ func (s *sim) tick(ts time.Time) {
 	s.nextSweep = ns + sweepEvery
 }
 
-// decide re-runs the recorded decision rec; the outcome is in s.d. It
+// decide re-runs the recorded decision rec, whose IP parsed is addr
+// (invalid: unparsable); the outcome is in s.d. It
 // returns false when rec cannot be evaluated (no "METHOD /path" endpoint).
-func (s *sim) decide(rec *streams.Decision) bool {
+func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	s.tick(rec.TS)
 	if rec.DeviceVerified && rec.DeviceID != "" {
 		s.verify(rec.DeviceID, rec.TS)
 	}
 	s.in = engine.Input{Endpoint: rec.Endpoint, IP: rec.IP, UserID: rec.UserID, DeviceID: rec.DeviceID,
-		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS}
+		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr}
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}

@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -34,6 +33,9 @@ type streamReader struct {
 	last    uint64 // the stream's last sequence when the replay started
 	deliver jetstream.OrderedConsumerConfig
 	window  time.Duration
+
+	// batchCap is the largest batch seen: the capacity to decode into.
+	batchCap int
 
 	// progress, read by the progress printer
 	first, seq atomic.Uint64
@@ -73,45 +75,43 @@ func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan
 		chunk = make([]event, 0, chunkSize)
 		return nil
 	}
-	for done := false; !done; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+	it, err := cons.Messages(jetstream.PullMaxBytes(8 << 20))
+	if err != nil {
+		return fmt.Errorf("replay: read %s: %w", s.name, err)
+	}
+	defer it.Stop()
+	idle := s.watch(ctx, cons, it)
+	defer idle.stop()
+	for {
+		m, err := it.Next()
 		if err != nil {
+			if idle.fired.Load() {
+				break // nothing (more) of ours in the range
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return fmt.Errorf("replay: read %s: %w", s.name, err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			seq := meta.Sequence.Stream
-			if seq > s.last {
-				done = true
-				break
-			}
-			s.first.CompareAndSwap(0, seq)
-			s.seq.Store(seq)
-			s.msgs.Add(1)
-			chunk = s.decode(m.Data(), &ord, chunk)
-			if err := send(false); err != nil {
-				return err
-			}
-			if seq == s.last {
-				done = true
-				break
-			}
+		idle.seen.Store(true)
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("replay: read %s: %w", s.name, err)
+		seq := meta.Sequence.Stream
+		if seq > s.last {
+			break
 		}
-		if got == 0 && !done {
-			// Nothing arrived within the wait: the rest of the range holds
-			// no message of ours, unless the server is just slow.
-			info, err := cons.Info(ctx)
-			if err != nil || info.NumPending == 0 {
-				done = true
-			}
+		s.first.CompareAndSwap(0, seq)
+		s.seq.Store(seq)
+		s.msgs.Add(1)
+		chunk = s.decode(m.Data(), &ord, chunk)
+		if err := send(false); err != nil {
+			return err
+		}
+		// NumPending counts the messages of ours after this one.
+		if seq == s.last || meta.NumPending == 0 {
+			break
 		}
 	}
 	chunk = ord.flush(chunk)
@@ -121,12 +121,13 @@ func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan
 // decode appends the message's events to chunk through the reorder buffer.
 func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event {
 	if s.rank == rankDecision {
-		var b streams.DecisionBatch
+		b := streams.DecisionBatch{Decisions: make([]streams.Decision, 0, s.batchCap)}
 		if err := streams.DecodeDecisionBatch(data, &b); err != nil {
 			s.skipped.Add(1)
 			return chunk
 		}
 		s.evs.Add(int64(len(b.Decisions)))
+		s.batchCap = max(s.batchCap, len(b.Decisions))
 		for i := range b.Decisions {
 			d := &b.Decisions[i]
 			ns, ok := eventNs(d.TS)
@@ -230,4 +231,43 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 		rep.last = 0
 	}
 	return dec, rep, nil
+}
+
+// idleWatch stops a message iterator that receives nothing at all while
+// the consumer has nothing pending: the range holds no message of the
+// reader's subjects. Once a message arrives, its metadata tells how many
+// more are pending, and the watch ends.
+type idleWatch struct {
+	seen, fired atomic.Bool
+	done        chan struct{}
+}
+
+func (w *idleWatch) stop() { close(w.done) }
+
+// watch starts an idleWatch on it.
+func (s *streamReader) watch(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) *idleWatch {
+	w := &idleWatch{done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-ctx.Done():
+				it.Stop()
+				return
+			case <-t.C:
+			}
+			if w.seen.Load() {
+				return
+			}
+			if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.Delivered.Consumer == 0 {
+				w.fired.Store(true)
+				it.Stop()
+				return
+			}
+		}
+	}()
+	return w
 }

@@ -50,11 +50,12 @@ func (r *Row) public() Row {
 	return c
 }
 
-// Identity counts the decisions of one subject (ip, user, device, account).
+// Identity counts the denials of one subject (ip, user, device,
+// account): only decisions denied under either policy are tallied per
+// identity, so that the common case, allowed under both, costs nothing.
 type Identity struct {
 	Subject         string `json:"subject"`
 	ID              string `json:"id"`
-	Requests        int64  `json:"requests"`
 	DeniedBaseline  int64  `json:"denied_baseline"`
 	DeniedCandidate int64  `json:"denied_candidate"`
 	NewlyDenied     int64  `json:"newly_denied"`
@@ -187,10 +188,12 @@ func (t *tally) decision(rec *streams.Decision, sims *[2]*sim) {
 			}
 		}
 	}
-	t.identity(subjIP, rec.IP, bd, cd)
-	t.identity(subjUser, rec.UserID, bd, cd)
-	t.identity(subjDevice, rec.DeviceID, bd, cd)
-	t.identity(subjAccount, rec.Account, bd, cd)
+	if bd || cd {
+		t.identity(subjIP, rec.IP, bd, cd)
+		t.identity(subjUser, rec.UserID, bd, cd)
+		t.identity(subjDevice, rec.DeviceID, bd, cd)
+		t.identity(subjAccount, rec.Account, bd, cd)
+	}
 	if rec.DeviceVerified {
 		t.markGood(subjDevice, rec.DeviceID, goodToken)
 		t.markGood(subjUser, rec.UserID, goodToken)
@@ -258,7 +261,7 @@ func (t *tally) row(class, limit string) *Row {
 	return r
 }
 
-// identity counts a decision for (kind, id).
+// identity counts a denied decision for (kind, id).
 func (t *tally) identity(kind uint8, id string, bd, cd bool) {
 	if id == "" {
 		return
@@ -273,7 +276,6 @@ func (t *tally) identity(kind uint8, id string, bd, cd bool) {
 		x = &Identity{Subject: subjectNames[kind], ID: id}
 		t.ids[k] = x
 	}
-	x.Requests++
 	if bd {
 		x.DeniedBaseline++
 	}
