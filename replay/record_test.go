@@ -221,14 +221,35 @@ func TestReplayRecordedTraffic(t *testing.T) {
 		t.Errorf("false positives %s (%d identities, %d denials)", got, rep.FalsePositiveIdentities, rep.FalsePositiveDenials)
 	}
 
-	// The same record gives the same bytes: a second run, and the command.
+	// The same record gives the same bytes: a second run (with progress
+	// lines), --since, and the command.
 	md1, js1 := render(t, rep)
-	rep2, err := replay.Run(context.Background(), o)
+	var progress bytes.Buffer
+	o2 := o
+	o2.Progress, o2.ProgressEvery = &progress, time.Nanosecond
+	rep2, err := replay.Run(context.Background(), o2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if md2, js2 := render(t, rep2); md2 != md1 || js2 != js1 {
 		t.Errorf("second run differs:\n%s\n----\n%s", md1, md2)
+	}
+	if !strings.Contains(progress.String(), "replay: decisions ") || !strings.Contains(progress.String(), " events/s") {
+		t.Errorf("progress %q", progress.String())
+	}
+	o2 = o
+	o2.Range = replay.Range{Since: time.Hour}
+	if rep3, err := replay.Run(context.Background(), o2); err != nil || func() string { m, _ := render(t, rep3); return m }() != md1 {
+		t.Errorf("--since 1h: %v", err)
+	}
+	// --from-seq: from the last message only; past the end: an error.
+	o2.Range = replay.Range{FromSeq: rep.Record.LastSeq}
+	if rep4, err := replay.Run(context.Background(), o2); err != nil || rep4.Record.FirstSeq != rep.Record.LastSeq || rep4.Record.Decisions == 0 || rep4.Record.Decisions >= decisions {
+		t.Errorf("--from-seq %d: %v %+v", rep.Record.LastSeq, err, rep4.Record)
+	}
+	o2.Range = replay.Range{FromSeq: rep.Record.LastSeq + 1}
+	if _, err := replay.Run(context.Background(), o2); err == nil || !strings.Contains(err.Error(), "is after the last decision") {
+		t.Errorf("--from-seq past the end: %v", err)
 	}
 	args := []string{"--nats", r.NATSURL, "--config", strictPath, "--baseline", loosePath, "--stream-name", stream, "--subject-prefix", subj}
 	cmdMD := command(t, args...)

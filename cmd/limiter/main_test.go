@@ -83,3 +83,18 @@ func TestBadFlags(t *testing.T) {
 		t.Fatalf("bad transport: exit %d %s", code, errb.String())
 	}
 }
+
+// TestReplayDispatch: `limiter replay` reaches package replay: usage errors
+// exit 2, a broken candidate policy is a run-time failure (exit 1, FILE:LINE).
+func TestReplayDispatch(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := run([]string{"replay", "--config", "x.yaml"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--nats URL is required") {
+		t.Fatalf("no --nats: exit %d, stderr %q", code, errb.String())
+	}
+	bad := write(t, "bad.yaml", "version: 1\nlimits:\n  - {name: b, by: [ip], rate: fast}\n")
+	errb.Reset()
+	if code := run([]string{"replay", "--nats", "nats://127.0.0.1:1", "--config", bad}, &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), "limiter replay: "+bad+":3: ") {
+		t.Fatalf("broken candidate: exit %d, stderr %q", code, errb.String())
+	}
+}
