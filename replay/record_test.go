@@ -150,7 +150,12 @@ func TestReplayRecordedTraffic(t *testing.T) {
 	t.Parallel()
 	stream, subj := testenv.SharedStreams(t)
 	loosePath, strictPath := writeFile(t, "loose.yaml", loosePolicy), writeFile(t, "strict.yaml", strictPolicy)
-	r, base := startLimiter(t, service.Config{ConfigPath: loosePath, NATSURL: testenv.NATSURL(), StreamName: stream, SubjectPrefix: subj})
+	r, base := startLimiter(t, service.Config{ConfigPath: loosePath, NATSURL: testenv.NATSURL(), StreamName: stream, SubjectPrefix: subj,
+		DecisionsMaxAge: 48 * time.Hour})
+	js := jetStream(t, r.NATSURL)
+	if ds, err := js.Stream(context.Background(), stream+streams.DecisionsStream); err != nil || ds.CachedInfo().Config.MaxAge != 48*time.Hour {
+		t.Fatalf("decisions stream: %v (--decisions-max-age 48h not applied)", err)
+	}
 
 	var decisions, reports int64
 	// acct-i logs in i times from its own ip: the candidate's 3/h denies i-3.
@@ -182,7 +187,7 @@ func TestReplayRecordedTraffic(t *testing.T) {
 
 	o := replay.Options{
 		Policies:  replay.Policies{Candidate: load(t, strictPath), Baseline: load(t, loosePath), CandidateName: "strict.yaml", BaselineName: "loose.yaml"},
-		JetStream: jetStream(t, r.NATSURL), Streams: streams.Config{Name: stream, Prefix: subj},
+		JetStream: js, Streams: streams.Config{Name: stream, Prefix: subj},
 	}
 	rep := replayUntil(t, o, decisions, reports)
 

@@ -41,6 +41,10 @@ type RiskdConfig struct {
 	StreamName    string
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
 	DecisionsMaxBytes int64
+	// DecisionsMaxAge is how long the decisions stream keeps decisions
+	// (default 1h; raise it to replay older traffic, see docs/tuning.md).
+	// Must match the limiters'.
+	DecisionsMaxAge time.Duration
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written
@@ -142,7 +146,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
+		DecisionsMaxAge: cfg.DecisionsMaxAge}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()

@@ -83,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (env TOLLGATE_SUBJECT_PREFIX)")
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
+	fs.DurationVar(&cfg.DecisionsMaxAge, "decisions-max-age", durEnv("TOLLGATE_DECISIONS_MAX_AGE", time.Hour), "how long the decisions stream keeps decisions, for limiter replay (env TOLLGATE_DECISIONS_MAX_AGE; must match riskd's)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
 	fs.StringVar(&cfg.Upstream, "upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
 	fs.StringVar(&cfg.UpstreamTransport, "upstream-transport", "lean", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -23,6 +24,16 @@ func main() {
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
 		return v
+	}
+	return def
+}
+
+// durEnv returns the duration in the environment variable, or def.
+func durEnv(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
 	}
 	return def
 }
@@ -39,6 +50,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (must match the limiters')")
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
+	fs.DurationVar(&cfg.DecisionsMaxAge, "decisions-max-age", durEnv("TOLLGATE_DECISIONS_MAX_AGE", time.Hour), "how long the decisions stream keeps decisions, for limiter replay (env TOLLGATE_DECISIONS_MAX_AGE; must match the limiters')")
 	fs.StringVar(&cfg.Durable, "durable", env("TOLLGATE_DURABLE", "riskd"), "name of riskd's durable consumers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
