@@ -208,7 +208,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "\n## The %d identities most affected\n\n", TopN)
 	writeIdentities(&b, r.MostAffected, "No decision changed.")
 	b.WriteString("\n## Likely false positives\n\n")
-	fmt.Fprintf(&b, "Identities newly denied under the candidate that the record shows logging in successfully or presenting a valid device token: %d identities, %d new denials.\n\n",
+	fmt.Fprintf(&b, "Identities newly denied under the candidate that the record shows logging in successfully or presenting a valid device token (identities: %d, new denials: %d).\n\n",
 		r.FalsePositiveIdentities, r.FalsePositiveDenials)
 	writeIdentities(&b, r.LikelyFalsePositives, "None.")
 	_, err := io.WriteString(w, b.String())
