@@ -319,3 +319,29 @@ func command(t *testing.T, args ...string) string {
 	}
 	return out.String()
 }
+
+// TestReplayEmptyAndMissing: an empty record gives an empty report; a
+// stream that does not exist is an error naming it.
+func TestReplayEmptyAndMissing(t *testing.T) {
+	t.Parallel()
+	stream, subj := testenv.SharedStreams(t)
+	js := jetStream(t, testenv.NATSURL())
+	cfg := streams.Config{Name: stream, Prefix: subj, DecisionsMaxBytes: 1 << 20}
+	o := replay.Options{Policies: replay.Policies{Candidate: policy.Default(), Baseline: policy.Default()}, JetStream: js, Streams: cfg}
+	if _, err := replay.Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), stream+"_DECISIONS") {
+		t.Fatalf("missing stream: %v", err)
+	}
+	if err := streams.EnsureStreams(context.Background(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replay.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Record.Decisions != 0 || rep.Total.Requests != 0 || len(rep.Limits) != 0 || rep.MostAffected == nil {
+		t.Fatalf("empty record: %+v", rep)
+	}
+	if md, _ := render(t, rep); !strings.Contains(md, "0 decisions and 0 reports.") || !strings.Contains(md, "No decision changed.") {
+		t.Fatalf("markdown:\n%s", md)
+	}
+}
