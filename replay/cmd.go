@@ -19,7 +19,8 @@ import (
 // BuiltinName names the built-in example policy in reports.
 const BuiltinName = "built-in example policy"
 
-// Args are the parsed arguments of `limiter replay`.
+// Args are the parsed arguments of `limiter replay`, one field per flag
+// (see ParseArgs and docs/tuning.md).
 type Args struct {
 	NATSURL       string
 	Candidate     string

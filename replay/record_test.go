@@ -247,6 +247,11 @@ func TestReplayRecordedTraffic(t *testing.T) {
 	if rep3, err := replay.Run(context.Background(), o2); err != nil || func() string { m, _ := render(t, rep3); return m }() != md1 {
 		t.Errorf("--since 1h: %v", err)
 	}
+	// --since shorter than the time since the last decision: nothing in range.
+	o2.Range = replay.Range{Since: time.Nanosecond}
+	if rep5, err := replay.Run(context.Background(), o2); err != nil || rep5.Record.Decisions != 0 || rep5.Record.Reports != 0 {
+		t.Errorf("--since 1ns: %v %+v", err, rep5.Record)
+	}
 	// --from-seq: from the last message only; past the end: an error.
 	o2.Range = replay.Range{FromSeq: rep.Record.LastSeq}
 	if rep4, err := replay.Run(context.Background(), o2); err != nil || rep4.Record.FirstSeq != rep.Record.LastSeq || rep4.Record.Decisions == 0 || rep4.Record.Decisions >= decisions {

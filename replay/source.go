@@ -201,7 +201,8 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 	switch {
 	case rng.Since > 0:
 		from = now.Add(-rng.Since)
-		dec.deliver.DeliverPolicy, dec.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+		start := from
+		dec.deliver.DeliverPolicy, dec.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 	default:
 		seq := max(rng.FromSeq, dinfo.State.FirstSeq)
 		if rng.FromSeq > 0 && rng.FromSeq > dinfo.State.LastSeq {
@@ -225,8 +226,8 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 	// windows reach back), and decisions are stored up to a batch interval
 	// after they were made, reports at once: read the reports from a
 	// margin earlier still; the merge drops those before the warm-up.
-	from = from.Add(-warmup - reportMargin)
-	rep.deliver.DeliverPolicy, rep.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	repFrom := from.Add(-warmup - reportMargin)
+	rep.deliver.DeliverPolicy, rep.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &repFrom
 	if einfo.State.Msgs == 0 {
 		rep.last = 0
 	}
