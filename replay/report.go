@@ -163,7 +163,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteMarkdown writes r as a Markdown document.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Replay: %s against %s\n\n", code(r.Candidate), code(r.Baseline))
+	fmt.Fprintf(&b, "# Replay: %s against %s\n\n", policyName(r.Candidate), policyName(r.Baseline))
 	rec := r.Record
 	fmt.Fprintf(&b, "%d decisions and %d reports", rec.Decisions, rec.Reports)
 	if !rec.From.IsZero() {
@@ -244,6 +244,14 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// policyName renders a policy's name: a file as code, the built-in one as words.
+func policyName(s string) string {
+	if s == BuiltinName || s == "" {
+		return "the " + BuiltinName
+	}
+	return code(s)
 }
 
 // cell renders s in a table cell: as code, with pipes and line breaks escaped.
