@@ -45,13 +45,13 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
+	// Attributes are the request's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
 	// Cost is the tokens the request asked for. A decision recorded before
 	// events carried it (no "cost" member) decodes as 1, the check API's
 	// default.
 	Cost float64 `json:"cost"`
-	// Attributes are the request's attributes (contract 6.9), omitted when
-	// it has none.
-	Attributes map[string]string `json:"attributes,omitempty"`
 	// DeviceVerified is true when the request presented a valid device
 	// token for its device_id (contract 6.3); omitted when false.
 	DeviceVerified bool `json:"device_verified,omitempty"`
