@@ -62,6 +62,12 @@ var decodeCases = []string{
 	`[]`,
 	``,
 	`{"v":1,"decisions":[{"ip":"1"}`,
+	`{"v":1,"decisions":[{"ip":"1","attributes":{"plan":"free","tenant":"acme"}},{"attributes":{}}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":"1"},"attributes":{"b":"2"}}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":"1","a":"2"}}]}`,
+	`{"v":1,"decisions":[{"attributes":null}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":1}}]}`,
+	`{"v":1,"decisions":[{"attributes":["a"]}]}`,
 }
 
 func decodeBoth(t *testing.T, data []byte) {
@@ -90,7 +96,7 @@ func decodeBoth(t *testing.T, data []byte) {
 		t.Fatalf("%q reused:\n got %+v\nwant %+v", data, reused, std)
 	}
 	for i := range std.Decisions {
-		if reused.Decisions[i] != std.Decisions[i] {
+		if !reflect.DeepEqual(reused.Decisions[i], std.Decisions[i]) {
 			t.Fatalf("%q reused decision %d:\n got %+v\nwant %+v", data, i, reused.Decisions[i], std.Decisions[i])
 		}
 	}
