@@ -183,6 +183,18 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	reg.MustRegister(reloads)
 	reloads.WithLabelValues("ok") // export both series from the start, for alerting
 	reloads.WithLabelValues("error")
+	listReloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_list_reloads_total",
+		Help: "Reloads of changed allow/deny list files by list and result (ok, error); a refused file keeps the list's old entries.",
+	}, []string{"list", "result"})
+	reg.MustRegister(listReloads)
+	holder.OnListReload = func(l *policy.List, err error) {
+		result := "ok"
+		if err != nil {
+			result = "error" // the holder logged it with FILE:LINE
+		}
+		listReloads.WithLabelValues(l.Name, result).Inc()
+	}
 	rep := newReputationState(cfg.Logger.With("component", "reputation"), reg, cfg.ASNWatchInterval)
 	if err := rep.apply(holder.Current()); err != nil {
 		return nil, err
