@@ -98,7 +98,7 @@ type Policy struct {
 	FailureByClass map[string]FailureMode
 	// Risk is the `risk` section.
 	Risk Risk
-	// Lists are the `lists`, sorted by name; Allow and Deny the lists
+	// Lists are the `lists`, in file order; Allow and Deny the lists
 	// named by `allow` and `deny`, in file order. A request on a deny list
 	// is denied; else one on an allow list is exempt from every limit.
 	Lists       []*List
