@@ -157,6 +157,16 @@ func BenchmarkDecodeCheck(b *testing.B) {
 			}
 		}
 	})
+	b.Run("fast-attributes", func(b *testing.B) {
+		body := []byte(`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","attributes":{"plan":"free","tenant":"acme"},"cost":1}`)
+		b.ReportAllocs()
+		var in engine.Input
+		for i := 0; i < b.N; i++ {
+			if aerr := decodeCheck(body, &in); aerr != nil || len(in.Attributes) != 2 {
+				b.Fatal(aerr)
+			}
+		}
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
