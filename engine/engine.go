@@ -241,7 +241,9 @@ var subjectKinds = [...]string{
 
 // Decide decides on in and fills d. It returns an error only for an input
 // the engine cannot evaluate (a bug in the caller: the api validates
-// first); store failures become Unavailable or Degraded.
+// first); store failures become Unavailable or Degraded. A request on a
+// deny or allow list of the policy is decided without a store call
+// (DeniedList, AllowedList; deny wins).
 func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	start := e.o.Clock()
 	p := e.o.Policy()
