@@ -109,6 +109,9 @@ func TestListsAndAttributesOneProcess(t *testing.T) {
 		if !strings.Contains(m, `tollgate_decisions_total{class="write",limit="blocked",result="denied_list"}`) {
 			return "metrics: no denied_list"
 		}
+		if !strings.Contains(m, `tollgate_list_entries{list="blocked"} 1`) || !strings.Contains(m, `tollgate_list_entries{list="staff"} 1`) {
+			return "metrics: list entries"
+		}
 		return ""
 	})
 	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"192.0.2.9"}`); resp.StatusCode != 403 {

@@ -188,6 +188,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Help: "Reloads of changed allow/deny list files by list and result (ok, error); a refused file keeps the list's old entries.",
 	}, []string{"list", "result"})
 	reg.MustRegister(listReloads)
+	reg.MustRegister(listEntries{holder: holder, desc: prometheus.NewDesc("tollgate_list_entries",
+		"Entries in force per allow/deny list of the running policy.", []string{"list"}, nil)})
 	holder.OnListReload = func(l *policy.List, err error) {
 		result := "ok"
 		if err != nil {
@@ -479,4 +481,27 @@ func RedactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// listEntries exports tollgate_list_entries{list}: the entries in force of
+// each list of the running policy.
+type listEntries struct {
+	holder *policy.Holder
+	desc   *prometheus.Desc
+}
+
+// Describe implements prometheus.Collector.
+func (c listEntries) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c listEntries) Collect(ch chan<- prometheus.Metric) {
+	p := c.holder.Current()
+	if p == nil {
+		return
+	}
+	for _, l := range p.Lists {
+		if s := l.Set(); s != nil {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Len()), l.Name)
+		}
+	}
 }
