@@ -43,8 +43,8 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
-	// Attributes are the request's attributes (CONTRACT 6.9), absent when
-	// it had none.
+	// Attributes are the request's attributes (contract 6.9), omitted when
+	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
@@ -83,8 +83,8 @@ type Report struct {
 	UserID   string `json:"user_id,omitempty"`
 	// Attested is true when the device had a valid attestation at the time.
 	Attested bool `json:"attested,omitempty"`
-	// Attributes are the request's attributes (CONTRACT 6.9), absent when
-	// it had none.
+	// Attributes are the report's attributes (contract 6.9), omitted when
+	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
 	// AllowList names the allow list the reported identity was on when
 	// the limiter accepted the report ("" for none): the risk engine
