@@ -110,9 +110,6 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		n, _, ok := d.s.Integer()
 		x.Remaining = n
 		return ok
-	case "attributes":
-		// a second "attributes" merges into the first with encoding/json
-		return x.Attributes == nil && d.attributes(x)
 	case "request_id":
 		dst, f = &x.RequestID, fRequestID
 	case "endpoint":
@@ -147,17 +144,4 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	}
 	*dst = d.last[f]
 	return true
-}
-
-// attributes reads a decision's attributes: an object of plain strings.
-func (d *decoder) attributes(x *Decision) bool {
-	m := map[string]string{}
-	x.Attributes = m
-	return d.s.Object(func(key []byte) bool {
-		v, ok := d.s.String()
-		if ok {
-			m[string(key)] = string(v)
-		}
-		return ok
-	})
 }

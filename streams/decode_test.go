@@ -62,12 +62,6 @@ var decodeCases = []string{
 	`[]`,
 	``,
 	`{"v":1,"decisions":[{"ip":"1"}`,
-	`{"v":1,"decisions":[{"ip":"1","attributes":{"plan":"free","tenant":"acme"}},{"attributes":{}}]}`,
-	`{"v":1,"decisions":[{"attributes":{"a":"1"},"attributes":{"b":"2"}}]}`,
-	`{"v":1,"decisions":[{"attributes":{"a":"1","a":"2"}}]}`,
-	`{"v":1,"decisions":[{"attributes":null}]}`,
-	`{"v":1,"decisions":[{"attributes":{"a":1}}]}`,
-	`{"v":1,"decisions":[{"attributes":["a"]}]}`,
 }
 
 func decodeBoth(t *testing.T, data []byte) {
