@@ -149,7 +149,8 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 // (locks, velocity multipliers and alerts; a ClearLock for a step_up_passed
 // report), returning the extended slice. seq and index work as for
 // ApplyDecision, in the same sequence space. Reports of identities on an
-// allow list (AllowList set) and reports with a zero or out-of-range
+// allow list (AllowList set) count for no velocity rule (a step_up_passed
+// still clears the account's lock). Reports with a zero or out-of-range
 // timestamp are ignored.
 func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Action) []Action {
 	if r == nil {
@@ -157,8 +158,8 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.fresh(seq, index) || r.AllowList != "" {
-		return out // an allow list exempts the identity from every signal
+	if !e.fresh(seq, index) {
+		return out
 	}
 	ns, ok := eventTime(r.TS)
 	if !ok {
@@ -168,7 +169,9 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	if r.Type == streams.ReportStepUpPassed && r.Account != "" {
 		out = e.stepUpPassed(r, ns, out)
 	}
-	out = e.velocityReport(r, ns, out)
+	if r.AllowList == "" { // an allow list exempts the identity from every signal
+		out = e.velocityReport(r, ns, out)
+	}
 	e.sweepReport()
 	return out
 }
