@@ -78,8 +78,8 @@ type Config struct {
 	L1MaxEntries int
 	// L1NoMultipliers stops the L1 cache from caching multipliers.
 	L1NoMultipliers bool
-	// WatchInterval is how often the policy file is checked for changes
-	// (default 2s).
+	// WatchInterval is how often the policy file and its list files are
+	// checked for changes (default 2s).
 	WatchInterval time.Duration
 	// ASNWatchInterval is how often the ASN database file is checked for
 	// a new version (default 1m).
