@@ -334,7 +334,7 @@ func (s *ListSet) add(kind ListKind, entry string, v4 *[]range4, v6 *[]range6) s
 			return "contains a control character"
 		}
 	}
-	s.values[entry] = struct{}{}
+	s.values[strings.Clone(entry)] = struct{}{} // not a slice of the whole file
 	return ""
 }
 
