@@ -250,17 +250,17 @@ func TestProxyAttributesAndLists(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	t.Cleanup(up.Close)
-	events := &sink{}
+	events, reporter := &sink{}, &fakeReporter{}
 	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p }})
-	srv, _ := New(Options{Engine: eng, Events: events})
+	srv, _ := New(Options{Engine: eng, Events: events, Reporter: reporter})
 	u, _ := url.Parse(up.URL)
 	if err := srv.EnableProxy(ProxyOptions{Upstream: u}); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(srv)
 	t.Cleanup(front.Close)
-	do := func(hdr http.Header) *http.Response {
-		req, _ := http.NewRequest("GET", front.URL+"/feed", nil)
+	send := func(method, path string, hdr http.Header) *http.Response {
+		req, _ := http.NewRequest(method, front.URL+path, nil)
 		req.Header = hdr
 		resp, err := front.Client().Do(req)
 		if err != nil {
@@ -269,6 +269,7 @@ func TestProxyAttributesAndLists(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
+	do := func(hdr http.Header) *http.Response { return send("GET", "/feed", hdr) }
 	free := http.Header{"X-Plan": {"free"}, "X-Tenant": {"acme"}}
 	for i := 0; i < 2; i++ {
 		if resp := do(free); resp.StatusCode != 204 || resp.Header.Get("X-RateLimit-Limit") != "2" {
@@ -302,5 +303,24 @@ func TestProxyAttributesAndLists(t *testing.T) {
 	case r := <-seen:
 		t.Fatalf("denied request reached the upstream: %v", r.URL)
 	default:
+	}
+	// Login outcomes carry the attributes; a staff account's is marked.
+	for _, acct := range []string{"bob", "Alice@example.com"} {
+		if resp := send("POST", "/auth/login", http.Header{"X-Plan": {"trial"}, "X-Account": {acct}}); resp.StatusCode != 204 {
+			t.Fatalf("login %s: %d", acct, resp.StatusCode)
+		}
+		<-seen
+	}
+	srv.WaitReports()
+	reporter.mu.Lock()
+	defer reporter.mu.Unlock()
+	if len(reporter.list) != 2 {
+		t.Fatalf("reports %+v", reporter.list)
+	}
+	for _, r := range reporter.list { // published concurrently: any order
+		want := map[string]string{"bob": "", "Alice@example.com": "staff"}[r.Account]
+		if r.Type != streams.ReportLoginSucceeded || r.Attributes["plan"] != "trial" || r.AllowList != want {
+			t.Errorf("report %+v", r)
+		}
 	}
 }
