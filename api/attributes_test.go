@@ -318,7 +318,7 @@ func TestProxyAttributesAndLists(t *testing.T) {
 		t.Fatalf("reports %+v", reporter.list)
 	}
 	for _, r := range reporter.list { // published concurrently: any order
-		want := map[string]string{"bob": "", "Alice@example.com": "staff"}[r.Account]
+		want := map[string]string{"bob": "", "alice@example.com": "staff"}[policy.NormalizeAccount(r.Account)]
 		if r.Type != streams.ReportLoginSucceeded || r.Attributes["plan"] != "trial" || r.AllowList != want {
 			t.Errorf("report %+v", r)
 		}
