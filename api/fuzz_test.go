@@ -49,7 +49,8 @@ func FuzzDecodeCheck(f *testing.F) {
 // FuzzDecodeReport: no report body crashes the decoder or is accepted
 // without a type and a subject.
 func FuzzDecodeReport(f *testing.F) {
-	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`} {
+	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`,
+		`{"type":"login_failed","account":"a","attributes":{"plan":"free"}}`, `{"type":"login_failed","account":"a","attributes":{"Plan":"x"}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -62,6 +63,14 @@ func FuzzDecodeReport(f *testing.F) {
 		}
 		if r.Type == "" || (r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "") {
 			t.Fatalf("accepted %+v", r)
+		}
+		if len(r.Attributes) > policy.MaxAttributes {
+			t.Fatalf("accepted %d attributes", len(r.Attributes))
+		}
+		for k, v := range r.Attributes {
+			if policy.CheckAttribute(k, v) != "" {
+				t.Fatalf("accepted attribute %q=%q", k, v)
+			}
 		}
 	})
 }
