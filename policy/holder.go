@@ -196,8 +196,10 @@ func (h *Holder) hasLists() bool {
 
 // CheckListsOnce looks whether a list file of the policy in force changed
 // since it was last loaded (by modification time and size, then by
-// content hash) and reloads each that did: valid new entries are put in
-// force at once; a file that cannot be read or has a bad line
+// content hash) and reloads each that did and has stayed unchanged since
+// the previous call (so a file still being written is not loaded half
+// done: a change is loaded on the second call that sees it). Valid new
+// entries are put in force at once; a file that cannot be read or has a bad line
 // ("FILE:LINE: ...") is logged and reported to OnListReload, and the old
 // entries stay until the file changes again. It returns how many lists
 // were reloaded. Watch calls it on every tick.
@@ -229,6 +231,14 @@ func (h *Holder) checkList(l *List) bool {
 	if !l.missing && l.known && fi.ModTime().Equal(l.seen.modTime) && fi.Size() == l.seen.size {
 		return false
 	}
+	// A file being written (a download, a copy, a truncate and write)
+	// must not load half-written: a change is read once the file is
+	// seen unchanged on two checks in a row.
+	if !l.pendingSet || !fi.ModTime().Equal(l.pending.modTime) || fi.Size() != l.pending.size {
+		l.pending, l.pendingSet = fileStamp{modTime: fi.ModTime(), size: fi.Size()}, true
+		return false
+	}
+	l.pendingSet = false
 	set, sum, err := readList(l.File, l.Kind)
 	if err != nil && set == nil && sum == [32]byte{} {
 		if !l.missing {

@@ -74,6 +74,10 @@ type List struct {
 	seen    fileStamp
 	known   bool
 	missing bool // the file could not be read at the last check
+	// pending is the changed file's stamp at the last check: it is read
+	// when the next check finds the same.
+	pending    fileStamp
+	pendingSet bool
 }
 
 // KindText returns the list's kind as written ("ip", "attr:plan").

@@ -234,25 +234,43 @@ func TestHolderReloadsLists(t *testing.T) {
 		l, _ := h.Current().MatchLists(&ListQuery{Addr: netip.MustParseAddr(a)})
 		return l != nil
 	}
-	if n := h.CheckListsOnce(); n != 0 || !on("203.0.113.5") {
+	// check is two watch ticks: a change is loaded once it has settled.
+	check := func() int {
+		if n := h.CheckListsOnce(); n != 0 {
+			t.Fatalf("a change was loaded on the first tick that saw it")
+		}
+		return h.CheckListsOnce()
+	}
+	if n := check(); n != 0 || !on("203.0.113.5") {
 		t.Fatalf("unchanged file reloaded %d", n)
 	}
 	write("203.0.113.0/24\n198.51.100.0/24\n")
-	if n := h.CheckListsOnce(); n != 1 || !on("198.51.100.1") {
+	if n := check(); n != 1 || !on("198.51.100.1") {
 		t.Fatalf("changed file: %d reloaded", n)
 	}
+	// Being written: a file that changes between ticks is not read.
+	for i := 0; i < 3; i++ {
+		write(fmt.Sprintf("10.%d.0.0/16\n", i))
+		if n := h.CheckListsOnce(); n != 0 || on("10.0.0.1") {
+			t.Fatal("a file still changing was loaded")
+		}
+	}
+	write("203.0.113.0/24\n198.51.100.0/24\n") // back as it was: nothing to reload
+	if n := check(); n != 0 || !on("198.51.100.1") {
+		t.Fatalf("unchanged content reloaded %d", n)
+	}
 	write("192.0.2.0/24\nbad line\n")
-	if n := h.CheckListsOnce(); n != 0 || !on("198.51.100.1") || on("192.0.2.1") {
+	if n := check(); n != 0 || !on("198.51.100.1") || on("192.0.2.1") {
 		t.Fatal("a bad file must keep the old entries")
 	}
-	h.CheckListsOnce() // not retried until it changes
+	check() // not retried until it changes
 	if err := os.Remove(ips); err != nil {
 		t.Fatal(err)
 	}
 	h.CheckListsOnce()
 	h.CheckListsOnce()
 	write("192.0.2.0/24\n")
-	if n := h.CheckListsOnce(); n != 1 || !on("192.0.2.1") || on("198.51.100.1") {
+	if n := check(); n != 1 || !on("192.0.2.1") || on("198.51.100.1") {
 		t.Fatal("fixed file not loaded")
 	}
 	want := []string{"ok bad 2", "error " + ips + ":2: ip entry \"bad line\": not a CIDR prefix or IP address",

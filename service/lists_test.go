@@ -36,12 +36,17 @@ risk:
 func TestListsAndAttributesOneProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// write replaces a file atomically, as list files should be written
+	// (a temporary file renamed over the old one).
 	write := func(name, text string, tick time.Time) {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_ = os.Chtimes(p, tick, tick)
+		_ = os.Chtimes(tmp, tick, tick)
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tick := time.Now().Add(-time.Hour)
 	write("blocked.txt", "203.0.113.0/24\n", tick)
