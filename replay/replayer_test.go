@@ -106,3 +106,36 @@ func TestReplayerCounts(t *testing.T) {
 		t.Errorf("false positives %+v", rep.LikelyFalsePositives)
 	}
 }
+
+// TestReplayerAttributes: recorded attributes reach the engine, so a
+// candidate limit on an attribute applies to the requests that carried it.
+func TestReplayerAttributes(t *testing.T) {
+	t.Parallel()
+	cand := mustParse(t, "attr.yaml", `version: 1
+limits:
+  - {name: free-plan, by: [user], rate: 2/h, if: {attr: {plan: [free]}}}
+  - {name: per-tenant, by: ["attr:tenant"], rate: 100/h}
+`)
+	r, err := NewReplayer(Policies{Candidate: cand, Baseline: mustParse(t, "loose.yaml", loosePolicy)}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := t0
+	for i := range 10 {
+		plan := "free"
+		if i%2 == 1 {
+			plan = "paid"
+		}
+		ts = ts.Add(time.Millisecond)
+		r.Decision(&streams.Decision{TS: ts, Endpoint: "GET /feed", IP: "198.51.100.1", UserID: "u-" + plan, Cost: 1,
+			Attributes: map[string]string{"plan": plan, "tenant": "acme"}})
+	}
+	rep := r.Result()
+	got := fmt.Sprintf("%+v", rep.Limits)
+	want := "[{Class:default Limit:free-plan Requests:5 DeniedBaseline:0 DeniedCandidate:3 NewlyDenied:3 NewlyAllowed:0 stamp:0 flags:0} " +
+		"{Class:default Limit:per-tenant Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0} " +
+		"{Class:write Limit:user-write Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0}]"
+	if got != want {
+		t.Errorf("limits\n got %s\nwant %s", got, want)
+	}
+}

@@ -104,7 +104,7 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 		s.verify(rec.DeviceID, rec.TS)
 	}
 	s.in = engine.Input{Endpoint: rec.Endpoint, IP: rec.IP, UserID: rec.UserID, DeviceID: rec.DeviceID,
-		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr}
+		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr, Attributes: rec.Attributes}
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}

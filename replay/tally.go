@@ -20,7 +20,8 @@ const (
 )
 
 // Row counts decisions of one route class, under one limit (or velocity
-// rule, for lockouts and step-ups), or of the whole class when Limit is "".
+// rule, for lockouts and step-ups; "list:NAME" for an allow or deny
+// list's answers), or of the whole class when Limit is "".
 type Row struct {
 	// Class is the route class; Limit the limit or velocity rule ("" in
 	// class totals).
@@ -137,7 +138,11 @@ func newTally(maxIDs int) *tally {
 
 // denied reports whether an outcome refused the request.
 func denied(o engine.Outcome) bool {
-	return o != engine.Allowed && o != engine.Degraded
+	switch o {
+	case engine.Allowed, engine.Degraded, engine.AllowedList:
+		return false
+	}
+	return true
 }
 
 // measure counts an alert of rule under policy which.
@@ -213,6 +218,9 @@ func (t *tally) mark(which int, s *sim) {
 	switch d.Outcome {
 	case engine.Locked, engine.StepUp:
 		t.touch(t.row(d.Class, d.Lock.Rule), applied, deny, true)
+		return
+	case engine.AllowedList, engine.DeniedList:
+		t.touch(t.row(d.Class, "list:"+d.List.Name), applied, deny, dn)
 		return
 	}
 	rows := t.byLimit[which][d.Class]

@@ -34,7 +34,8 @@ type Decision struct {
 	Limit string `json:"limit"`
 	// Allowed is whether the request was admitted.
 	Allowed bool `json:"allowed"`
-	// Result is allowed, limited, locked, step_up, degraded or unavailable.
+	// Result is allowed, limited, locked, step_up, degraded, unavailable,
+	// allowed_list or denied_list (Limit is then the list's name).
 	Result string `json:"result"`
 	// Remaining is the binding limit's whole tokens left.
 	Remaining int64 `json:"remaining"`
@@ -58,7 +59,7 @@ type Decision struct {
 }
 
 // UnmarshalJSON decodes a decision as encoding/json would, except that a
-// missing "cost" is 1 (events before schema 1.1 carried none).
+// missing "cost" is 1 (decisions recorded before events carried a cost).
 func (d *Decision) UnmarshalJSON(data []byte) error {
 	type plain Decision
 	p := plain{Cost: 1}
@@ -107,6 +108,11 @@ type Report struct {
 	// Attributes are the report's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// AllowList names the allow list the reported identity was on when
+	// the limiter accepted the report ("" for none): the risk engine
+	// ignores such reports, as the policy exempts the identity from
+	// every signal.
+	AllowList string `json:"allow_list,omitempty"`
 }
 
 // Alert kinds.
