@@ -40,6 +40,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, aerr)
 		return
 	}
+	st.in.DeviceVerified = s.deviceVerified(st.in.DeviceToken, st.in.DeviceID)
 	if err := s.o.Engine.Decide(r.Context(), &st.in, &st.d); err != nil {
 		s.o.Logger.Error("check: decide", "request_id", rid, "err", err)
 		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})

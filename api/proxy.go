@@ -181,6 +181,13 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			id.in.DeviceID = dev
 		}
 	}
+	if id.in.DeviceID != "" {
+		th := ident.DeviceTokenHeader
+		if th == "" {
+			th = policy.DefaultDeviceTokenHeader
+		}
+		id.in.DeviceVerified = p.s.deviceVerified(r.Header.Get(th), id.in.DeviceID)
+	}
 	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
 		return nil // no account to find: skip matching the route twice
 	}
@@ -291,7 +298,7 @@ func (p *proxy) outcome(resp *http.Response) error {
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID}
 	if typ == streams.ReportLoginSucceeded {
-		rep.Attested = p.s.attested(resp.Request.Context(), id.in.DeviceID)
+		rep.Attested = id.in.DeviceVerified // a proven device, not a claimed id
 	}
 	p.s.reports.Add(1)
 	go func() {

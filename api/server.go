@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -45,6 +46,9 @@ type Options struct {
 	// Attestation returns a device's attestation for the admin subject
 	// view (nil when none) and whether it is valid now.
 	Attestation func(ctx context.Context, deviceID string) (view any, valid bool, err error)
+	// DeviceTokens returns the device-token verifier in force (6.3); nil,
+	// or a nil result, verifies no token (every device is unverified).
+	DeviceTokens func() *attestation.Tokens
 }
 
 // Server serves the limiter's HTTP API. Its zero value is not usable; use New.
