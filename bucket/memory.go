@@ -43,6 +43,9 @@ type MemoryStore struct {
 	mults  map[string]map[string]Multiplier
 	locks  map[string]Lock
 	trusts map[string]map[string]time.Time // trust key -> device -> until
+	// setAt is when each lock (by key) and multiplier (key "|" source)
+	// was set, for listings (Lister).
+	setAt map[string]time.Time
 }
 
 // trustedLocked reports whether lock l (the i-th of req) exempts req's
@@ -106,6 +109,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
 		trusts:      make(map[string]map[string]time.Time),
+		setAt:       make(map[string]time.Time),
 	}
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]*memBucket)
@@ -154,6 +158,7 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 		for src, m := range ms {
 			if !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
 				delete(ms, src)
+				delete(s.setAt, k+"|"+src)
 			}
 		}
 		if len(ms) == 0 {
@@ -163,6 +168,7 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 	for k, l := range s.locks {
 		if !l.Until.After(now) {
 			delete(s.locks, k)
+			delete(s.setAt, k)
 		}
 	}
 	for k, set := range s.trusts {
@@ -503,6 +509,9 @@ func (s *MemoryStore) SetMultiplier(_ context.Context, subjectKey string, m Mult
 		s.mults[subjectKey] = ms
 	}
 	m.ExpiresAt = truncUS(m.ExpiresAt)
+	if old, ok := ms[m.Source]; !ok || old != m {
+		s.setAt[subjectKey+"|"+m.Source] = s.now()
+	}
 	ms[m.Source] = m
 	return nil
 }
@@ -512,9 +521,13 @@ func (s *MemoryStore) ClearMultiplier(_ context.Context, subjectKey, source stri
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if source == "" {
+		for src := range s.mults[subjectKey] {
+			delete(s.setAt, subjectKey+"|"+src)
+		}
 		delete(s.mults, subjectKey)
 		return nil
 	}
+	delete(s.setAt, subjectKey+"|"+source)
 	if ms := s.mults[subjectKey]; ms != nil {
 		delete(ms, source)
 		if len(ms) == 0 {
@@ -550,6 +563,9 @@ func (s *MemoryStore) SetLock(_ context.Context, key string, l Lock) error {
 		}
 	}
 	l.Until = truncUS(l.Until)
+	if old, ok := s.locks[key]; !ok || old != l {
+		s.setAt[key] = s.now()
+	}
 	s.locks[key] = l
 	return nil
 }
@@ -561,6 +577,7 @@ func (s *MemoryStore) ClearLock(_ context.Context, key string) (bool, error) {
 	defer s.mu.Unlock()
 	l, ok := s.locks[key]
 	delete(s.locks, key)
+	delete(s.setAt, key)
 	return ok && l.Until.After(now), nil
 }
 
