@@ -210,6 +210,14 @@ func (e *Engine) Forget(key string) {
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
 
+// Reputation returns the reputation rules in force (nil when none).
+func (e *Engine) Reputation() *reputation.Rules {
+	if e.o.Reputation == nil {
+		return nil
+	}
+	return e.o.Reputation()
+}
+
 // Prefix returns the key prefix.
 func (e *Engine) Prefix() string { return e.o.Prefix }
 

@@ -239,7 +239,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		d.housekeeping(rctx, cons, srcs[0].stream, srcs[1].stream)
+		fail(d.housekeeping(rctx, cons, srcs))
 	}()
 	wg.Wait()
 	if err := context.Cause(rctx); err != nil && ctx.Err() == nil {
@@ -526,27 +526,35 @@ func (d *Daemon) count(op string) {
 
 // housekeeping publishes offenders every second, re-asserts active
 // measures and samples consumer lag.
-func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, names ...string) {
+// It returns an error when a consumer no longer exists on the server (a
+// deleted consumer need not wake its message iterator).
+func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, srcs []source) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastReassert := d.o.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
 		now := d.o.Now()
 		list := d.eng.Offenders(now)
-		if m := d.o.Metrics; m != nil {
+		m := d.o.Metrics
+		if m != nil {
 			m.Offenders.Reset()
 			for _, o := range list {
 				m.Offenders.WithLabelValues(o.Limit).Inc()
 			}
-			for i, c := range cons {
-				if info, err := c.Info(ctx); err == nil {
-					m.Lag.WithLabelValues(names[i]).Set(float64(info.NumPending))
-				}
+		}
+		for i, c := range cons {
+			info, err := c.Info(ctx)
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerNotFound):
+				d.count("consume")
+				return fmt.Errorf("risk: consumer %s: %w", srcs[i].durable, err)
+			case err == nil && m != nil:
+				m.Lag.WithLabelValues(srcs[i].stream).Set(float64(info.NumPending))
 			}
 		}
 		if d.o.OffenderSink != nil {
