@@ -1,8 +1,8 @@
 package risk_test
 
 import (
-	"log/slog"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
