@@ -110,17 +110,20 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 			}
 			return fmt.Errorf("risk: read audit: %w", err)
 		}
-		for m := range batch.Messages() {
+		caughtUp := false
+		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
 			d.applyAudit(ctx, m, !catchUp)
-			_ = m.Ack()
 			n++
-			if meta, err := m.Metadata(); catchUp && err == nil && meta.NumPending == 0 {
-				d.log.Info("audit record read", "events", n)
-				return nil
+			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
+				caughtUp = true
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !isTimeout(err) {
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !isTimeout(err) {
 			return fmt.Errorf("risk: read audit: %w", err)
+		}
+		if catchUp && caughtUp {
+			d.log.Info("audit record read", "events", n)
+			return nil
 		}
 	}
 	return nil

@@ -287,6 +287,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Gatherer:     reg,
 		Events:       ev.publisher,
 		Reporter:     ev.publisher,
+		Audit:        ev.publisher,
 		Offenders:    ev.offenders,
 		Attestation:  att.view,
 		DeviceTokens: att.Tokens,

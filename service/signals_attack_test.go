@@ -5,10 +5,14 @@ package service
 // fixes they name.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,5 +208,172 @@ func TestAttackL1KeepsAttestedDeviceExempt(t *testing.T) {
 	wg.Wait()
 	if denied > 0 || attacks.Load() < 100 {
 		t.Fatalf("victim denied %d of 30 times under %d attacker requests", denied, attacks.Load())
+	}
+}
+
+// adminDo sends an admin request and returns its status and body.
+func adminDo(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startRiskdReassert starts a riskd on the shared NATS that re-asserts
+// its measures every second, and waits until it leads.
+func startRiskdReassert(t *testing.T, policyPath, redisURL, keyPrefix, subj, stream string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("TG_DEBUG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second,
+		Reassert: time.Second, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, "http://"+rr.Addr+"/readyz"); !strings.Contains(body, `"status":"ready"`) {
+			return "riskd: " + body
+		}
+		return ""
+	})
+}
+
+// TestAttackLiftedLockoutStaysLifted (6.5): after DELETE
+// /v1/admin/lockouts/dave the account stays unlocked through riskd's
+// re-assertions, and the failures before the lift no longer count: two
+// new failures (threshold 3) do not lock it, the third does. One-process
+// default (riskd re-asserts every 10 s) and split mode on nats-server 2.9
+// (riskd re-asserting every second).
+func TestAttackLiftedLockoutStaysLifted(t *testing.T) {
+	t.Parallel()
+	t.Run("one-process", func(t *testing.T) {
+		t.Parallel()
+		_, base := start(t, Config{ConfigPath: writePolicy(t, loopPolicy), AdminToken: "tok"})
+		liftedStaysLifted(t, base, 11*time.Second)
+	})
+	t.Run("split", func(t *testing.T) {
+		t.Parallel()
+		_, keyPrefix := testenv.Redis(t)
+		stream, subj := testenv.SharedStreams(t)
+		path := writePolicy(t, loopPolicy)
+		redisURL := "redis://" + testenv.RedisAddr() + "/0"
+		_, base := start(t, Config{ConfigPath: path, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+			KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, AdminToken: "tok"})
+		startRiskdReassert(t, path, redisURL, keyPrefix, subj, stream)
+		liftedStaysLifted(t, base, 3*time.Second)
+	})
+}
+
+// liftedStaysLifted locks dave with 3 failures, lifts the lock, and checks
+// for hold that it is not re-asserted, then that only 3 new failures lock.
+func liftedStaysLifted(t *testing.T, base string, hold time.Duration) {
+	t.Helper()
+	fail := func() {
+		t.Helper()
+		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"dave"}`); resp.StatusCode != 202 {
+			t.Fatalf("report: %d %s", resp.StatusCode, body)
+		}
+	}
+	locked := func() bool {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"dave"}`)
+		return resp.StatusCode == 429
+	}
+	for i := 0; i < 3; i++ {
+		fail()
+	}
+	eventually(t, 5*time.Second, func() string {
+		if !locked() {
+			return "dave not locked after 3 failures"
+		}
+		return ""
+	})
+	if code, body := adminDo(t, "DELETE", base+"/v1/admin/lockouts/dave", "tok", ""); code != 200 || !strings.Contains(body, `"cleared":true`) {
+		t.Fatalf("lift: %d %s", code, body)
+	}
+	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if locked() {
+			t.Fatal("the lifted lockout came back")
+		}
+	}
+	if _, body := adminDo(t, "GET", base+"/v1/admin/lockouts", "tok", ""); body != "[]\n" {
+		t.Fatalf("lockouts listed after the lift: %s", body)
+	}
+	fail()
+	fail()
+	time.Sleep(500 * time.Millisecond) // riskd has had time to (wrongly) lock
+	if locked() {
+		t.Fatal("locked again by 2 new failures: the failures before the lift still counted")
+	}
+	fail()
+	eventually(t, 5*time.Second, func() string {
+		if !locked() {
+			return "not locked after 3 new failures"
+		}
+		return ""
+	})
+	if _, body := adminDo(t, "GET", base+"/v1/admin/lockouts", "tok", ""); !strings.Contains(body, `"subject":"account","id":"dave","kind":"lockout","rule":"account-failures"`) {
+		t.Fatalf("lockouts: %s", body)
+	}
+}
+
+// TestAttackRedisRestartKeepsAdminMultiplier (6.5): an admin multiplier
+// is back within 15 s after Redis restarts empty, in the one-process
+// limiter with Redis and in split mode (riskd on nats-server 2.9).
+func TestAttackRedisRestartKeepsAdminMultiplier(t *testing.T) {
+	t.Parallel()
+	for _, split := range []bool{false, true} {
+		name := map[bool]string{false: "one-process", true: "split"}[split]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			redisURL := "redis://" + srv.Addr + "/0"
+			path := writePolicy(t, loopPolicy)
+			cfg := Config{ConfigPath: path, RedisURL: redisURL, AdminToken: "tok", StoreTimeout: 100 * time.Millisecond}
+			if split {
+				stream, subj := testenv.SharedStreams(t)
+				cfg.NATSURL, cfg.SubjectPrefix, cfg.StreamName, cfg.KeyPrefix = testenv.NATSURL(), subj, stream, "tg:"
+				startRiskdReassert(t, path, redisURL, "tg:", subj, stream)
+			}
+			_, base := start(t, cfg)
+			limit := func() string {
+				resp, _ := post(t, base+"/v1/check", `{"endpoint":"PUT /x","ip":"192.0.2.7","user_id":"u1","device_id":"d1"}`)
+				return resp.Header.Get("X-RateLimit-Limit")
+			}
+			if code, body := adminDo(t, "PUT", base+"/v1/admin/multipliers/device/d1", "tok", `{"multiplier":0.1,"ttl":"1h","reason":"abuse"}`); code != 200 {
+				t.Fatalf("put: %d %s", code, body)
+			}
+			if l := limit(); l != "60" { // device 600/min x 0.1
+				t.Fatalf("limit with the admin multiplier %s, want 60", l)
+			}
+			srv.Restart(t) // empty: no persistence
+			restarted := time.Now()
+			eventually(t, 15*time.Second, func() string {
+				if _, body := adminDo(t, "GET", base+"/v1/admin/subjects/device/d1", "tok", ""); !strings.Contains(body, `"source":"admin","value":0.1`) {
+					return "admin multiplier not back: " + body
+				}
+				return ""
+			})
+			t.Logf("admin multiplier back %v after Redis restarted empty", time.Since(restarted).Round(time.Millisecond))
+			eventually(t, 2*time.Second, func() string {
+				if l := limit(); l != "60" {
+					return "limit " + l + ", want 60"
+				}
+				return ""
+			})
+			if _, body := adminDo(t, "GET", base+"/v1/admin/multipliers", "tok", ""); !strings.Contains(body, `"subject":"device","id":"d1","source":"admin","value":0.1`) {
+				t.Fatalf("multipliers listing: %s", body)
+			}
+		})
 	}
 }
