@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -376,4 +377,87 @@ func TestAttackRedisRestartKeepsAdminMultiplier(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRiskdTellsTheTruth (6.7): a riskd whose Redis is unreachable logs
+// an ERROR naming the cause and answers /readyz 503 naming redis and its
+// role (standby: it cannot take the lease); with Redis back it leads and
+// is ready; with its NATS (nats-server 2.9) killed it is 503 naming nats,
+// and ready again once NATS is back.
+func TestRiskdTellsTheTruth(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	rs := testenv.StartRedis(t)
+	rs.Stop() // its port, with nothing listening until Restart
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
+		DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	readyz := func() (int, map[string]any) {
+		code, body := get(t, "http://"+rr.Addr+"/readyz")
+		var v map[string]any
+		_ = json.Unmarshal([]byte(body), &v)
+		return code, v
+	}
+	eventually(t, 5*time.Second, func() string {
+		code, v := readyz()
+		deps, _ := v["dependencies"].(map[string]any)
+		if code != 503 || deps["redis"] != "down" || v["role"] != "standby" || !strings.Contains(fmt.Sprint(v["error"]), "redis unreachable") {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"redis unreachable`) {
+			return "no ERROR log naming redis: " + logs.String()
+		}
+		return ""
+	})
+
+	rs.Restart(t)
+	eventually(t, 10*time.Second, func() string {
+		if code, v := readyz(); code != 200 || v["status"] != "ready" || v["role"] != "leader" {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		return ""
+	})
+
+	ns.Stop()
+	eventually(t, 5*time.Second, func() string {
+		code, v := readyz()
+		deps, _ := v["dependencies"].(map[string]any)
+		if code != 503 || deps["nats"] != "down" || !strings.Contains(fmt.Sprint(v["error"]), "nats unreachable") {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"nats unreachable`) {
+			return "no ERROR log naming nats"
+		}
+		return ""
+	})
+	ns.Restart(t)
+	eventually(t, 15*time.Second, func() string {
+		if code, v := readyz(); code != 200 || v["status"] != "ready" {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		return ""
+	})
 }
