@@ -98,7 +98,7 @@ func (t *Tokens) Verify(token, deviceID string, now time.Time) bool {
 	if err != nil || secs <= 0 || strconv.FormatInt(secs, 10) != exp || now.Unix() >= secs {
 		return false
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil {
 		return false
 	}
