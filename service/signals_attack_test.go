@@ -461,3 +461,46 @@ func TestRiskdTellsTheTruth(t *testing.T) {
 		return ""
 	})
 }
+
+// TestAttackProxyCopiedDeviceID (6.3): in proxy mode the device token comes
+// in identity.device_token_header (default X-Device-Token); a copied
+// X-Device-Id without it is unverified.
+func TestAttackProxyCopiedDeviceID(t *testing.T) {
+	t.Parallel()
+	ca, root := testCA(t)
+	path := writePolicy(t, `version: 1
+identity: {device_header: X-Device-Id}
+limits:
+  - {name: device, by: [device], rate: 60/min}
+risk:
+  attestation:
+    verified_multiplier: 2.0
+    unverified_multiplier: 0.5
+    apple: {app_id: `+attackAppID+`, environment: production, root_ca_file: `+root+`}
+`)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	_, base := start(t, Config{ConfigPath: path, Upstream: up})
+	token := attestApple(t, base, ca, "d-victim")
+	limit := func(device, token string) string {
+		req, _ := http.NewRequest("GET", base+"/feed", nil)
+		req.Header.Set("X-Device-Id", device)
+		if token != "" {
+			req.Header.Set("X-Device-Token", token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-RateLimit-Limit")
+	}
+	if l := limit("d-victim", token); l != "120" {
+		t.Errorf("with its token: limit %s, want 120", l)
+	}
+	if l := limit("d-victim", ""); l != "30" {
+		t.Errorf("copied X-Device-Id without a token: limit %s, want 30", l)
+	}
+	if l := limit("d-victim", "dt1.1.AAAA"); l != "30" {
+		t.Errorf("copied X-Device-Id with a forged token: limit %s, want 30", l)
+	}
+}
