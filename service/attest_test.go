@@ -72,8 +72,16 @@ risk:
 	if l := limit("d-other", ""); l != "30" {
 		t.Errorf("unattested device limit %s, want 30 (60 x 0.5)", l)
 	}
-	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-good", "tok"); !strings.Contains(body, `"attestation":{"platform":"apple","verified":true`) {
-		t.Errorf("admin view: %s", body)
+	_, body = adminGet(t, base+"/v1/admin/subjects/device/d-good", "tok")
+	for _, want := range []string{`"effective":0.5,"effective_with_device_token":2,`, `"attestation":{"platform":"apple","verified":true`,
+		`{"source":"unverified","value":0.5,"expires_at":null,"reason":"requests without a valid device token (risk.attestation.unverified_multiplier)"}`,
+		`{"source":"attestation","value":2,"expires_at":"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("admin view of the attested device lacks %s: %s", want, body)
+		}
+	}
+	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-other", "tok"); !strings.Contains(body, `"effective":0.5,"multipliers":[{"source":"unverified"`) || strings.Contains(body, `"source":"attestation"`) {
+		t.Errorf("admin view of an unattested device: %s", body)
 	}
 	// a replayed challenge is refused with its reason
 	resp, body = post(t, base+"/v1/attest/apple", `{"device_id":"d-good","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)

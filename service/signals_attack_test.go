@@ -504,3 +504,28 @@ risk:
 		t.Errorf("copied X-Device-Id with a forged token: limit %s, want 30", l)
 	}
 }
+
+// TestSubjectViewComputed (6.5): the subject view lists the multipliers
+// the limiter computes (reputation of ip and asn subjects) with their
+// source, and counts them in "effective".
+func TestSubjectViewComputed(t *testing.T) {
+	t.Parallel()
+	_, base := start(t, Config{AdminToken: "tok"}) // the built-in example policy
+	for _, c := range []struct{ path, want string }{
+		{"ip/203.0.113.5", `"effective":0.1,"multipliers":[{"source":"reputation","value":0.1,"expires_at":null,"reason":"vpn-farm"}]`},
+		{"asn/16509", `"effective":0.25,"multipliers":[{"source":"reputation","value":0.25,"expires_at":null,"reason":"datacenter"}]`},
+		{"ip/198.51.100.7", `"effective":1,"multipliers":[]`},
+		{"device/d1", `"effective":0.5,"multipliers":[{"source":"unverified","value":0.5`},
+	} {
+		if code, body := adminDo(t, "GET", base+"/v1/admin/subjects/"+c.path, "tok", ""); code != 200 || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %s", c.path, code, body, c.want)
+		}
+	}
+	if code, body := adminDo(t, "PUT", base+"/v1/admin/multipliers/ip/203.0.113.5", "tok", `{"multiplier":2}`); code != 200 ||
+		!strings.Contains(body, `"effective":0.1,"multipliers":[{"source":"admin","value":2,"expires_at":null,"reason":""},{"source":"reputation"`) {
+		t.Errorf("admin bonus on a penalised ip: %d %s", code, body)
+	}
+	if code, body := adminDo(t, "GET", base+"/v1/admin/multipliers?limit=0", "tok", ""); code != 400 || !strings.Contains(body, `\"limit\"`) {
+		t.Errorf("limit=0: %d %s", code, body)
+	}
+}
