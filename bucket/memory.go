@@ -432,9 +432,10 @@ func limitMultiplier(mask uint32, mults, pens []float64, ns int) (m, pend float6
 }
 
 // combineAt is decide.lua's per-subject rule: the effective multiplier of
-// static, the unexpired stored ones and (while no attestation is in
-// force) unverified, and when the lowest penalty ends (0 when unknown or
-// when nothing is below 1).
+// static, unverified and the unexpired stored ones ("attestation" entries
+// left by the first edition are ignored: attestation is proven per request
+// and comes in static and unverified), and when the lowest penalty ends (0
+// when unknown or when nothing is below 1).
 func combineAt(static, unverified float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
 	if len(stored) == 0 {
 		m := static
@@ -446,30 +447,24 @@ func combineAt(static, unverified float64, stored map[string]Multiplier, now flo
 		return m, 0
 	}
 	lo, hi := static, static
-	attested := false
 	for src, m := range stored {
 		e := expUS(m.ExpiresAt)
-		if m.Value >= 0 && (e == 0 || e > now) {
+		if m.Value >= 0 && (e == 0 || e > now) && src != "attestation" {
 			lo = math.Min(lo, m.Value)
 			hi = math.Max(hi, m.Value)
-			if src == "attestation" {
-				attested = true
-			}
 		}
 	}
 	floor := static
-	if !attested {
-		lo = math.Min(lo, unverified)
-		hi = math.Max(hi, unverified)
-		floor = math.Min(floor, unverified)
-	}
+	lo = math.Min(lo, unverified)
+	hi = math.Max(hi, unverified)
+	floor = math.Min(floor, unverified)
 	if lo >= 1 {
 		return hi, 0
 	}
 	if floor > lo {
-		for _, m := range stored {
+		for src, m := range stored {
 			e := expUS(m.ExpiresAt)
-			if m.Value != lo || !(e == 0 || e > now) {
+			if m.Value != lo || !(e == 0 || e > now) || src == "attestation" {
 				continue
 			}
 			if e == 0 {
