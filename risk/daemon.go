@@ -282,7 +282,12 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, er
 		if err := d.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil {
 			return nil, fmt.Errorf("risk: delete consumer %s: %w", s.durable, err)
 		}
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
+		if info.AckFloor.Stream > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
+		} else {
+			start := d.o.Now().Add(-s.window)
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+		}
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		start := d.o.Now().Add(-s.window)
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start

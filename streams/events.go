@@ -77,7 +77,9 @@ type Report struct {
 	IP       string `json:"ip,omitempty"`
 	DeviceID string `json:"device_id,omitempty"`
 	UserID   string `json:"user_id,omitempty"`
-	// Attested is true when the device had a valid attestation at the time.
+	// Attested is true when the report presented a valid device token for
+	// DeviceID (contract 6.3): only then does a login_succeeded make the
+	// device a trusted device of the account.
 	Attested bool `json:"attested,omitempty"`
 }
 
