@@ -272,17 +272,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			}
 		}
 	}
-	verified := 1.0 // the device subject's attestation multiplier
-	if a := p.Risk.Attestation; a != nil {
-		switch {
-		case in.DeviceVerified && in.DeviceID != "":
-			verified = a.VerifiedMultiplier
-			in.UnverifiedSet = false
-		case a.UnverifiedSet && !in.UnverifiedSet:
-			in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
-		}
-	}
-	verifiedDevice := in.DeviceVerified && in.DeviceID != ""
+	verified, verifiedDevice := attestation(p, in)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -424,6 +414,25 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	}
 	e.record(d, p, start)
 	return nil
+}
+
+// attestation returns the multiplier of the request's device subject for
+// its proven attestation (1 when none) and whether the device is proven:
+// a valid device token for DeviceID (6.3). An unproven device gets the
+// policy's unverified_multiplier (set in in), whatever is stored for it.
+func attestation(p *policy.Policy, in *Input) (verified float64, proven bool) {
+	proven = in.DeviceVerified && in.DeviceID != ""
+	a := p.Risk.Attestation
+	switch {
+	case a == nil:
+		return 1, proven
+	case proven:
+		in.UnverifiedSet = false
+		return a.VerifiedMultiplier, true
+	case a.UnverifiedSet && !in.UnverifiedSet:
+		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
+	}
+	return 1, false
 }
 
 // fromL1 answers d from the L1 cache when a lock or an empty bucket of

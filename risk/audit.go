@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -131,7 +132,7 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 
 // isTimeout reports a fetch that merely found nothing within its wait.
 func isTimeout(err error) bool {
-	return errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || err.Error() == "nats: timeout"
+	return errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // applyAudit applies one audit event: it records or forgets an admin
