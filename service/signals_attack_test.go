@@ -158,9 +158,9 @@ func TestAttackCopiedDeviceIDIsUnverified(t *testing.T) {
 // Redis and the default L1 cache, an attacker failing logins and hitting
 // the locked account at full speed never gets the victim's attested,
 // trusted device denied (the L1 cache used to answer the cached lock
-// without the trust check).
+// without the trust check). Not parallel: the attacker saturates the CPU,
+// which latency tests running beside it would feel.
 func TestAttackL1KeepsAttestedDeviceExempt(t *testing.T) {
-	t.Parallel()
 	ca, root := testCA(t)
 	_, keyPrefix := testenv.Redis(t)
 	_, base := start(t, Config{ConfigPath: attackPolicy(t, root), RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix})
