@@ -66,6 +66,7 @@ func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
+		DeviceVerified: in.DeviceVerified,
 	}
 	switch {
 	case d.Outcome == engine.Locked || d.Outcome == engine.StepUp:

@@ -42,6 +42,9 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
+	// DeviceVerified is true when the request presented a valid device
+	// token for DeviceID (contract 6.3; omitted when false).
+	DeviceVerified bool `json:"device_verified,omitempty"`
 }
 
 // DecisionBatch is the body of a decisions message.
