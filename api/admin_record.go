@@ -191,10 +191,16 @@ func (s *Server) computed(subject, id string, attest any) []bucket.Multiplier {
 // effective returns the subject's effective multiplier for a request
 // without a device token (stored and computed multipliers but
 // "attestation"), with one (nil unless an "attestation" entry is
-// computed), and every multiplier, stored then computed.
+// computed), and every multiplier that applies, stored then computed.
 func (s *Server) effective(stored, computed []bucket.Multiplier) (float64, *float64, []bucket.Multiplier) {
 	now := s.o.Now()
-	all := append(append([]bucket.Multiplier(nil), stored...), computed...)
+	all := make([]bucket.Multiplier, 0, len(stored)+len(computed))
+	for _, m := range stored {
+		if m.Source != "attestation" { // left by the first edition: ignored by the store too
+			all = append(all, m)
+		}
+	}
+	all = append(all, computed...)
 	var without, with []bucket.Multiplier
 	attested := false
 	for _, m := range all {
