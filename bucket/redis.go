@@ -526,11 +526,14 @@ func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
 		flags = "x"
 	}
 	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	old, err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond), Get: true}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	pipe := s.c.Pipeline() // GET then SET, in order (not SET ... GET: Redis 6.2+)
+	prev := pipe.Get(ctx, key)
+	set := pipe.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)})
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
 	}
-	if old != v { // a re-assertion of the same lock keeps its place in listings
+	if prev.Val() != v { // a re-assertion of the same lock keeps its place in listings
 		s.index(ctx, lockIndex(prefixOf(key)), key, time.Now())
 	}
 	return nil
