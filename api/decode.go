@@ -38,6 +38,8 @@ type checkRequest struct {
 	// DeviceToken proves DeviceID attested (6.3); a bad one is no error,
 	// the request is merely unverified.
 	DeviceToken *string `json:"device_token"`
+	// Attributes are the request's attributes (CONTRACT 6.9).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // decodeCheck parses and validates a check body into in. Every failure is
@@ -85,6 +87,12 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 			return badRequest(`field "cost" must not be negative`)
 		}
 		in.Cost = float64(c)
+	}
+	if len(req.Attributes) > 0 {
+		if aerr := checkAttributes(req.Attributes); aerr != nil {
+			return aerr
+		}
+		in.Attributes = req.Attributes
 	}
 	return nil
 }
@@ -136,9 +144,25 @@ func scanCheck(body []byte, req *checkRequest) bool {
 			_, text, ok := s.Integer()
 			req.Cost = json.RawMessage(text)
 			return ok
+		case "attributes":
+			return req.Attributes == nil && scanAttributes(&s, &req.Attributes)
 		}
 		return false
 	}) && s.End()
+}
+
+// scanAttributes reads an object of plain strings into a new map, as
+// encoding/json would (a repeated name keeps its last value).
+func scanAttributes(s *jsonscan.Scanner, dst *map[string]string) bool {
+	m := map[string]string{}
+	*dst = m
+	return s.Object(func(key []byte) bool {
+		v, ok := s.String()
+		if ok {
+			m[string(key)] = string(v)
+		}
+		return ok
+	})
 }
 
 // idField is an optional identifier of a request body and where it goes.
@@ -177,8 +201,11 @@ func jsonError(err error) *apiError {
 			return badRequest("body: expected a JSON object")
 		}
 		want := "a string"
-		if typ.Field == "cost" {
+		switch typ.Field {
+		case "cost":
 			want = "a number"
+		case "attributes":
+			want = "an object of string values"
 		}
 		return badRequest(fmt.Sprintf(`field %q must be %s`, typ.Field, want))
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -12,6 +12,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tollgate-dev/tollgate/engine"
+
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -36,6 +38,8 @@ type reportRequest struct {
 	// DeviceToken proves DeviceID attested (6.3): only then can a
 	// login_succeeded enrol the device in the account's trusted devices.
 	DeviceToken *string `json:"device_token"`
+	// Attributes are the request's attributes (CONTRACT 6.9).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // decodeReport parses and validates a report body; token receives the
@@ -73,6 +77,12 @@ func decodeReport(body []byte, r *streams.Report, token *string) *apiError {
 		}
 		r.IP = ip.Unmap().String()
 	}
+	if len(req.Attributes) > 0 {
+		if aerr := checkAttributes(req.Attributes); aerr != nil {
+			return aerr
+		}
+		r.Attributes = req.Attributes
+	}
 	if r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "" {
 		return badRequest(`one of "account", "ip", "device_id", "user_id" is required`)
 	}
@@ -105,6 +115,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
 	rep.Attested = s.deviceVerified(token, rep.DeviceID)
+	rep.AllowList = s.allowList(&rep)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
 		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -121,6 +132,16 @@ func (s *Server) deviceVerified(token, deviceID string) bool {
 		return false
 	}
 	return s.o.DeviceTokens().Verify(token, deviceID, s.o.Now())
+}
+
+// allowList returns the allow list the report's identity is on ("" for
+// none; a deny list wins, as for decisions).
+func (s *Server) allowList(rep *streams.Report) string {
+	in := engine.Input{IP: rep.IP, UserID: rep.UserID, DeviceID: rep.DeviceID, Account: rep.Account, Attributes: rep.Attributes}
+	if l, deny := s.o.Engine.ListMatch(&in); l != nil && !deny {
+		return l.Name
+	}
+	return ""
 }
 
 // handleOffenders serves GET /v1/admin/offenders.

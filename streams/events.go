@@ -31,7 +31,8 @@ type Decision struct {
 	Limit string `json:"limit"`
 	// Allowed is whether the request was admitted.
 	Allowed bool `json:"allowed"`
-	// Result is allowed, limited, locked, step_up, degraded or unavailable.
+	// Result is allowed, limited, locked, step_up, degraded, unavailable,
+	// allowed_list or denied_list (Limit is then the list's name).
 	Result string `json:"result"`
 	// Remaining is the binding limit's whole tokens left.
 	Remaining int64 `json:"remaining"`
@@ -45,6 +46,9 @@ type Decision struct {
 	// DeviceVerified is true when the request presented a valid device
 	// token for DeviceID (contract 6.3; omitted when false).
 	DeviceVerified bool `json:"device_verified,omitempty"`
+	// Attributes are the request's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // DecisionBatch is the body of a decisions message.
@@ -84,6 +88,14 @@ type Report struct {
 	// DeviceID (contract 6.3): only then does a login_succeeded make the
 	// device a trusted device of the account.
 	Attested bool `json:"attested,omitempty"`
+	// Attributes are the report's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
+	// AllowList names the allow list the reported identity was on when
+	// the limiter accepted the report ("" for none): the risk engine
+	// ignores such reports, as the policy exempts the identity from
+	// every signal.
+	AllowList string `json:"allow_list,omitempty"`
 }
 
 // Alert kinds.
