@@ -46,6 +46,7 @@ func startDaemon(t *testing.T, before func(js jetstream.JetStream)) *daemonEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	t.Logf("nats-server %s (the test command installs Debian's 2.9)", nc.ConnectedServerVersion())
 	e.pub, err = streams.NewPublisher(nc, streams.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
