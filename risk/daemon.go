@@ -1,7 +1,12 @@
 // Package risk is the risk daemon's runtime: it consumes decisions and
-// reports from JetStream with durable consumers, feeds them to the signals
-// engine, writes the resulting lockouts and multipliers to the bucket
-// store, publishes alerts, and keeps the repeat-offender list. cmd/riskd
+// reports from JetStream with durable consumers (one subject filter each,
+// which nats-server 2.9 honours too), feeds them to the signals engine,
+// writes the resulting lockouts and multipliers to the bucket store,
+// publishes alerts, and keeps the repeat-offender list. It reads the
+// audit stream of admin changes whole: lifted lockouts reset their counts
+// and are never re-asserted, and admin multipliers are re-applied when the
+// store loses them. A part that fails stops the whole daemon (Run returns
+// its error): it never runs half-deaf. cmd/riskd
 // runs it alone; the limiter embeds it in the one-process default.
 //
 // Delivery is at-least-once; the effect is exactly-once: riskd remembers
