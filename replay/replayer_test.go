@@ -139,3 +139,40 @@ limits:
 		t.Errorf("limits\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestReplayerDeviceVerified: a recorded valid device token counts as it
+// did live: the verified multiplier for that request's device, the
+// unverified one for the others.
+func TestReplayerDeviceVerified(t *testing.T) {
+	t.Parallel()
+	cand := mustParse(t, "att.yaml", `version: 1
+limits:
+  - {name: device, by: [device], rate: 4/h}
+risk:
+  attestation: {verified_multiplier: 2, unverified_multiplier: 0.5, token_key_env: TOLLGATE_TEST_UNUSED}
+`)
+	r, err := NewReplayer(Policies{Candidate: cand, Baseline: mustParse(t, "loose.yaml", loosePolicy)}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := t0
+	for i := range 12 {
+		ts = ts.Add(time.Millisecond)
+		dev, verified := "d-proven", true
+		if i%2 == 1 {
+			dev, verified = "d-claimed", false
+		}
+		r.Decision(&streams.Decision{TS: ts, Endpoint: "GET /feed", IP: "198.51.100.1", DeviceID: dev, DeviceVerified: verified, Cost: 1})
+	}
+	rep := r.Result()
+	got := map[string]int64{}
+	for _, x := range rep.MostAffected {
+		if x.Subject == "device" {
+			got[x.ID] = x.NewlyDenied
+		}
+	}
+	// 6 requests each: 8 tokens for the proven device, 2 for the other
+	if got["d-proven"] != 0 || got["d-claimed"] != 4 {
+		t.Errorf("newly denied per device %v, want d-claimed 4 and d-proven none", got)
+	}
+}

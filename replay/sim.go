@@ -41,9 +41,6 @@ type sim struct {
 	nextSweep int64
 	maxKeys   int
 	full      bool // the store reached its bound (evictions make results approximate)
-	// verified holds, per device, when the attestation multiplier this sim
-	// set for it ends (Unix ns); bounded by maxKeys (cleared when full).
-	verified map[string]int64
 
 	// onMeasure is called for every alert the risk engine raises: rule,
 	// kind (lockout, step_up, tighten, anomaly, repeat_offender), shadow.
@@ -60,7 +57,7 @@ type simOptions struct {
 
 // newSim returns a sim for p; rules are p's reputation rules (nil: none).
 func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, error) {
-	s := &sim{pol: p, maxKeys: o.MaxKeys, verified: map[string]int64{}}
+	s := &sim{pol: p, maxKeys: o.MaxKeys}
 	clock := func() time.Time { return s.now }
 	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock})
 	eo := engine.Options{Store: s.store, Policy: func() *policy.Policy { return p }, Prefix: keyPrefix, Clock: clock}
@@ -100,11 +97,10 @@ func (s *sim) tick(ts time.Time) {
 // returns false when rec cannot be evaluated (no "METHOD /path" endpoint).
 func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	s.tick(rec.TS)
-	if rec.DeviceVerified && rec.DeviceID != "" {
-		s.verify(rec.DeviceID, rec.TS)
-	}
 	s.in = engine.Input{Endpoint: rec.Endpoint, IP: rec.IP, UserID: rec.UserID, DeviceID: rec.DeviceID,
-		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr, Attributes: rec.Attributes}
+		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr, Attributes: rec.Attributes,
+		// the record says whether the request proved its device (6.3)
+		DeviceVerified: rec.DeviceVerified}
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}
@@ -120,33 +116,9 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 // report feeds the recorded report r to the risk engine.
 func (s *sim) report(r *streams.Report) {
 	s.tick(r.TS)
-	if r.Attested && r.DeviceID != "" {
-		s.verify(r.DeviceID, r.TS)
-	}
 	s.acts = s.sig.ApplyReport(0, 0, r, s.acts[:0])
 	s.acts = risk.TrustAction(r, risk.DefaultTrustFor, s.acts)
 	s.execute()
-}
-
-// verify gives the device the attestation multiplier, as a successful
-// attestation does in the limiter, when the record shows it presented a
-// valid device token at ts (it had attested).
-func (s *sim) verify(device string, ts time.Time) {
-	a := s.pol.Risk.Attestation
-	if a == nil {
-		return
-	}
-	ns := ts.UnixNano()
-	if until, ok := s.verified[device]; ok && until-ns > int64(a.ValidFor/2) {
-		return
-	}
-	if len(s.verified) >= s.maxKeys {
-		clear(s.verified)
-	}
-	until := ts.Add(a.ValidFor)
-	s.verified[device] = until.UnixNano()
-	m := bucket.Multiplier{Source: "attestation", Value: a.VerifiedMultiplier, ExpiresAt: until, Reason: "replay: valid device token"}
-	_ = s.store.SetMultiplier(context.Background(), bucket.MultiplierKey(keyPrefix, "device", device), m)
 }
 
 // execute applies the risk engine's actions to the store and counts its

@@ -299,14 +299,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	srv, err := api.New(api.Options{
-		Engine:      eng,
-		AdminToken:  cfg.AdminToken,
-		Logger:      log,
-		Gatherer:    reg,
-		Events:      ev.publisher,
-		Reporter:    ev.publisher,
-		Offenders:   ev.offenders,
-		Attestation: att.view,
+		Engine:       eng,
+		AdminToken:   cfg.AdminToken,
+		Logger:       log,
+		Gatherer:     reg,
+		Events:       ev.publisher,
+		Reporter:     ev.publisher,
+		Audit:        ev.publisher,
+		Offenders:    ev.offenders,
+		Attestation:  att.view,
+		DeviceTokens: att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {
 			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {
