@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,10 +27,11 @@ type attestState struct {
 	challenges attestation.Challenges
 	devices    attestation.Devices
 	handler    atomic.Pointer[http.Handler]
+	getenv     func(string) string // reads the Play Integrity keys (default os.Getenv)
 }
 
 func newAttestState(log *slog.Logger, store bucket.Admin, rc redis.UniversalClient, prefix string) *attestState {
-	a := &attestState{log: log, store: store, prefix: prefix}
+	a := &attestState{log: log, store: store, prefix: prefix, getenv: os.Getenv}
 	if rc != nil {
 		a.challenges = attestation.NewRedisChallenges(rc, prefix)
 		a.devices = attestation.NewRedisDevices(rc, prefix)
@@ -46,9 +46,9 @@ func newAttestState(log *slog.Logger, store bucket.Admin, rc redis.UniversalClie
 func (a *attestState) apply(p *policy.Policy) error {
 	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Store: a.store, Prefix: a.prefix, Logger: a.log}
 	if pa := p.Risk.Attestation; pa != nil {
-		apple, play, err := attestation.FromPolicy(pa, os.Getenv)
+		apple, play, err := attestation.FromPolicy(pa, a.getenv)
 		if err != nil {
-			return fmt.Errorf("service: attestation: %w", err)
+			return err // attestation's errors name their package, file or variable
 		}
 		o.Apple, o.Play, o.VerifiedMultiplier, o.ValidFor = apple, play, pa.VerifiedMultiplier, pa.ValidFor
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,24 @@ type RiskdConfig struct {
 	LeaseTTL time.Duration
 	// Logger (default JSON on stderr).
 	Logger *slog.Logger
+}
+
+// Validate checks the configuration's values without touching the policy
+// or the network: cmd/riskd exits 2 (a usage error) on its errors.
+func (c *RiskdConfig) Validate() error {
+	if c.RedisURL == "" || c.NATSURL == "" {
+		return errors.New("service: riskd needs --redis and --nats")
+	}
+	if _, err := RedisOptions(c.RedisURL); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.DecisionsMaxBytes < 0 {
+		return fmt.Errorf("service: decisions max bytes %d must not be negative", c.DecisionsMaxBytes)
+	}
+	return checkAddr("listen address", c.Listen)
 }
 
 // lead runs the daemon while this instance holds the lease: acquire,
@@ -116,8 +135,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	if cfg.Durable == "" {
 		cfg.Durable = "riskd"
 	}
-	if cfg.RedisURL == "" || cfg.NATSURL == "" {
-		return nil, errors.New("service: riskd needs --redis and --nats")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger.With("component", "riskd")
 	quietRedis(cfg.Logger)
@@ -132,6 +151,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	opts.MaxRetries = 2
 	rc := redis.NewUniversalClient(opts)
+	dialRedisOnce(ctx, log, rc, cfg.RedisURL, "riskd is not ready until it answers")
+	dialNATSOnce(log, cfg.NATSURL, "riskd is not ready until it answers")
 	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second})
 
 	reg := prometheus.NewRegistry()

@@ -91,6 +91,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger receives JSON logs (default: JSON on stderr).
 	Logger *slog.Logger
+	// Getenv reads the environment variables the policy names: the
+	// user-signature key and the Play Integrity keys (default os.Getenv).
+	Getenv func(string) string
 }
 
 func (c *Config) defaults() {
@@ -112,10 +115,38 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration's values, without looking at the
+// policy or the network: cmd/limiter exits 2 (a usage error) on its errors.
 func (c *Config) Validate() error {
+	if err := checkAddr("listen address", c.Listen); err != nil {
+		return err
+	}
+	if err := checkAddr("pprof listen address", c.PprofListen); err != nil {
+		return err
+	}
+	if c.Upstream != "" {
+		if _, err := upstreamURL(c.Upstream); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{{"nats port", int64(c.NATSPort)}, {"redis lanes", int64(c.RedisLanes)}, {"memory max keys", int64(c.MemoryMaxKeys)},
+		{"l1 max entries", int64(c.L1MaxEntries)}, {"decisions max bytes", c.DecisionsMaxBytes},
+		{"store timeout", int64(c.StoreTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
+		if n.v < 0 {
+			return fmt.Errorf("service: %s %d must not be negative", n.name, n.v)
+		}
+	}
+	if c.NATSPort > 65535 {
+		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
+	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
@@ -173,6 +204,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkUserKey(cfg, holder.Current()); err != nil {
+		return nil, err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -189,13 +223,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	var att *attestState // set below, before the policy can reload
 	holder.OnReload = func(np *policy.Policy, err error) {
+		// The Holder logs each attempt once (file, routes, limits or the
+		// error); this counts it.
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
-			log.Error("policy reload refused; the running policy stays", "err", err.Error())
 			return
 		}
 		reloads.WithLabelValues("ok").Inc()
-		log.Info("policy reloaded", "file", cfg.ConfigPath)
 		// The new limits are in force; a reputation database or attestation
 		// key it names that cannot be read keeps the previous one serving.
 		if err := rep.apply(np); err != nil {
@@ -243,6 +277,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		opts.WriteTimeout = 2 * cfg.StoreTimeout
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
+		dialRedisOnce(ctx, log, rclient, cfg.RedisURL, "the limiter serves as each limit's failure mode says until it answers")
 		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode})
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
@@ -276,6 +311,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	att = newAttestState(cfg.Logger.With("component", "attestation"), store, rclient, cfg.KeyPrefix)
+	att.getenv = cfg.Getenv
 	if err := att.apply(holder.Current()); err != nil {
 		closeAll()
 		return nil, err
@@ -308,17 +344,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	srv.Handle("/v1/attest/", srv.Guard(att))
 
 	if cfg.Upstream != "" {
-		u, err := url.Parse(cfg.Upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			closeAll()
-			return nil, fmt.Errorf("service: upstream %q is not an http(s) URL", cfg.Upstream)
-		}
+		u, _ := upstreamURL(cfg.Upstream) // checked by Validate
 		forged := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_forged_user_total",
 			Help: "Proxied requests whose user header failed its signature (treated as unauthenticated)."})
 		upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
 			Help: "Proxied requests the upstream could not answer (502/504)."})
 		reg.MustRegister(forged, upErrs)
-		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}
+		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc, Getenv: cfg.Getenv}
 		if cfg.UpstreamTransport == "std" {
 			po.Transport = api.StdUpstreamTransport() // Validate allowed only lean (the default) or std
 		}
@@ -419,7 +451,7 @@ func loadPolicy(path string, logger *slog.Logger) (*policy.Holder, error) {
 	if path != "" {
 		var err error
 		if p, err = policy.Load(path); err != nil {
-			return nil, fmt.Errorf("service: policy: %w", err)
+			return nil, err // "FILE:LINE: ..." or "policy: read config: ...": no second prefix
 		}
 	}
 	return policy.NewHolder(path, p, logger.With("component", "policy")), nil
@@ -467,4 +499,29 @@ func RedactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// upstreamURL parses the --upstream value: an http(s) URL with a host.
+func upstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("service: upstream %q is not an http(s) URL", RedactURL(s))
+	}
+	return u, nil
+}
+
+// checkAddr checks a listen address: "" (unset), or host:port with a
+// numeric port (":0" picks a free one).
+func checkAddr(what, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("service: %s %q: want HOST:PORT (%v)", what, addr, err)
+	}
+	return nil
 }
