@@ -338,7 +338,6 @@ func TestPanicsBecome500(t *testing.T) {
 	expect(t, f.do(t, "GET", "/boom", ""), 500, `{"error":{"code":"INTERNAL","message":"internal error","details":{},"request_id":"req-1"}}`)
 }
 
-
 // field returns the first value of the header field named exactly name
 // (no canonicalisation): Tollgate writes the rate-limit fields in the
 // contract's spelling (X-RateLimit-Limit, RateLimit), which Header.Get on a

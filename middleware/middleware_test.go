@@ -599,7 +599,6 @@ func clipS(s string) string {
 	return s
 }
 
-
 // field returns the first value of the header field named exactly name
 // (no canonicalisation): Tollgate writes the rate-limit fields in the
 // contract's spelling (X-RateLimit-Limit, RateLimit), which Header.Get on a
