@@ -34,6 +34,9 @@ type RiskdConfig struct {
 	Listen string
 	// RedisURL is the store riskd writes to (required).
 	RedisURL string
+	// RedisCA is a PEM file of CA certificates for rediss:// ("" trusts the
+	// system roots).
+	RedisCA string
 	// NATSURL is the NATS server (required).
 	NATSURL string
 	// KeyPrefix and SubjectPrefix must match the limiters'.
@@ -60,7 +63,7 @@ func (c *RiskdConfig) Validate() error {
 	if c.RedisURL == "" || c.NATSURL == "" {
 		return errors.New("service: riskd needs --redis and --nats")
 	}
-	if _, err := RedisOptions(c.RedisURL); err != nil {
+	if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
 		return err
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
@@ -145,7 +148,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 
-	opts, err := RedisOptions(cfg.RedisURL)
+	opts, err := redisOptions(cfg.RedisURL, cfg.RedisCA)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,9 @@ type Config struct {
 	// comma-separated host:port list or "redis+cluster://h1:p1,h2:p2" for
 	// Cluster. "" uses the in-process memory store.
 	RedisURL string
+	// RedisCA is a PEM file of CA certificates that rediss:// servers'
+	// certificates must chain to ("" trusts the system roots).
+	RedisCA string
 	// NATSURL is the NATS server; "" starts an embedded NATS server
 	// (JetStream in a temp dir, loopback) and the risk engine in process.
 	NATSURL string
@@ -151,9 +154,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
 	if c.RedisURL != "" {
-		if _, err := RedisOptions(c.RedisURL); err != nil {
+		if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
 			return err
 		}
+	} else if c.RedisCA != "" {
+		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
 	}
 	switch c.UpstreamTransport {
 	case "", "lean", "std":
@@ -271,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			}
 		}()
 	} else {
-		opts, _ := RedisOptions(cfg.RedisURL)
+		opts, _ := redisOptions(cfg.RedisURL, cfg.RedisCA) // checked by Validate
 		opts.DialTimeout = 2 * cfg.StoreTimeout
 		opts.ReadTimeout = 2 * cfg.StoreTimeout
 		opts.WriteTimeout = 2 * cfg.StoreTimeout
@@ -455,50 +460,6 @@ func loadPolicy(path string, logger *slog.Logger) (*policy.Holder, error) {
 		}
 	}
 	return policy.NewHolder(path, p, logger.With("component", "policy")), nil
-}
-
-// RedisOptions parses a --redis value: "redis://host:port/db" (or
-// rediss://), a comma-separated host:port list, or
-// "redis+cluster://h1:p1,h2:p2" (Cluster).
-func RedisOptions(u string) (*redis.UniversalOptions, error) {
-	switch {
-	case strings.HasPrefix(u, "redis+cluster://"):
-		addrs := strings.Split(strings.TrimPrefix(u, "redis+cluster://"), ",")
-		for _, a := range addrs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
-			}
-		}
-		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
-	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
-		o, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
-		}
-		return &redis.UniversalOptions{Addrs: []string{o.Addr}, DB: o.DB, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}, nil
-	case strings.Contains(u, ","):
-		addrs := strings.Split(u, ",")
-		for _, a := range addrs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
-			}
-		}
-		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
-	}
-	if _, _, err := net.SplitHostPort(u); err != nil {
-		return nil, fmt.Errorf("service: redis %q is neither redis://host:port/db nor host:port", RedactURL(u))
-	}
-	return &redis.UniversalOptions{Addrs: []string{u}}, nil
-}
-
-// RedactURL hides a password in a URL for logs.
-func RedactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.LastIndexByte(u, '@'); at > i {
-			return u[:i+3] + "***@" + u[at+1:]
-		}
-	}
-	return u
 }
 
 // upstreamURL parses the --upstream value: an http(s) URL with a host.

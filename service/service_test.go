@@ -223,7 +223,7 @@ func TestRedisOptions(t *testing.T) {
 		{in: "redis+cluster://a:1,b:2", addrs: "a:1,b:2", cluster: true},
 		{in: "redis://:pw@127.0.0.1:6379/x", wantErr: "service: redis url redis://***@127.0.0.1:6379/x: redis: invalid database number: \"x\""},
 		{in: "nonsense", wantErr: `service: redis "nonsense" is neither redis://host:port/db nor host:port`},
-		{in: "a:1,b", wantErr: `service: redis cluster address "b": address b: missing port in address`},
+		{in: "a:1,b", wantErr: `service: redis address "b": address b: missing port in address`},
 	} {
 		o, err := RedisOptions(tt.in)
 		if tt.wantErr != "" {

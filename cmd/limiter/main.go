@@ -36,6 +36,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file (default: the built-in example policy)"),
 		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:8080", "ADDR", "HTTP listen address (:0 picks a free port; the address is logged)"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "redis[s]://[user:pass@]host:port/db, redis[s]+cluster://[user:pass@]h1:p1,h2:p2 (or h1:p1,h2:p2), redis[s]+sentinel://[user:pass@]h1:p1,h2:p2/MASTER/db (default: in-process memory store)"),
+		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (default: embedded NATS server and in-process risk engine)"),
 		cli.Int(&c.NATSPort, "nats-port", "TOLLGATE_NATS_PORT", 0, "port of the embedded NATS server (default: a free port)"),
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject"),

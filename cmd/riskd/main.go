@@ -31,6 +31,7 @@ func flags(c *service.RiskdConfig) []cli.Flag {
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file, the limiters' (default: the built-in example policy)"),
 		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:9090", "ADDR", "HTTP address of /healthz, /readyz, /metrics"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "the limiters' Redis, in the same URL forms as the limiter's --redis (required)"),
+		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (required)"),
 		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key (must match the limiters')"),
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject (must match the limiters')"),
