@@ -488,6 +488,7 @@ func startLimiter(t *testing.T) string {
 		ConfigPath:    policyPath,
 		WatchInterval: 20 * time.Millisecond,
 		Logger:        slog.New(slog.DiscardHandler),
+		Getenv:        func(string) string { return "k3y" }, // TOLLGATE_USER_KEY: proxy mode needs it
 	})
 	if err != nil {
 		cancel()

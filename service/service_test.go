@@ -26,6 +26,9 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Getenv == nil {
+		cfg.Getenv = testGetenv
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
 	if err != nil {
@@ -37,6 +40,15 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 		<-r.Done
 	})
 	return r, "http://" + r.Addr
+}
+
+// testGetenv is the tests' environment: the built-in policy's
+// user-signature key is set (proxy mode refuses to start without it).
+func testGetenv(k string) string {
+	if k == "TOLLGATE_USER_KEY" {
+		return "test-user-key"
+	}
+	return os.Getenv(k)
 }
 
 // client is the tests' HTTP client. Not http.DefaultClient: closing an
