@@ -156,8 +156,12 @@ func TestRiskdDialsOnce(t *testing.T) {
 func TestReloadLogsOnce(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
-	write := func(rate string) {
-		if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
+	write := func(rate string) { // atomically: the watcher must not see a half-written file
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -76,3 +76,24 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRedisOptions: any --redis value parses or fails without panicking;
+// a success names at least one address, and redaction is stable.
+func FuzzRedisOptions(f *testing.F) {
+	for _, s := range []string{
+		"redis://u:p@h:1/2", "rediss://h:1", "redis+cluster://:p@h1:1,h2:2", "rediss+cluster://u:p%40@h:1/",
+		"redis+sentinel://:p@s1:1,s2:2/m/3?sentinel_password=x", "rediss+sentinel://s:1/m", "h1:1,h2:2", "h:1",
+		"redis+sentinel://s:1/", "redis+cluster://@:", "redis+cluster://a@b@c:1", "://", "redis+sentinel://s:1/m/%zz",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, u string) {
+		o, err := RedisOptions(u)
+		if err == nil && len(o.Addrs) == 0 {
+			t.Fatalf("%q: no address and no error", u)
+		}
+		if r := RedactURL(u); RedactURL(r) != r {
+			t.Fatalf("RedactURL not stable: %q -> %q -> %q", u, r, RedactURL(r))
+		}
+	})
+}

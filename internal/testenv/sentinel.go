@@ -21,7 +21,7 @@ type Sentinel struct {
 
 // StartSentinel starts a Sentinel on a free loopback port that monitors
 // the master at masterAddr as name (quorum 1, a master down after 1 s,
-// failover timeout 5 s), authenticating to it with password ("" none). It
+// failover timeout 2 s, so a second failover of the same master may start 4 s after the first), authenticating to it with password ("" none). It
 // waits until the Sentinel answers and knows replicas replicas, and stops
 // it at cleanup.
 func StartSentinel(t testing.TB, name, masterAddr, password string, replicas int) *Sentinel {
@@ -36,7 +36,7 @@ func StartSentinel(t testing.TB, name, masterAddr, password string, replicas int
 	p := FreePort(t)
 	s.Addr = fmt.Sprintf("127.0.0.1:%d", p)
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s %s %s 1\n"+
-		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n",
+		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 2000\n",
 		p, dir, filepath.Join(dir, "sentinel.log"), name, host, port, name, name)
 	if password != "" {
 		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
