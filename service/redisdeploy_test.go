@@ -87,7 +87,7 @@ func TestRedisAuthCluster(t *testing.T) {
 	}
 }
 
-// testCA writes a CA and a server certificate for 127.0.0.1 signed by it
+// testCA writes a CA and a server (and client) certificate for 127.0.0.1 signed by it
 // into dir and returns the three PEM files.
 func testCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
@@ -110,7 +110,7 @@ func testCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}} // client: the cluster bus is mutual TLS
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
@@ -317,4 +317,15 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	waitRoles(t, map[*redis.Client]string{mc: "master"})
 	loginsUntilLimited(t, base, "after-kill")
+}
+
+// TestRedisTLSCluster: rediss+cluster://:pass@... to a 3-node Cluster that
+// speaks TLS (client port, bus and replication) with a test CA, every node
+// requiring a password.
+func TestRedisTLSCluster(t *testing.T) {
+	t.Parallel()
+	ca, cert, key := testCA(t, t.TempDir())
+	cl := testenv.StartClusterTLS(t, "tl$clu", testenv.TLSFiles{CA: ca, Cert: cert, Key: key})
+	_, base := start(t, Config{RedisURL: "rediss+cluster://:tl%24clu@" + strings.Join(cl.Addrs, ","), RedisCA: ca, StoreTimeout: slowOK})
+	loginsUntilLimited(t, base, "alice")
 }

@@ -223,3 +223,54 @@ func StartClusterAuth(t testing.TB, password string) *Cluster {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TLSFiles are the PEM files of a TLS-enabled test server.
+type TLSFiles struct{ CA, Cert, Key string }
+
+// StartClusterTLS starts a 3-master Redis Cluster whose client port and
+// cluster bus speak TLS only towards clients that use it (tls-port, with
+// tls-cluster and tls-replication on), every node requiring password.
+// Addrs are the nodes' TLS addresses.
+func StartClusterTLS(t testing.TB, password string, files TLSFiles) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	tlsArgs := []string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-cert-file", files.CA,
+		"--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes"}
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		port := FreePort(t)
+		args := append([]string{"--tls-port", fmt.Sprint(port), "--cluster-port", fmt.Sprint(FreePort(t)), "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--requirepass", password, "--masterauth", password}, tlsArgs...)
+		n := StartRedis(t, args...)
+		c.Nodes = append(c.Nodes, n)
+		c.Addrs = append(c.Addrs, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("testenv: redis-cli not installed: %v", err)
+	}
+	base := []string{"--tls", "--cacert", files.CA, "--no-auth-warning", "-a", password}
+	args := append(append([]string{}, base...), "--cluster", "create")
+	args = append(args, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create (TLS): %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, a := range c.Addrs {
+			out, _ := exec.Command(cli, append(append([]string{}, base...), "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info")...).Output()
+			ok = ok && strings.Contains(string(out), "cluster_state:ok")
+		}
+		if ok {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: TLS cluster on %v not ok within 20s", c.Addrs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
