@@ -118,9 +118,12 @@ func TestStartDialsRedisOnce(t *testing.T) {
 func TestStartDialsNATSOnce(t *testing.T) {
 	t.Parallel()
 	addr := closedAddr(t)
-	_, base, logs := startLogged(t, Config{NATSURL: "nats://" + addr})
+	_, base, logs := startLogged(t, Config{NATSURL: "nats://tg:n4tspw@" + addr})
 	if got := logs.lines(`"level":"ERROR"`, "nats unreachable at start", "connection refused", addr); len(got) != 1 {
 		t.Fatalf("want one ERROR line with the refused dial, got:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "n4tspw") {
+		t.Fatalf("NATS password in the logs:\n%s", logs)
 	}
 	if strings.Contains(logs.String(), "outbound buffer limit exceeded") {
 		t.Fatalf("misleading cause logged:\n%s", logs)

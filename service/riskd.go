@@ -230,7 +230,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	run := &Running{Addr: ln.Addr().String(), Done: make(chan struct{})}
-	log.Info("listening", "addr", run.Addr, "nats", cfg.NATSURL, "redis", RedactURL(cfg.RedisURL))
+	log.Info("listening", "addr", run.Addr, "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
 	go func() { _ = hs.Serve(ln) }()
 
 	dctx, stop := context.WithCancel(context.Background())

@@ -388,7 +388,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
+	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", RedactURL(ev.url), "upstream", RedactURL(cfg.Upstream),
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
 
 	if cfg.PprofListen != "" {
