@@ -18,7 +18,8 @@ import (
 // anything or touching the network: the configuration (Validate), the
 // policy file, the files it names (the ASN database is opened, Apple's
 // root read) and the environment variables it names, read through
-// cfg.Getenv: the Play Integrity keys (present, non-empty, decodable) and,
+// cfg.Getenv: the Play Integrity keys (present, non-empty, decodable), the
+// device-token key (token_key_env: present, long enough) and,
 // in proxy mode, the user-signature key (present, non-empty). It returns
 // the policy. `limiter validate` runs it.
 func Check(cfg Config) (*policy.Policy, error) {
@@ -39,6 +40,12 @@ func Check(cfg Config) (*policy.Policy, error) {
 	if pa := p.Risk.Attestation; pa != nil {
 		if _, _, err := attestation.FromPolicy(pa, cfg.Getenv); err != nil {
 			return nil, err
+		}
+		if pa.TokenKeyEnv != "" {
+			// the running limiter refuses to start without the device-token key
+			if _, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, cfg.Getenv); err != nil {
+				return nil, fmt.Errorf("%s:%d: risk.attestation.token_key_env: %w", cfg.ConfigPath, pa.TokenKeyEnvLine, err)
+			}
 		}
 	}
 	if rep := p.Risk.Reputation; rep != nil && rep.ASNDatabase != "" {

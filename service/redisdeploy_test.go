@@ -87,9 +87,9 @@ func TestRedisAuthCluster(t *testing.T) {
 	}
 }
 
-// testCA writes a CA and a server (and client) certificate for 127.0.0.1 signed by it
+// tlsTestCA writes a CA and a server (and client) certificate for 127.0.0.1 signed by it
 // into dir and returns the three PEM files.
-func testCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+func tlsTestCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -134,7 +134,7 @@ func testCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 // it the certificate is refused, and the start says so.
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
-	ca, cert, key := testCA(t, t.TempDir())
+	ca, cert, key := tlsTestCA(t, t.TempDir())
 	tlsPort := testenv.FreePort(t)
 	testenv.StartRedis(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
 		"--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--requirepass", "tl$")
@@ -324,7 +324,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 // requiring a password.
 func TestRedisTLSCluster(t *testing.T) {
 	t.Parallel()
-	ca, cert, key := testCA(t, t.TempDir())
+	ca, cert, key := tlsTestCA(t, t.TempDir())
 	cl := testenv.StartClusterTLS(t, "tl$clu", testenv.TLSFiles{CA: ca, Cert: cert, Key: key})
 	_, base := start(t, Config{RedisURL: "rediss+cluster://:tl%24clu@" + strings.Join(cl.Addrs, ","), RedisCA: ca, StoreTimeout: slowOK})
 	loginsUntilLimited(t, base, "alice")

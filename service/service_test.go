@@ -29,6 +29,9 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 	if cfg.Getenv == nil {
 		cfg.Getenv = testGetenv
 	}
+	if os.Getenv("TG_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
 	if err != nil {

@@ -254,3 +254,28 @@ func TestRuntimeFailureExit1(t *testing.T) {
 		t.Fatalf("port in use: exit %d %q", code, errs)
 	}
 }
+
+// TestValidateTokenKeyEnv checks that validate refuses a policy whose
+// risk.attestation.token_key_env names an unset or short variable, with
+// FILE:LINE, and accepts one holding a key (6.3).
+func TestValidateTokenKeyEnv(t *testing.T) {
+	t.Parallel()
+	env := envMap("TOLLGATE_TEST_TOKEN_KEY_SHORT", "too short", "TOLLGATE_TEST_TOKEN_KEY_GOOD", strings.Repeat("k", 32))
+	pol := func(env string) string {
+		return "version: 1\nlimits:\n  - {name: a, by: [ip], rate: 10/min}\nrisk:\n  attestation:\n    token_key_env: " + env + "\n"
+	}
+	for _, c := range []struct {
+		env, want string
+		code      int
+	}{
+		{"TOLLGATE_TEST_TOKEN_KEY_UNSET", ":6: risk.attestation.token_key_env: attestation: device token key: environment variable TOLLGATE_TEST_TOKEN_KEY_UNSET (token_key_env) is empty or unset", 1},
+		{"TOLLGATE_TEST_TOKEN_KEY_SHORT", ":6: risk.attestation.token_key_env: attestation: device token key: environment variable TOLLGATE_TEST_TOKEN_KEY_SHORT (token_key_env) holds 9 bytes, at least 32 needed", 1},
+		{"TOLLGATE_TEST_TOKEN_KEY_GOOD", "", 0},
+	} {
+		f := write(t, "p.yaml", pol(c.env))
+		code, _, errs := runT(env, "validate", "--config", f)
+		if code != c.code || !strings.HasPrefix(errs, f+c.want) && c.want != "" {
+			t.Errorf("%s: exit %d, stderr %q", c.env, code, errs)
+		}
+	}
+}
