@@ -52,7 +52,9 @@ func (o Outcome) String() string {
 	return ResultAllowed
 }
 
-// Input is one request to decide on. Endpoint and IP are required.
+// Input is one request to decide on. IP is required; an empty Endpoint
+// means the request matches no route (class DefaultClass), as an Envoy
+// descriptor set without a method and path does.
 type Input struct {
 	// Endpoint is "METHOD /path".
 	Endpoint string
@@ -67,6 +69,8 @@ type Input struct {
 	UserID, DeviceID, Account, ASN string
 	// Cost is the number of tokens to take (>= 0).
 	Cost float64
+	// Attributes are the request's attributes (contract 6.9), nil when none.
+	Attributes map[string]string
 	// Now, when set, is the decision time for stores with an injected
 	// clock (tests); the zero value is the store's clock.
 	Now time.Time
@@ -229,11 +233,10 @@ var subjectKinds = [...]string{
 func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	start := e.o.Clock()
 	p := e.o.Policy()
-	method, path, ok := strings.Cut(in.Endpoint, " ")
-	if !ok {
-		return fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", in.Endpoint)
+	ci, route, err := routeOf(p, in.Endpoint)
+	if err != nil {
+		return err
 	}
-	ci, route := p.Route(method, path)
 	if e.o.Reputation != nil {
 		if rules := e.o.Reputation(); rules != nil {
 			ip := in.Addr
@@ -372,7 +375,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
-	err := e.o.Store.Decide(ctx, req, &d.bres)
+	err = e.o.Store.Decide(ctx, req, &d.bres)
 	e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
 	if err != nil {
 		if errors.Is(err, bucket.ErrBadRequest) {
@@ -391,6 +394,20 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	}
 	e.record(d, p, start)
 	return nil
+}
+
+// routeOf matches endpoint ("METHOD /path", or "" for no route) to its
+// class and route.
+func routeOf(p *policy.Policy, endpoint string) (int, *policy.Route, error) {
+	if endpoint == "" {
+		return p.ClassIndex(policy.DefaultClass), nil, nil
+	}
+	method, path, ok := strings.Cut(endpoint, " ")
+	if !ok {
+		return 0, nil, fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", endpoint)
+	}
+	ci, route := p.Route(method, path)
+	return ci, route, nil
 }
 
 // fromL1 answers d from the L1 cache when a lock or an empty bucket of
