@@ -93,6 +93,9 @@ type Policy struct {
 	FailureByClass map[string]FailureMode
 	// Risk is the `risk` section.
 	Risk Risk
+	// Envoy is the `envoy` section (nil when absent: the Envoy rate-limit
+	// service then answers every request OK with no limit).
+	Envoy *Envoy
 
 	// applicable[classIndex*2+auth] lists the limits whose `if` matches.
 	applicable [][]*Limit
