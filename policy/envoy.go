@@ -10,13 +10,13 @@ type EnvoyField uint8
 
 // The fields a descriptor entry may fill (the values of `envoy.entries`).
 const (
-	EnvoyIP     EnvoyField = iota + 1 // ip: the client address
-	EnvoyUser                         // user: user_id (the request is authenticated)
-	EnvoyDevice                       // device: device_id
-	EnvoyAccount                      // account: the account (normalised like every path's)
-	EnvoyMethod                       // endpoint_method: the endpoint's METHOD
-	EnvoyPath                         // endpoint_path: the endpoint's /path (query dropped)
-	EnvoyAttr                         // attr:NAME: the attribute NAME
+	EnvoyIP      EnvoyField = iota + 1 // ip: the client address
+	EnvoyUser                          // user: user_id (the request is authenticated)
+	EnvoyDevice                        // device: device_id
+	EnvoyAccount                       // account: the account (normalised like every path's)
+	EnvoyMethod                        // endpoint_method: the endpoint's METHOD
+	EnvoyPath                          // endpoint_path: the endpoint's /path (query dropped)
+	EnvoyAttr                          // attr:NAME: the attribute NAME
 )
 
 // envoyFieldNames maps the written names to fields (attr:NAME aside).
