@@ -33,11 +33,7 @@ const (
 // denial is a 403 carrying the real status in X-Tollgate-Status.
 func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(w, r)
-	as403, aerr := forwardAuthMode(r.URL.RawQuery)
-	if aerr != nil {
-		writeError(w, rid, aerr)
-		return
-	}
+	as403 := forwardAuthMode(r.URL.RawQuery)
 	orig, aerr := forwardedRequest(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
@@ -69,24 +65,20 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, rid, d, nil)
 }
 
-// forwardAuthMode reads the query of /v1/forward-auth: "" or status=403.
-func forwardAuthMode(rawQuery string) (as403 bool, aerr *apiError) {
+// forwardAuthMode reads the query of /v1/forward-auth: status=403 asks for
+// the 403 form. Other parameters are ignored: some gateways (Caddy) pass
+// the original request's query string through.
+func forwardAuthMode(rawQuery string) bool {
 	if rawQuery == "" {
-		return false, nil
+		return false
 	}
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return false, badRequest("query: " + err.Error())
-	}
-	for k, v := range q {
-		if k != "status" {
-			return false, badRequest("unknown query parameter " + strconv.Quote(clip(k)) + " (only status=403 is known)")
-		}
-		if len(v) != 1 || v[0] != "403" {
-			return false, badRequest(`query parameter "status" must be 403`)
+	q, _ := url.ParseQuery(rawQuery) // what parses of a broken query still counts
+	for _, v := range q["status"] {
+		if v == "403" {
+			return true
 		}
 	}
-	return true, nil
+	return false
 }
 
 // forwardedRequest rebuilds the original request the gateway describes:

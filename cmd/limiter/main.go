@@ -78,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
+	fs.StringVar(&cfg.GRPCListen, "grpc-listen", env("TOLLGATE_GRPC_LISTEN", ""), "serve Envoy's rate-limit service (gRPC, envoy.service.ratelimit.v3) on this address (env TOLLGATE_GRPC_LISTEN; default: off)")
 	fs.StringVar(&cfg.Upstream, "upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
 	fs.StringVar(&cfg.UpstreamTransport, "upstream-transport", "lean", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")

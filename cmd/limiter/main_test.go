@@ -82,4 +82,8 @@ func TestBadFlags(t *testing.T) {
 		!strings.Contains(errb.String(), `upstream transport "fast": want lean or std`) {
 		t.Fatalf("bad transport: exit %d %s", code, errb.String())
 	}
+	errb.Reset()
+	if code := run([]string{"--grpc-listen", "8081"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `grpc listen address "8081"`) {
+		t.Fatalf("bad grpc address: exit %d %s", code, errb.String())
+	}
 }
