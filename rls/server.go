@@ -219,7 +219,8 @@ func clampU32(v int64) uint32 {
 	return uint32(v)
 }
 
-// headerValues turns h into Envoy header values, sorted by name.
+// headerValues turns h into Envoy header values, sorted by name, with
+// lower-case names (HTTP/2's spelling, and Envoy's).
 func headerValues(h http.Header) []*corev3.HeaderValue {
 	keys := make([]string, 0, len(h))
 	for k := range h {
@@ -228,9 +229,21 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 	sort.Strings(keys)
 	out := make([]*corev3.HeaderValue, 0, len(keys))
 	for _, k := range keys {
+		lk := lowerNames[k]
+		if lk == "" {
+			lk = strings.ToLower(k)
+		}
 		for _, v := range h[k] {
-			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
+			out = append(out, &corev3.HeaderValue{Key: lk, Value: v})
 		}
 	}
 	return out
+}
+
+// lowerNames spares a strings.ToLower per header of every answer.
+var lowerNames = map[string]string{
+	"X-Ratelimit-Limit": "x-ratelimit-limit", "X-Ratelimit-Remaining": "x-ratelimit-remaining",
+	"X-Ratelimit-Reset": "x-ratelimit-reset", "X-Ratelimit-Degraded": "x-ratelimit-degraded",
+	"Ratelimit-Policy": "ratelimit-policy", "Ratelimit": "ratelimit", "Retry-After": "retry-after",
+	"Content-Type": "content-type", "X-Request-Id": "x-request-id", api.HeaderTollgateStatus: "x-tollgate-status",
 }
