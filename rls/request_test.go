@@ -149,3 +149,47 @@ func FuzzMap(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnmarshalRequest: the fast decoder of the gRPC codec always gives
+// proto.Unmarshal's result (or its error), also when its storage was
+// used by an earlier request.
+func FuzzUnmarshalRequest(f *testing.F) {
+	for _, r := range []*rlsv3.RateLimitRequest{
+		feed("u_1", 3),
+		req(0, desc("remote_address", "2001:db8::1", "method", "POST", "path", "/auth/login?x", "account", "Ä@x", "plan", "free")),
+		req(5, &commonv3.RateLimitDescriptor{HitsAddend: wrapperspb.UInt64(1 << 40), IsNegativeHits: true}, desc("k", "")),
+		req(0, &commonv3.RateLimitDescriptor{Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3}}),
+		{Domain: "other"},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x12, 0x02, 0x0a, 0x00})
+	f.Add([]byte{0x0a, 0x01, 0xff})                   // invalid UTF-8 domain
+	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01}) // hits_addend wrapper
+	e := testEnvoy(f)
+	keys := make([]string, 0, len(e.Entries))
+	for k := range e.Entries {
+		keys = append(keys, k)
+	}
+	in := newInterner(e.Domain, keys)
+	warm, _ := proto.Marshal(feed("u_warm", 2))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want rlsv3.RateLimitRequest
+		wantErr := proto.Unmarshal(data, &want)
+		p := new(pooledRequest)
+		if err := p.unmarshal(warm, in); err != nil {
+			t.Fatal(err)
+		}
+		err := p.unmarshal(data, in)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("err %v, proto.Unmarshal's %v", err, wantErr)
+		}
+		if err == nil && !proto.Equal(&p.msg, &want) {
+			t.Fatalf("decoded %v\nproto.Unmarshal %v", &p.msg, &want)
+		}
+	})
+}

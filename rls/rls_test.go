@@ -94,19 +94,19 @@ func newEnv(t testing.TB, store bucket.Store) *env {
 	if e.rls, err = New(Options{Decider: srv, Policy: pol, Registerer: e.reg}); err != nil {
 		t.Fatal(err)
 	}
-	e.client = Serve(t, e.rls)
+	e.client = Serve(t, e.rls, grpc.ForceServerCodecV2(e.rls.Codec()))
 	return e
 }
 
 // Serve starts a gRPC server with s on a free loopback port and returns
 // a client connected to it; both stop at cleanup.
-func Serve(t testing.TB, s *Server) rlsv3.RateLimitServiceClient {
+func Serve(t testing.TB, s *Server, opts ...grpc.ServerOption) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	s.Register(g)
 	go func() { _ = g.Serve(ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -298,6 +298,21 @@ func TestShouldRateLimitLoginAndFailure(t *testing.T) {
 		t.Fatalf("fail open: %v", resp)
 	}
 	wantHeaders(t, resp, "x-ratelimit-degraded", "1", "x-ratelimit-limit", "5")
+}
+
+// TestShouldRateLimitAnyCodec: with gRPC's own codec (no fast decoder,
+// no pooling back) the answers are the same.
+func TestShouldRateLimitAnyCodec(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	plain := Serve(t, e.rls)
+	for i, c := range []rlsv3.RateLimitServiceClient{e.client, plain, e.client} {
+		resp, err := c.ShouldRateLimit(context.Background(), feed("u_9", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatuses(t, resp, 3, rlsv3.RateLimitResponse_OK, "user-read", 5, uint32(4-i), time.Duration(12*(i+1))*time.Second)
+	}
 }
 
 func TestShouldRateLimitInvalid(t *testing.T) {

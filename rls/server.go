@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -93,8 +94,49 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Register adds the service to a gRPC server.
-func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+// Register adds the service to a gRPC server. Its messages are pooled;
+// with grpc.ForceServerCodecV2(s.Codec()) the request is decoded by the
+// fast decoder and the response given back to the pool after
+// marshalling; with another codec the service works the same, allocating.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// serviceDesc is the generated rlsv3.RateLimitService_ServiceDesc with a
+// handler that decodes into a pooled request and answers a pooled
+// response, which the codec gives back after marshalling.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: rlsv3.RateLimitService_ServiceDesc.HandlerType,
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}},
+	Streams:     []grpc.StreamDesc{},
+	Metadata:    rlsv3.RateLimitService_ServiceDesc.Metadata,
+}
+
+const fullMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	p := getRequest()
+	defer putRequest(p)
+	if err := dec(p); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return s.answer(ctx, &p.msg)
+	}
+	return interceptor(ctx, &p.msg, &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}, func(ctx context.Context, req any) (any, error) {
+		return s.answer(ctx, req.(*rlsv3.RateLimitRequest))
+	})
+}
+
+// answer is shouldRateLimit with a nil *pooledResponse turned into a nil
+// interface (gRPC marshals what a handler returns unless the error is set).
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest) (any, error) {
+	p, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
 // warn logs at most one warning per 10 s per server (a flood of unknown
 // domains must not flood the log; the counter has them all).
@@ -109,14 +151,28 @@ func (s *Server) warn(msg string, args ...any) {
 
 var inputPool = sync.Pool{New: func() any { return new(engine.Input) }}
 
-// ShouldRateLimit decides on the one request req describes.
+// ShouldRateLimit decides on the one request req describes. (The gRPC
+// server calls shouldRateLimit through serviceDesc, with pooled
+// messages; this is the generated interface's method.)
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	p, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &p.msg, nil // not given back to the pool: the caller keeps it
+}
+
+// shouldRateLimit decides on req and returns the answer in a pooled
+// response (putResponse gives it back).
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*pooledResponse, error) {
 	e := s.o.Policy().Envoy
 	if e == nil || req.GetDomain() != e.Domain {
 		s.byResult[2].Inc()
 		s.warn("rls: a request for a domain this policy does not answer: OK with no limit (further ones within 10s not logged)",
 			"domain", clip(req.GetDomain()), "policy_domain", domainOf(e))
-		return okNoLimit(len(req.GetDescriptors())), nil
+		p := getResponse()
+		p.okNoLimit(len(req.GetDescriptors()))
+		return p, nil
 	}
 	in := inputPool.Get().(*engine.Input)
 	defer inputPool.Put(in)
@@ -133,13 +189,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.o.Logger.Error("rls: decide", "request_id", rid, "err", err)
 		return nil, status.Error(codes.Internal, "rls: internal error")
 	}
-	resp := Response(len(req.Descriptors), rid, d)
-	if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+	p := getResponse()
+	p.build(len(req.Descriptors), rid, d)
+	if p.msg.OverallCode == rlsv3.RateLimitResponse_OK {
 		s.byResult[0].Inc()
 	} else {
 		s.byResult[1].Inc()
 	}
-	return resp, nil
+	return p, nil
 }
 
 func domainOf(e *policy.Envoy) string {
@@ -149,13 +206,34 @@ func domainOf(e *policy.Envoy) string {
 	return e.Domain
 }
 
-// okNoLimit is the answer to a request no limit applies to.
-func okNoLimit(n int) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+// pooledResponse is a RateLimitResponse with the storage of its parts,
+// reused across calls: the codec gives it back once it is marshalled.
+type pooledResponse struct {
+	msg      rlsv3.RateLimitResponse
+	st       rlsv3.RateLimitResponse_DescriptorStatus
+	limit    rlsv3.RateLimitResponse_RateLimit
+	reset    durationpb.Duration
+	statuses []*rlsv3.RateLimitResponse_DescriptorStatus
+	hv       []corev3.HeaderValue
+	hvp      []*corev3.HeaderValue
+	h        http.Header
+	keys     []string
+}
+
+// ProtoReflect makes p a proto.Message (its RateLimitResponse), so that
+// any gRPC codec can marshal it.
+func (p *pooledResponse) ProtoReflect() protoreflect.Message { return p.msg.ProtoReflect() }
+
+var respPool = sync.Pool{New: func() any { return &pooledResponse{h: make(http.Header, 8)} }}
+
+func getResponse() *pooledResponse { return respPool.Get().(*pooledResponse) }
+
+func putResponse(p *pooledResponse) {
+	if cap(p.statuses) > maxPooled {
+		return
 	}
-	return resp
+	p.msg.RawBody = nil // the envelope is the caller's allocation; do not keep it
+	respPool.Put(p)
 }
 
 // Response renders decision d for n descriptors: the check API's headers
@@ -165,37 +243,70 @@ func okNoLimit(n int) *rlsv3.RateLimitResponse {
 // (Envoy answers every OVER_LIMIT with its own rate_limited_status, 429
 // by default). Every descriptor's status carries the binding limit.
 func Response(n int, rid string, d *engine.Decision) *rlsv3.RateLimitResponse {
-	h := make(http.Header, 8)
-	code, body := api.RenderDecision(h, rid, d)
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	if code != http.StatusOK {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		resp.RawBody = body
-		h[api.HeaderTollgateStatus] = []string{strconv.Itoa(code)}
-		h["X-Request-Id"] = []string{rid}
-	}
-	delete(h, "Content-Length") // Envoy sets its own
-	resp.ResponseHeadersToAdd = headerValues(h)
-	st := descriptorStatus(resp.OverallCode, d)
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
-	for i := range resp.Statuses {
-		resp.Statuses[i] = st
-	}
-	return resp
+	p := &pooledResponse{h: make(http.Header, 8)}
+	p.build(n, rid, d)
+	return &p.msg
 }
 
-// descriptorStatus is the status every descriptor of d's request gets.
-func descriptorStatus(code rlsv3.RateLimitResponse_Code, d *engine.Decision) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
+// build is Response into p's storage.
+func (p *pooledResponse) build(n int, rid string, d *engine.Decision) {
+	clear(p.h)
+	code, body := api.RenderDecision(p.h, rid, d)
+	p.msg.Reset()
+	p.msg.OverallCode = rlsv3.RateLimitResponse_OK
+	if code != http.StatusOK {
+		p.msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		p.msg.RawBody = body
+		p.h[api.HeaderTollgateStatus] = []string{strconv.Itoa(code)}
+		p.h["X-Request-Id"] = []string{rid}
+	}
+	delete(p.h, "Content-Length") // Envoy sets its own
+	p.headers()
+	p.status(p.msg.OverallCode, d)
+	p.fill(n, &p.st)
+}
+
+// okNoLimit is the answer to a request no limit applies to.
+func (p *pooledResponse) okNoLimit(n int) {
+	p.msg.Reset()
+	p.msg.OverallCode = rlsv3.RateLimitResponse_OK
+	p.st.Reset()
+	p.st.Code = rlsv3.RateLimitResponse_OK
+	p.fill(n, &p.st)
+}
+
+// fill points n statuses at st.
+func (p *pooledResponse) fill(n int, st *rlsv3.RateLimitResponse_DescriptorStatus) {
+	p.statuses = p.statuses[:0]
+	for i := 0; i < n; i++ {
+		p.statuses = append(p.statuses, st)
+	}
+	p.msg.Statuses = p.statuses
+}
+
+// status sets p.st: the status every descriptor of d's request gets.
+func (p *pooledResponse) status(code rlsv3.RateLimitResponse_Code, d *engine.Decision) {
+	st := &p.st
+	st.Reset()
+	st.Code = code
 	switch {
 	case d.Outcome == engine.Locked || d.Outcome == engine.StepUp:
-		st.DurationUntilReset = durationpb.New(max(d.RetryAfter, 0))
+		st.DurationUntilReset = p.duration(d.RetryAfter)
 	case d.Binding != nil:
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: d.Binding.Name, RequestsPerUnit: clampU32(d.Limit), Unit: unitOf(d.Window)}
+		p.limit.Reset()
+		p.limit.Name, p.limit.RequestsPerUnit, p.limit.Unit = d.Binding.Name, clampU32(d.Limit), unitOf(d.Window)
+		st.CurrentLimit = &p.limit
 		st.LimitRemaining = clampU32(d.Remaining)
-		st.DurationUntilReset = durationpb.New(max(d.Reset.Sub(d.Now), 0))
+		st.DurationUntilReset = p.duration(d.Reset.Sub(d.Now))
 	}
-	return st
+}
+
+// duration sets p.reset to max(t, 0) (as durationpb.New would) and returns it.
+func (p *pooledResponse) duration(t time.Duration) *durationpb.Duration {
+	t = max(t, 0)
+	p.reset.Reset()
+	p.reset.Seconds, p.reset.Nanos = int64(t/time.Second), int32(t%time.Second)
+	return &p.reset
 }
 
 // unitOf maps a rate's period (1s, 1m or 1h in a policy) to Envoy's unit.
@@ -219,25 +330,28 @@ func clampU32(v int64) uint32 {
 	return uint32(v)
 }
 
-// headerValues turns h into Envoy header values, sorted by name, with
+// headers sets response_headers_to_add from p.h, sorted by name, with
 // lower-case names (HTTP/2's spelling, and Envoy's).
-func headerValues(h http.Header) []*corev3.HeaderValue {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
+func (p *pooledResponse) headers() {
+	p.keys = p.keys[:0]
+	for k := range p.h {
+		p.keys = append(p.keys, k)
 	}
-	sort.Strings(keys)
-	out := make([]*corev3.HeaderValue, 0, len(keys))
-	for _, k := range keys {
+	sort.Strings(p.keys)
+	p.hv, p.hvp = p.hv[:0], p.hvp[:0]
+	for _, k := range p.keys {
 		lk := lowerNames[k]
 		if lk == "" {
 			lk = strings.ToLower(k)
 		}
-		for _, v := range h[k] {
-			out = append(out, &corev3.HeaderValue{Key: lk, Value: v})
+		for _, v := range p.h[k] {
+			p.hv = append(p.hv, corev3.HeaderValue{Key: lk, Value: v})
 		}
 	}
-	return out
+	for i := range p.hv {
+		p.hvp = append(p.hvp, &p.hv[i])
+	}
+	p.msg.ResponseHeadersToAdd = p.hvp
 }
 
 // lowerNames spares a strings.ToLower per header of every answer.

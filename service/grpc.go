@@ -41,13 +41,13 @@ func startGRPC(cfg Config, log *slog.Logger, reg prometheus.Registerer, d rls.De
 		return nil, fmt.Errorf("service: grpc listen %s: %w", cfg.GRPCListen, err)
 	}
 	g := grpc.NewServer(
+		grpc.ForceServerCodecV2(rs.Codec()),
 		grpc.MaxRecvMsgSize(64<<10), // a RateLimitRequest is small; bound what one call may hold
 		grpc.MaxConcurrentStreams(1024),
 		// Long-lived workers run the calls: a goroutine per call would
 		// start with a small stack and grow it on every call (12% of the
 		// CPU of a call in a profile).
 		grpc.NumStreamWorkers(grpcStreamWorkers),
-		grpc.ForceServerCodecV2(rls.Codec()),
 		// Fixed windows (1 MiB) turn off BDP estimation, whose pings
 		// follow the data frames of every busy connection.
 		grpc.InitialWindowSize(1<<20),
