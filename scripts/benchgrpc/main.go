@@ -36,8 +36,8 @@ import (
 
 type config struct {
 	httpURL, grpcAddr, mode, paths string
-	c, pool, rounds, conns, pid     int
-	d                               time.Duration
+	c, pool, rounds, conns, pid    int
+	d                              time.Duration
 }
 
 func main() {
