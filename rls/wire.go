@@ -16,6 +16,7 @@ import (
 // descriptors and entries, reused across calls (see reqPool).
 type pooledRequest struct {
 	msg     rlsv3.RateLimitRequest
+	list    []*commonv3.RateLimitDescriptor // msg.Descriptors' storage
 	descs   []*commonv3.RateLimitDescriptor // decoded descriptors' storage
 	entries [][]*commonv3.RateLimitDescriptor_Entry
 	used    int // descs in use
@@ -44,6 +45,7 @@ func putRequest(p *pooledRequest) {
 // reset empties p, keeping its storage.
 func (p *pooledRequest) reset() {
 	p.msg.Reset()
+	p.msg.Descriptors = p.list[:0]
 	p.used, p.eused = 0, 0
 }
 
@@ -88,6 +90,7 @@ func (p *pooledRequest) decode(b []byte, in *interner) bool {
 				return false
 			}
 			m.Descriptors, b = append(m.Descriptors, d), b[n:]
+			p.list = m.Descriptors
 		case num == 3 && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
@@ -108,8 +111,8 @@ func (p *pooledRequest) descriptor() *commonv3.RateLimitDescriptor {
 		p.entries = append(p.entries, nil)
 	}
 	d := p.descs[p.used]
-	d.Reset()
-	d.Entries = p.entries[p.used][:0]
+	// Only this decoder ever sets the storage's fields: clearing them is a Reset.
+	d.Entries, d.Limit, d.HitsAddend, d.IsNegativeHits = p.entries[p.used][:0], nil, nil, false
 	p.used++
 	return d
 }
@@ -163,7 +166,7 @@ func (p *pooledRequest) entry() *commonv3.RateLimitDescriptor_Entry {
 		p.epool = append(p.epool, new(commonv3.RateLimitDescriptor_Entry))
 	}
 	e := p.epool[p.eused]
-	e.Reset()
+	e.Key, e.Value = "", ""
 	p.eused++
 	return e
 }
