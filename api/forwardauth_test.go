@@ -151,3 +151,30 @@ func TestForwardAuthBadRequests(t *testing.T) {
 		t.Fatalf("repeated method: %d %s", w.Code, w.Body)
 	}
 }
+
+// FuzzForwardAuth throws arbitrary X-Forwarded-* values, identity
+// headers and queries at /v1/forward-auth: it never panics, never
+// answers 5xx (the policy fails open on reads; the memory store is up),
+// and whatever it decides on has a well-formed endpoint.
+func FuzzForwardAuth(f *testing.F) {
+	f.Add("GET", "/feed?page=2", "198.51.100.7, 10.0.0.1", "u_1", "alice", "status=403")
+	f.Add("POST", "/auth/login", "", "", "Alice@Example.com", "")
+	f.Add("G(T", "//a/../b", "::1", "\x00", "", "status=403&status=401")
+	f.Add("GET", "http://x/y", "garbage", "", "", "%zz")
+	f.Fuzz(func(t *testing.T, method, uri, xff, user, account, query string) {
+		fx := newForwardAuthFixture(t, nil)
+		r := httptest.NewRequest("GET", "/v1/forward-auth", nil)
+		r.URL.RawQuery = query
+		for k, v := range map[string]string{"X-Forwarded-Method": method, "X-Forwarded-Uri": uri, "X-Forwarded-For": xff, "X-User-Id": user, "X-Account": account} {
+			r.Header[k] = []string{v}
+		}
+		w := httptest.NewRecorder()
+		fx.srv.ServeHTTP(w, r)
+		if w.Code >= 500 {
+			t.Fatalf("%q %q -> %d %s", method, uri, w.Code, w.Body)
+		}
+		if w.Code == 403 && w.Header().Get("X-Tollgate-Envelope") != strings.TrimSpace(w.Body.String()) {
+			t.Fatalf("403 form: envelope header %q, body %q", w.Header().Get("X-Tollgate-Envelope"), w.Body)
+		}
+	})
+}
