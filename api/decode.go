@@ -35,6 +35,11 @@ type checkRequest struct {
 	DeviceID *string         `json:"device_id"`
 	Account  *string         `json:"account"`
 	Cost     json.RawMessage `json:"cost"`
+	// DeviceToken proves DeviceID attested (6.3); a bad one is no error,
+	// the request is merely unverified.
+	DeviceToken *string `json:"device_token"`
+	// Attributes are the request's attributes (CONTRACT 6.9).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // decodeCheck parses and validates a check body into in. Every failure is
@@ -65,6 +70,9 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 		idField{"account", req.Account, &in.Account}); aerr != nil {
 		return aerr
 	}
+	if req.DeviceToken != nil && len(*req.DeviceToken) <= MaxIDLen {
+		in.DeviceToken = *req.DeviceToken
+	}
 	if len(req.Cost) > 0 && string(req.Cost) != "null" {
 		if c := req.Cost[0]; c != '-' && (c < '0' || c > '9') {
 			return badRequest(`field "cost" must be a number`)
@@ -79,6 +87,12 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 			return badRequest(`field "cost" must not be negative`)
 		}
 		in.Cost = float64(c)
+	}
+	if len(req.Attributes) > 0 {
+		if aerr := checkAttributes(req.Attributes); aerr != nil {
+			return aerr
+		}
+		in.Attributes = req.Attributes
 	}
 	return nil
 }
@@ -124,13 +138,31 @@ func scanCheck(body []byte, req *checkRequest) bool {
 			return str(&req.DeviceID)
 		case "account":
 			return str(&req.Account)
+		case "device_token":
+			return str(&req.DeviceToken)
 		case "cost":
 			_, text, ok := s.Integer()
 			req.Cost = json.RawMessage(text)
 			return ok
+		case "attributes":
+			return req.Attributes == nil && scanAttributes(&s, &req.Attributes)
 		}
 		return false
 	}) && s.End()
+}
+
+// scanAttributes reads an object of plain strings into a new map, as
+// encoding/json would (a repeated name keeps its last value).
+func scanAttributes(s *jsonscan.Scanner, dst *map[string]string) bool {
+	m := map[string]string{}
+	*dst = m
+	return s.Object(func(key []byte) bool {
+		v, ok := s.String()
+		if ok {
+			m[string(key)] = string(v)
+		}
+		return ok
+	})
 }
 
 // idField is an optional identifier of a request body and where it goes.
@@ -169,8 +201,11 @@ func jsonError(err error) *apiError {
 			return badRequest("body: expected a JSON object")
 		}
 		want := "a string"
-		if typ.Field == "cost" {
+		switch typ.Field {
+		case "cost":
 			want = "a number"
+		case "attributes":
+			want = "an object of string values"
 		}
 		return badRequest(fmt.Sprintf(`field %q must be %s`, typ.Field, want))
 	case errors.Is(err, io.ErrUnexpectedEOF):

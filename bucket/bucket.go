@@ -51,9 +51,10 @@ type Subject struct {
 	// (reputation), combined with the stored ones by the same rule. 1 is
 	// neutral; the zero value blocks, so set it.
 	Static float64
-	// Unverified joins the combination only while the subject has no
-	// unexpired "attestation" multiplier (the policy's
-	// unverified_multiplier for devices). 1 is neutral; set it.
+	// Unverified joins the combination like Static (the policy's
+	// unverified_multiplier for a device without a valid device token; the
+	// caller decides, 6.3). Stored "attestation" multipliers are ignored.
+	// 1 is neutral; set it.
 	Unverified float64
 	// Cached, when true, gives the subject's effective multiplier (Mult)
 	// and penalty end (Pen, Unix µs; 0 when unknown) from the caller's L1
@@ -291,6 +292,26 @@ func AppendSubjectTag(dst []byte, prefix, subject, id string) []byte {
 		dst = append(dst, EscapeID(id)...)
 	}
 	return append(dst, '}')
+}
+
+// AppendAttrTag appends prefix + "{attr:NAME:escaped-value}" to dst: the
+// hash tag of a bucket whose limit is keyed by attributes and no subject
+// (an attribute carries no multipliers). Attribute names are a-z 0-9 _,
+// so the tag cannot be confused with a subject's.
+func AppendAttrTag(dst []byte, prefix, name, value string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, "{attr:"...)
+	dst = append(dst, name...)
+	dst = append(dst, ':')
+	dst = append(dst, EscapeID(value)...)
+	return append(dst, '}')
+}
+
+// AppendKeyPart appends a further key part's value to a bucket key:
+// "|" and the escaped value.
+func AppendKeyPart(dst []byte, value string) []byte {
+	dst = append(dst, '|')
+	return append(dst, EscapeID(value)...)
 }
 
 // MultiplierKey returns the key of a subject's multiplier hash.

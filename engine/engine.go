@@ -33,6 +33,11 @@ const (
 	Unavailable
 	// Degraded: the store is down and every limit fails open (200 + X-RateLimit-Degraded).
 	Degraded
+	// AllowedList: the request is on an allow list, exempt from every
+	// limit (200, no store call).
+	AllowedList
+	// DeniedList: the request is on a deny list (403 DENIED, no store call).
+	DeniedList
 )
 
 // String returns the outcome's metric result label.
@@ -48,6 +53,10 @@ func (o Outcome) String() string {
 		return ResultUnavailable
 	case Degraded:
 		return ResultDegraded
+	case AllowedList:
+		return ResultAllowedList
+	case DeniedList:
+		return ResultDeniedList
 	}
 	return ResultAllowed
 }
@@ -67,10 +76,13 @@ type Input struct {
 	// keyed by a part the request lacks does not apply to it. A non-empty
 	// UserID means the request is authenticated.
 	UserID, DeviceID, Account, ASN string
+	// Attributes are the request's attributes (CONTRACT 6.9), already
+	// validated (policy.CheckAttribute, at most policy.MaxAttributes): the
+	// values of `attr:NAME` key parts and `if.attr` conditions. nil means
+	// none. The engine only reads the map.
+	Attributes map[string]string
 	// Cost is the number of tokens to take (>= 0).
 	Cost float64
-	// Attributes are the request's attributes (contract 6.9), nil when none.
-	Attributes map[string]string
 	// Now, when set, is the decision time for stores with an injected
 	// clock (tests); the zero value is the store's clock.
 	Now time.Time
@@ -83,6 +95,16 @@ type Input struct {
 	// while it has no valid attestation (policy unverified_multiplier).
 	Unverified    float64
 	UnverifiedSet bool
+	// DeviceToken is the device token the request presented (6.3), for
+	// the caller to verify; the engine never reads it.
+	DeviceToken string
+	// DeviceVerified reports that the request presented a valid device
+	// token for DeviceID (6.3): only then does the device count as
+	// attested (the policy's verified_multiplier applies to its device
+	// subject, and exempt_attested locks spare it when it is in the
+	// account's trusted devices). Otherwise unverified_multiplier applies,
+	// whatever is stored for the device.
+	DeviceVerified bool
 }
 
 // Decision is the outcome of Decide. It can be reused across calls.
@@ -109,6 +131,8 @@ type Decision struct {
 	Now time.Time
 	// Err is the store error behind Unavailable and Degraded.
 	Err error
+	// List is the list that decided an AllowedList or DeniedList outcome.
+	List *policy.List
 	// fromL1 is set when the L1 cache answered without the store.
 	fromL1 bool
 
@@ -204,6 +228,14 @@ func (e *Engine) Forget(key string) {
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
 
+// Reputation returns the reputation rules in force (nil when none).
+func (e *Engine) Reputation() *reputation.Rules {
+	if e.o.Reputation == nil {
+		return nil
+	}
+	return e.o.Reputation()
+}
+
 // Prefix returns the key prefix.
 func (e *Engine) Prefix() string { return e.o.Prefix }
 
@@ -229,7 +261,9 @@ var subjectKinds = [...]string{
 
 // Decide decides on in and fills d. It returns an error only for an input
 // the engine cannot evaluate (a bug in the caller: the api validates
-// first); store failures become Unavailable or Degraded.
+// first); store failures become Unavailable or Degraded. A request on a
+// deny or allow list of the policy is decided without a store call
+// (DeniedList, AllowedList; deny wins).
 func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	start := e.o.Clock()
 	p := e.o.Policy()
@@ -257,9 +291,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			}
 		}
 	}
-	if a := p.Risk.Attestation; a != nil && a.UnverifiedSet && !in.UnverifiedSet {
-		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
-	}
+	verified, verifiedDevice := attestation(p, in)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -267,9 +299,18 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		d.Route = route.Match
 		routeVal = route.Match
 	}
+	if p.HasLists() && e.listed(p, in, d) {
+		d.Now = start
+		e.record(d, p, start)
+		return nil
+	}
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
-	req.Device = in.DeviceID
+	req.Device = ""
+	if verifiedDevice {
+		// only a proven device can be in an account's trusted devices
+		req.Device = in.DeviceID
+	}
 	req.Cost, req.Now = in.Cost, in.Now
 	if req.Now.IsZero() && e.localClock {
 		req.Now = start
@@ -282,12 +323,14 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			break
 		}
 		var mask uint32
-		applies := true
-		for _, part := range l.By {
-			v := value(in, part, routeVal)
+		applies := len(l.IfAttr) == 0 || l.AttrsMatch(in.Attributes)
+		for i, part := range l.By {
+			if !applies {
+				break
+			}
+			v := partValue(in, l, i, routeVal)
 			if part != policy.PartGlobal && v == "" {
 				applies = false
-				break
 			}
 		}
 		if !applies {
@@ -305,6 +348,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				static := 1.0
 				if in.StaticSet[part] {
 					static = in.Static[part]
+				}
+				if part == policy.PartDevice && verified != 1 {
+					static = bucket.Combine(static, verified)
 				}
 				unverified := 1.0
 				if part == policy.PartDevice && in.UnverifiedSet {
@@ -327,7 +373,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		if in.Account != "" {
 			d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
 			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
-			if in.DeviceID != "" {
+			if verifiedDevice {
 				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":t"...)
 				d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
 			}
@@ -410,6 +456,25 @@ func routeOf(p *policy.Policy, endpoint string) (int, *policy.Route, error) {
 	return ci, route, nil
 }
 
+// attestation returns the multiplier of the request's device subject for
+// its proven attestation (1 when none) and whether the device is proven:
+// a valid device token for DeviceID (6.3). An unproven device gets the
+// policy's unverified_multiplier (set in in), whatever is stored for it.
+func attestation(p *policy.Policy, in *Input) (verified float64, proven bool) {
+	proven = in.DeviceVerified && in.DeviceID != ""
+	a := p.Risk.Attestation
+	switch {
+	case a == nil:
+		return 1, proven
+	case proven:
+		in.UnverifiedSet = false
+		return a.VerifiedMultiplier, true
+	case a.UnverifiedSet && !in.UnverifiedSet:
+		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
+	}
+	return 1, false
+}
+
 // fromL1 answers d from the L1 cache when a lock or an empty bucket of
 // this request is known; it reports whether it did.
 func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
@@ -417,7 +482,13 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 	if !c.denials(now) {
 		return false
 	}
-	for _, k := range req.Locks {
+	for i, k := range req.Locks {
+		if req.Device != "" && i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
+			// A proven device may be in this lock's trust set: only the
+			// store knows, so a cached lock never answers for it (it
+			// would deny a request the store exempts).
+			continue
+		}
 		if en, ok := c.get(k, now); ok {
 			d.Outcome, d.Lock, d.LockScope, d.Now = Locked, en.lock, en.scope, now
 			if en.lock.Kind == "step_up" {
@@ -496,6 +567,62 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	}
 }
 
+// ListMatch returns the list that decides a request like in, as Decide
+// would: the first deny list it is on (deny true), else the first allow
+// list, else nil. It makes no store call. It fills in.ASN from the
+// reputation rules when unset (reports carry no ASN).
+func (e *Engine) ListMatch(in *Input) (l *policy.List, deny bool) {
+	p := e.o.Policy()
+	if !p.HasLists() {
+		return nil, false
+	}
+	addr := in.Addr
+	if !addr.IsValid() {
+		addr, _ = netip.ParseAddr(in.IP)
+	}
+	if in.ASN == "" && addr.IsValid() && e.o.Reputation != nil {
+		if rules := e.o.Reputation(); rules != nil {
+			if res := rules.Lookup(addr); res.HasASN {
+				in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
+			}
+		}
+	}
+	var d Decision
+	if !e.listed(p, in, &d) {
+		return nil, false
+	}
+	return d.List, d.Outcome == DeniedList
+}
+
+// listed decides d by the policy's lists when the request is on one; it
+// reports whether it did.
+func (e *Engine) listed(p *policy.Policy, in *Input, d *Decision) bool {
+	q := policy.ListQuery{Addr: in.Addr, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID,
+		Account: in.Account, Attributes: in.Attributes}
+	if !q.Addr.IsValid() {
+		q.Addr, _ = netip.ParseAddr(in.IP)
+	}
+	l, deny := p.MatchLists(&q)
+	if l == nil {
+		return false
+	}
+	d.List = l
+	d.Outcome = AllowedList
+	if deny {
+		d.Outcome = DeniedList
+	}
+	return true
+}
+
+// partValue returns the request's value of l's i-th key part ("" when
+// absent).
+func partValue(in *Input, l *policy.Limit, i int, route string) string {
+	if l.By[i] == policy.PartAttr {
+		return l.AttrValue(i, in.Attributes)
+	}
+	return value(in, l.By[i], route)
+}
+
 // value returns the request's value of a key part ("" when absent).
 func value(in *Input, part policy.KeyPart, route string) string {
 	switch part {
@@ -529,10 +656,12 @@ func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route s
 	if first < 0 {
 		first = 0
 	}
-	tag := l.By[first]
-	if tag == policy.PartGlobal {
+	switch tag := l.By[first]; tag {
+	case policy.PartGlobal:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, "global", "")
-	} else {
+	case policy.PartAttr:
+		dst = bucket.AppendAttrTag(dst, e.o.Prefix, l.ByAttr[first], l.AttrValue(first, in.Attributes))
+	default:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
 	}
 	dst = append(dst, ":b:"...)
@@ -541,8 +670,7 @@ func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route s
 		if i == first || part == policy.PartGlobal {
 			continue
 		}
-		dst = append(dst, '|')
-		dst = append(dst, bucket.EscapeID(value(in, part, route))...)
+		dst = bucket.AppendKeyPart(dst, partValue(in, l, i, route))
 	}
 	return dst
 }
@@ -648,6 +776,9 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	switch d.Outcome {
 	case Locked, StepUp:
 		m.Decisions.WithLabelValues(d.Lock.Rule, d.Class, d.Outcome.String()).Inc()
+		return
+	case AllowedList, DeniedList:
+		m.Decisions.WithLabelValues(d.List.Name, d.Class, d.Outcome.String()).Inc()
 		return
 	case Unavailable, Degraded:
 		for _, l := range d.applied {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // DefaultTimeout is the default deadline of a remote check.
@@ -49,9 +52,18 @@ type Identity struct {
 	UserID string
 	// DeviceID is the app install's device id, if the app sends one.
 	DeviceID string
+	// DeviceToken is the device token the app got from attestation
+	// (contract 6.3), if it sends one (e.g. in X-Device-Token): only with
+	// a valid one does the device count as attested.
+	DeviceToken string
 	// Account is the account a login or token request is for (class auth
 	// routes), e.g. the username in the body.
 	Account string
+	// Attributes are the request's attributes (plan, tenant, ...: the
+	// policy's attr:NAME key parts and if.attr conditions); at most 16,
+	// checked as the check API checks them. The middleware only reads the
+	// map; do not change it afterwards (decision events may hold it).
+	Attributes map[string]string
 }
 
 // Options configures the middleware. Set exactly one of Engine and
@@ -85,6 +97,10 @@ type Options struct {
 	// request through with X-RateLimit-Degraded: 1; false (the zero
 	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1.
 	FailOpen bool
+	// DeviceTokens verifies Identity.DeviceToken in direct mode (the
+	// limiters' key: attestation.TokensFromPolicy); nil treats every
+	// device as unverified. Remote mode sends the token to the limiter.
+	DeviceTokens *attestation.Tokens
 	// Logger receives failures (default: discarded). Failures of the
 	// remote limiter are logged at most once a second, with a count of the
 	// ones suppressed.
@@ -94,6 +110,7 @@ type Options struct {
 // limiter is a configured middleware.
 type limiter struct {
 	eng      *engine.Engine
+	tokens   *attestation.Tokens
 	checkURL string
 	client   *http.Client
 	identify func(r *http.Request) (Identity, bool)
@@ -113,7 +130,7 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if (o.Engine == nil) == (o.LimiterURL == "") {
 		return nil, ErrMode
 	}
-	l := &limiter{eng: o.Engine, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
+	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -205,7 +222,34 @@ func normalize(id *Identity, in *engine.Input) string {
 		}
 		*f.dst = f.v
 	}
+	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
+		in.DeviceToken = id.DeviceToken // a bad token is no error: the device is unverified
+	}
+	if len(id.Attributes) > policy.MaxAttributes {
+		return fmt.Sprintf("identity: %d attributes, at most %d", len(id.Attributes), policy.MaxAttributes)
+	}
+	for _, name := range sortedNames(id.Attributes) {
+		if msg := policy.CheckAttribute(name, id.Attributes[name]); msg != "" {
+			return fmt.Sprintf("identity: attribute %q %s", clip(name), msg)
+		}
+	}
+	if len(id.Attributes) > 0 {
+		in.Attributes = id.Attributes
+	}
 	return ""
+}
+
+// sortedNames returns the keys of m in order.
+func sortedNames(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // clip shortens s for a message.
@@ -249,6 +293,7 @@ func cleanPath(p string) bool {
 
 // direct decides in process.
 func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
+	in.DeviceVerified = in.DeviceID != "" && l.tokens.Verify(in.DeviceToken, in.DeviceID, time.Now())
 	d := engine.GetDecision()
 	if err := l.eng.Decide(r.Context(), in, d); err != nil {
 		engine.PutDecision(d)
@@ -353,6 +398,22 @@ func appendCheck(b []byte, in *engine.Input) []byte {
 	if in.Account != "" {
 		b = append(b, `,"account":`...)
 		b = api.AppendJSONString(b, in.Account)
+	}
+	if in.DeviceToken != "" {
+		b = append(b, `,"device_token":`...)
+		b = api.AppendJSONString(b, in.DeviceToken)
+	}
+	if len(in.Attributes) > 0 {
+		b = append(b, `,"attributes":{`...)
+		for i, name := range sortedNames(in.Attributes) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = api.AppendJSONString(b, name)
+			b = append(b, ':')
+			b = api.AppendJSONString(b, in.Attributes[name])
+		}
+		b = append(b, '}')
 	}
 	b = append(b, `,"cost":`...)
 	b = strconv.AppendInt(b, int64(in.Cost), 10)

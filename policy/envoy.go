@@ -65,7 +65,6 @@ type Envoy struct {
 const (
 	maxEnvoyEntries = 64
 	maxEnvoyKey     = 128
-	maxAttrName     = 32
 )
 
 var envoyFields = []string{"domain", "entries"}
@@ -113,7 +112,7 @@ func (ps *parser) envoy(f field) *Envoy {
 		t, ok := envoyTargetOf(s)
 		if !ok {
 			ps.errorf(h.val, "envoy entries: %s: %q is not a request field (want %s or attr:NAME, NAME 1-%d of a-z 0-9 _)",
-				h.name, s, strings.Join(envoyFieldList(), ", "), maxAttrName)
+				h.name, s, strings.Join(envoyFieldList(), ", "), MaxAttrName)
 			continue
 		}
 		e.Entries[h.name] = t
@@ -124,7 +123,7 @@ func (ps *parser) envoy(f field) *Envoy {
 // envoyTargetOf parses an entries value: a field name or attr:NAME.
 func envoyTargetOf(s string) (EnvoyTarget, bool) {
 	if name, ok := strings.CutPrefix(s, "attr:"); ok {
-		return EnvoyTarget{Field: EnvoyAttr, Attr: name}, envoyAttrNameOK(name)
+		return EnvoyTarget{Field: EnvoyAttr, Attr: name}, ValidAttrName(name)
 	}
 	f, ok := envoyFieldNames[s]
 	return EnvoyTarget{Field: f}, ok
@@ -138,20 +137,6 @@ func envoyFieldList() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// envoyAttrNameOK reports whether s is an attribute name: 1-32 of a-z 0-9 _
-// (contract 6.9).
-func envoyAttrNameOK(s string) bool {
-	if len(s) == 0 || len(s) > maxAttrName {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // validDomain accepts 1-128 bytes of printable ASCII without spaces.

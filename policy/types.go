@@ -17,6 +17,9 @@ const (
 	PartAccount
 	PartASN
 	PartRoute
+	// PartAttr is an attribute (`attr:NAME`); the attribute's name is in
+	// Limit.ByAttr at the same index of By.
+	PartAttr
 )
 
 // String returns the key part as written in the policy file ("ip", "route", ...).
@@ -36,6 +39,8 @@ func (k KeyPart) String() string {
 		return "asn"
 	case PartRoute:
 		return "route"
+	case PartAttr:
+		return "attr"
 	}
 	return "unknown"
 }
@@ -96,6 +101,11 @@ type Policy struct {
 	// Envoy is the `envoy` section (nil when absent: the Envoy rate-limit
 	// service then answers every request OK with no limit).
 	Envoy *Envoy
+	// Lists are the `lists`, in file order; Allow and Deny the lists
+	// named by `allow` and `deny`, in file order. A request on a deny list
+	// is denied; else one on an allow list is exempt from every limit.
+	Lists       []*List
+	Allow, Deny []*List
 
 	// applicable[classIndex*2+auth] lists the limits whose `if` matches.
 	applicable [][]*Limit
@@ -123,12 +133,31 @@ type Identity struct {
 	UserSignatureKeyEnv string
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
+	// DeviceTokenHeader carries the device token of the device id (6.3;
+	// default DefaultDeviceTokenHeader, X-Device-Token).
+	DeviceTokenHeader string
 	// AccountBodyField is the JSON body field holding the account on class
 	// auth routes; "" means none is read.
 	AccountBodyField string
 	// AccountHeader, when set, names a header carrying the account on
 	// class auth routes (used when the body field is absent).
 	AccountHeader string
+	// Attributes fill the request's attributes from headers
+	// (`identity.attributes`), sorted by attribute name.
+	Attributes []AttributeHeader
+}
+
+// AttributeHeader is one entry of `identity.attributes`: the attribute
+// Name is read from the request header Header.
+type AttributeHeader struct {
+	Name, Header string
+}
+
+// AttrCondition is one entry of a limit's `if.attr`: the request's
+// attribute Name must have one of Values.
+type AttrCondition struct {
+	Name   string
+	Values []string
 }
 
 // Route is one entry of `routes`.
@@ -154,6 +183,9 @@ type Limit struct {
 	Name string
 	// By lists the key parts, in file order.
 	By []KeyPart
+	// ByAttr, when By has a PartAttr, is parallel to By and holds each
+	// PartAttr's attribute name ("" for the other parts); nil otherwise.
+	ByAttr []string
 	// Rate is N of `rate: N/period`: tokens refilled per Period.
 	Rate float64
 	// Period is the rate's period: 1s, 1m or 1h.
@@ -169,6 +201,9 @@ type Limit struct {
 	IfAuthenticated *bool
 	// IfClasses restricts the limit to these classes when non-empty.
 	IfClasses []string
+	// IfAttr restricts the limit to requests whose attributes each match
+	// (`if.attr`), when non-empty; sorted by attribute name.
+	IfAttr []AttrCondition
 	// FailureMode is the limit's own `failure_mode`, if it sets one.
 	FailureMode *FailureMode
 	// Line is the line of the limit in the policy file.
@@ -272,8 +307,15 @@ type Attestation struct {
 	// valid attestation, when UnverifiedSet; 0 when unset (no penalty).
 	UnverifiedMultiplier float64
 	UnverifiedSet        bool
-	// ValidFor is how long an attestation counts (default 24h).
+	// ValidFor is how long an attestation counts (default 24h); device
+	// tokens expire with it.
 	ValidFor time.Duration
+	// TokenKeyEnv names the environment variable holding the device-token
+	// HMAC key (its raw bytes, at least 32); "" means a random key per
+	// process (tokens verify only on the host that issued them).
+	// TokenKeyEnvLine is its line in the policy file (0 when unset).
+	TokenKeyEnv     string
+	TokenKeyEnvLine int
 	// Apple and Android are nil when their platform is not configured.
 	Apple   *AppleAttestation
 	Android *AndroidAttestation

@@ -20,10 +20,6 @@ const (
 	MaxDescriptors = 64
 	// MaxEntries bounds the entries of one descriptor.
 	MaxEntries = 64
-	// MaxAttributes bounds the attributes a request may carry (6.9).
-	MaxAttributes = 16
-	// MaxAttributeLen bounds an attribute's value, in bytes (6.9).
-	MaxAttributeLen = 256
 )
 
 // RequestError is a RateLimitRequest that cannot be decided on: the
@@ -153,13 +149,10 @@ func setPath(ep *endpoint, key, v string) error {
 	return same(&ep.path, v, key, "endpoint_path", nil)
 }
 
-// setAttr stores attribute name, within the bounds of 6.9.
+// setAttr stores attribute name, checked as the check API checks it (6.9).
 func setAttr(in *engine.Input, name, key, v string) error {
-	if len(v) > MaxAttributeLen {
-		return bad("entry %q: attribute %q is longer than %d bytes", clip(key), name, MaxAttributeLen)
-	}
-	if !utf8.ValidString(v) {
-		return bad("entry %q: attribute %q is not valid UTF-8", clip(key), name)
+	if msg := policy.CheckAttribute(name, v); msg != "" {
+		return bad("entry %q: attribute %q %s", clip(key), name, msg)
 	}
 	if old, ok := in.Attributes[name]; ok {
 		if old != v {
@@ -167,8 +160,8 @@ func setAttr(in *engine.Input, name, key, v string) error {
 		}
 		return nil
 	}
-	if len(in.Attributes) == MaxAttributes {
-		return bad("more than %d attributes", MaxAttributes)
+	if len(in.Attributes) == policy.MaxAttributes {
+		return bad("more than %d attributes", policy.MaxAttributes)
 	}
 	if in.Attributes == nil {
 		in.Attributes = make(map[string]string, 4)

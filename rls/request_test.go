@@ -69,6 +69,7 @@ func TestMap(t *testing.T) {
 		{"conflict", req(0, desc("user_id", "a"), desc("user_id", "b")), engine.Input{}, `rls: user is given two different values ("a", then "b" in entry "user_id")`},
 		{"attr conflict", req(0, desc("plan", "a"), desc("plan", "b")), engine.Input{}, `rls: attribute "plan" is given two different values ("a", then "b" in entry "plan")`},
 		{"long attr", req(0, desc("plan", strings.Repeat("p", 257))), engine.Input{}, `rls: entry "plan": attribute "plan" is longer than 256 bytes`},
+		{"control in attr", req(0, desc("plan", "a\x01")), engine.Input{}, `rls: entry "plan": attribute "plan" contains a control character`},
 		{"huge hits", req(1_000_001), engine.Input{}, `rls: hits_addend 1000001 is more than 1000000`},
 		{"too many entries", req(0, many), engine.Input{}, `rls: descriptor 0: 65 entries, at most 64`},
 	}
@@ -136,7 +137,7 @@ func FuzzMap(f *testing.F) {
 			return
 		}
 		_, path, _ := strings.Cut(in.Endpoint, " ")
-		if in.Cost < 1 || in.Cost > 1_000_000 || len(in.Attributes) > MaxAttributes || strings.ContainsAny(path, "?# ") {
+		if in.Cost < 1 || in.Cost > 1_000_000 || len(in.Attributes) > policy.MaxAttributes || strings.ContainsAny(path, "?# ") {
 			t.Fatalf("out of bounds: %+v", in)
 		}
 		if in.IP != "" && (!in.Addr.IsValid() || in.Addr.String() != in.IP) {

@@ -3,6 +3,8 @@ package rls
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -335,4 +337,67 @@ type failing struct{ bucket.Store }
 
 func (failing) Decide(context.Context, *bucket.Request, *bucket.Result) error {
 	return bucket.ErrUnavailable
+}
+
+// TestShouldRateLimitAttributesAndLists: attributes from descriptor
+// entries key and condition limits (6.9), and the policy's lists apply
+// to Envoy's requests as to the check API's: a denied IP is OVER_LIMIT
+// with the 403 DENIED envelope, an allowed one is OK whatever the limits.
+func TestShouldRateLimitAttributesAndLists(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	deny, allow := filepath.Join(dir, "deny.txt"), filepath.Join(dir, "allow.txt")
+	if err := os.WriteFile(deny, []byte("203.0.113.66\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(allow, []byte("# partners\n192.0.2.0/24\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse("lists.yaml", []byte(`version: 1
+limits:
+  - {name: free-plan, by: [attr:plan, ip], rate: 2/min, if: {attr: {plan: [free]}}}
+  - {name: ip, by: [ip], rate: 100/min}
+lists:
+  bad-ips: {file: `+deny+`, kind: ip}
+  partners: {file: `+allow+`, kind: ip}
+deny: [bad-ips]
+allow: [partners]
+envoy:
+  domain: d
+  entries: {remote_address: ip, plan: attr:plan}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := func() *policy.Policy { return p }
+	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }}), Policy: pol,
+		Clock: func() time.Time { return t0 }})
+	srv, _ := api.New(api.Options{Engine: eng})
+	s, _ := New(Options{Decider: srv, Policy: pol})
+	c := Serve(t, s, grpc.ForceServerCodecV2(s.Codec()))
+	ask := func(ip, plan string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		r := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", ip, "plan", plan)}}
+		resp, err := c.ShouldRateLimit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	wantStatuses(t, ask("198.51.100.1", "free"), 1, rlsv3.RateLimitResponse_OK, "free-plan", 2, 1, 30*time.Second)
+	ask("198.51.100.1", "free")
+	if resp := ask("198.51.100.1", "free"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("3rd free-plan request: %v", resp)
+	}
+	wantStatuses(t, ask("198.51.100.1", "pro"), 1, rlsv3.RateLimitResponse_OK, "ip", 100, 97, 1800*time.Millisecond) // the denied 3rd took nothing
+	resp := ask("203.0.113.66", "pro")
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || headers(resp)["x-tollgate-status"] != "403" ||
+		!strings.Contains(string(resp.RawBody), `"code":"DENIED"`) {
+		t.Fatalf("deny list: %v", resp)
+	}
+	for i := 0; i < 5; i++ {
+		if resp := ask("192.0.2.7", "free"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("allow list, request %d: %v", i, resp)
+		}
+	}
 }
