@@ -178,3 +178,25 @@ func FuzzForwardAuth(f *testing.F) {
 		}
 	})
 }
+
+// TestForwardAuthAttributes: identity.attributes headers fill the
+// request's attributes in forward auth as in proxy mode (6.9).
+func TestForwardAuthAttributes(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse("fa.yaml", []byte(`version: 1
+identity: {attributes: {plan: X-Plan}}
+limits:
+  - {name: free, by: [attr:plan, ip], rate: 1/min, if: {attr: {plan: [free]}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p }})
+	srv, _ := New(Options{Engine: eng})
+	f := &fixture{srv: srv}
+	hdr := []string{"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/x", "X-Plan", "free"}
+	expect(t, f.do(t, "GET", "/v1/forward-auth", "", hdr...), 200, "", "RateLimit-Policy", `"free";q=1;w=60`)
+	expect(t, f.do(t, "GET", "/v1/forward-auth", "", hdr...), 429, "")
+	hdr[5] = "pro"
+	expect(t, f.do(t, "GET", "/v1/forward-auth", "", hdr...), 200, `{"allowed":true,"request_id":"req-1"}`)
+}

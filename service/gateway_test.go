@@ -116,7 +116,7 @@ func gatewayScenario(t *testing.T, g *testenv.Gateway, up *upstreamLog) {
 	wantGW(t, g, anon("203.0.113.1"), 200, "hello")
 	wantGW(t, g, anon("203.0.113.1"), 429, `{"error":{"code":"RATE_LIMITED"`)
 	wantGW(t, g, anon("203.0.113.2"), 200, "hello", "X-RateLimit-Remaining", "1")
-	// login: one per account and minute, whatever the spelling's case
+	// login: one per account and minute, from the account header
 	wantGW(t, g, gwDo(t, g.Addr, "POST", "/auth/login", "X-Account", "alice", "X-Forwarded-For", "203.0.113.9"), 200, "hello")
 	wantGW(t, g, gwDo(t, g.Addr, "POST", "/auth/login", "X-Account", "alice", "X-Forwarded-For", "203.0.113.10"), 429,
 		`{"error":{"code":"RATE_LIMITED","message":"Too many requests","details":{"retry_after_ms":`)
