@@ -52,7 +52,7 @@ func startGRPC(cfg Config, log *slog.Logger, reg prometheus.Registerer, d rls.De
 		// follow the data frames of every busy connection.
 		grpc.InitialWindowSize(1<<20),
 		grpc.InitialConnWindowSize(1<<20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}), // Envoy's connection_keepalive may ping this often
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	)
 	rs.Register(g)
