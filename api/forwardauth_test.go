@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -199,4 +200,28 @@ limits:
 	expect(t, f.do(t, "GET", "/v1/forward-auth", "", hdr...), 429, "")
 	hdr[5] = "pro"
 	expect(t, f.do(t, "GET", "/v1/forward-auth", "", hdr...), 200, `{"allowed":true,"request_id":"req-1"}`)
+}
+
+// TestForwardAuthInProxyMode: with --upstream, forward auth reads users
+// with the proxy's options: a forged user signature is counted and the
+// request is unauthenticated; a signed one is the user's.
+func TestForwardAuthInProxyMode(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixture(t, nil)
+	fa := func(sig string) *http.Response {
+		resp, _ := f.do(t, "GET", "/v1/forward-auth", "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/feed",
+			"X-User-Id", "u_1", "X-User-Signature", sig)
+		return resp
+	}
+	if resp := fa("00"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"ip-unauth";q=3;w=60` || f.forged.Load() != 1 {
+		t.Fatalf("forged: %d %q forged=%d", resp.StatusCode, resp.Header.Get("RateLimit-Policy"), f.forged.Load())
+	}
+	if resp := fa(sign("u_1")); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"user";q=100;w=60` {
+		t.Fatalf("signed: %d %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	}
+	select {
+	case r := <-f.seen:
+		t.Fatalf("forward auth reached the upstream: %s", r.URL)
+	default:
+	}
 }
