@@ -97,6 +97,7 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		ModifyResponse: p.outcome,
 	}
 	s.proxy = p
+	s.fwd = p // forward auth reads identities with the proxy's options
 	return nil
 }
 

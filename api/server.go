@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,7 @@ type Server struct {
 	state    string // "starting", "ready", "draining"
 	admin    *adminGuard
 	proxy    *proxy         // reverse-proxy mode, when enabled
+	fwd      *proxy         // reads forward-auth identities: proxy, or a default one
 	reports  sync.WaitGroup // proxy reports being published
 }
 
@@ -82,6 +84,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now)}
 	s.tokenSum = sha256.Sum256([]byte(o.AdminToken))
+	s.fwd = &proxy{s: s, o: ProxyOptions{Getenv: os.Getenv}}
 	s.routes()
 	return s, nil
 }
@@ -97,6 +100,8 @@ func (s *Server) SetState(state string) {
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
 	s.mux.HandleFunc("POST /v1/report", s.handleReport)
+	s.mux.HandleFunc("GET /v1/forward-auth", s.handleForwardAuth)
+	s.mux.HandleFunc("POST /v1/forward-auth", s.handleForwardAuth)
 	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)

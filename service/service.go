@@ -50,6 +50,10 @@ type Config struct {
 	NATSPort int
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
+	// GRPCListen, when set, serves Envoy's rate-limit service
+	// (envoy.service.ratelimit.v3.RateLimitService) over plaintext gRPC
+	// on this address (":0" picks a port); "" serves none.
+	GRPCListen string
 	// Upstream, when set, turns on reverse-proxy mode: allowed requests
 	// are forwarded to this URL.
 	Upstream string
@@ -160,6 +164,11 @@ func (c *Config) Validate() error {
 	} else if c.RedisCA != "" {
 		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
 	}
+	if c.GRPCListen != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
+		}
+	}
 	switch c.UpstreamTransport {
 	case "", "lean", "std":
 	default:
@@ -187,6 +196,9 @@ func quietRedis(l *slog.Logger) {
 type Running struct {
 	// Addr is the address the HTTP server listens on.
 	Addr string
+	// GRPCAddr is the address the Envoy rate-limit service listens on
+	// ("" when Config.GRPCListen is not set).
+	GRPCAddr string
 	// NATSURL is the NATS server in use (the embedded one's, when embedded).
 	NATSURL string
 	// Done is closed when the limiter has stopped; Err then holds why.
@@ -420,6 +432,15 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
 	serveErr := make(chan error, 1)
+	var gs *grpcService
+	if cfg.GRPCListen != "" {
+		if gs, err = startGRPC(cfg, log, reg, srv, holder.Current, serveErr); err != nil {
+			_ = ln.Close()
+			closeAll()
+			return nil, err
+		}
+		run.GRPCAddr = gs.addr
+	}
 	go func() { serveErr <- hs.Serve(ln) }()
 	srv.SetState("ready")
 
@@ -433,6 +454,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	go func() {
 		defer close(run.Done)
 		defer closeAll()
+		if gs != nil {
+			defer gs.server.Stop() // after a serve error too (a no-op once drained)
+		}
 		defer stopWatch()
 		defer signal.Stop(hup)
 		for {
@@ -453,6 +477,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		srv.SetState("draining")
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
+		if gs != nil {
+			gs.stop(sctx)
+		}
 		if err := hs.Shutdown(sctx); err != nil {
 			run.Err = fmt.Errorf("service: shutdown: %w", err)
 		}

@@ -43,6 +43,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names"),
 		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
 		cli.Secret(&c.AdminToken, "admin-token", "TOLLGATE_ADMIN_TOKEN", "TOKEN", "bearer token for /v1/admin/* (default: admin API off)"),
+		cli.String(&c.GRPCListen, "grpc-listen", "TOLLGATE_GRPC_LISTEN", "", "ADDR", "serve Envoy's rate-limit service (gRPC, envoy.service.ratelimit.v3) on this address (default: off)"),
 		cli.String(&c.Upstream, "upstream", "TOLLGATE_UPSTREAM", "", "URL", "reverse-proxy mode: forward allowed requests to this http(s) URL"),
 		cli.String(&c.UpstreamTransport, "upstream-transport", "TOLLGATE_UPSTREAM_TRANSPORT", "lean", "lean|std", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)"),
 		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key"),

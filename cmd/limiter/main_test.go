@@ -255,6 +255,14 @@ func TestRuntimeFailureExit1(t *testing.T) {
 	}
 }
 
+// TestBadGRPCListen: a --grpc-listen that is not host:port is a usage error.
+func TestBadGRPCListen(t *testing.T) {
+	t.Parallel()
+	if code, _, errs := runT(envMap(), "--grpc-listen", "8081"); code != 2 || !strings.Contains(errs, `grpc listen address "8081"`) {
+		t.Fatalf("bad grpc address: exit %d %s", code, errs)
+	}
+}
+
 // TestValidateTokenKeyEnv checks that validate refuses a policy whose
 // risk.attestation.token_key_env names an unset or short variable, with
 // FILE:LINE, and accepts one holding a key (6.3).
