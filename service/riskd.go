@@ -41,6 +41,9 @@ type RiskdConfig struct {
 	StreamName    string
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
 	DecisionsMaxBytes int64
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
+	// give it the limiters' value.
+	EventsMaxBytes int64
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written

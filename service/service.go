@@ -47,6 +47,20 @@ type Config struct {
 	NATSPort int
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
+	// APIToken, when set, is the bearer token /v1/check, /v1/report and
+	// /v1/forward-auth require (6.2); "" leaves them open.
+	APIToken string
+	// APIListen is the address of the limiter's own API (/v1/check,
+	// /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics in proxy mode
+	// (6.1; default 127.0.0.1:8081; ":0" picks a port). Unused without
+	// Upstream: Listen then serves everything.
+	APIListen string
+	// AttestPrefix is where the public listener serves the attestation
+	// endpoints in proxy mode (default "/v1/attest/").
+	AttestPrefix string
+	// BodyTimeout bounds the arrival of a proxied request's body, from its
+	// arrival (default 30s): a body still missing then is answered 408.
+	BodyTimeout time.Duration
 	// Upstream, when set, turns on reverse-proxy mode: allowed requests
 	// are forwarded to this URL.
 	Upstream string
@@ -63,6 +77,9 @@ type Config struct {
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB; JetStream
 	// reserves it on the server).
 	DecisionsMaxBytes int64
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
+	// JetStream reserves it on the server).
+	EventsMaxBytes int64
 	// StoreTimeout bounds each store round trip (default 50ms).
 	StoreTimeout time.Duration
 	// RedisLanes is the number of Redis round trips in flight at once, each
@@ -149,8 +166,12 @@ func quietRedis(l *slog.Logger) {
 
 // Running is a started limiter.
 type Running struct {
-	// Addr is the address the HTTP server listens on.
+	// Addr is the address the HTTP server listens on (the public
+	// listener in proxy mode).
 	Addr string
+	// APIAddr is the address of the limiter's own API: the API listener
+	// in proxy mode, else Addr.
+	APIAddr string
 	// NATSURL is the NATS server in use (the embedded one's, when embedded).
 	NATSURL string
 	// Done is closed when the limiter has stopped; Err then holds why.
@@ -365,7 +386,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closers = append(closers, func() { _ = ps.Close() })
 		log.Info("pprof listening", "addr", cfg.PprofListen)
 	}
-	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
+	run := &Running{Addr: addr, APIAddr: addr, NATSURL: ev.url, Done: make(chan struct{})}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	srv.SetState("ready")
