@@ -54,6 +54,7 @@ func decodeReport(body []byte, r *streams.Report) *apiError {
 		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
 	}
 	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
+	normalizeAccount(&req.Account)
 	if aerr := copyIDs(idField{"account", req.Account, &r.Account}, idField{"device_id", req.DeviceID, &r.DeviceID},
 		idField{"user_id", req.UserID, &r.UserID}); aerr != nil {
 		return aerr

@@ -222,8 +222,8 @@ func TestAttackSecondUserHeaderForwarded(t *testing.T) {
 		t.Errorf("two X-User-Id: %d %.160s; want 400 naming the header", code, body)
 	}
 	for _, name := range []string{"X-User-Signature", "X-Device-Id"} {
-		h := from("198.51.100.1", "X-User-Id", "alice", "X-User-Signature", sign("alice"))
-		h.Add(name, "second")
+		h := from("198.51.100.1", "X-User-Id", "alice", "X-User-Signature", sign("alice"), name, "one")
+		h.Add(name, "two")
 		if code, body := do(t, "GET", tg.public+"/feed", "", h); code != http.StatusBadRequest || !strings.Contains(body, name) {
 			t.Errorf("two %s: %d %.160s; want 400 naming the header", name, code, body)
 		}

@@ -145,7 +145,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()

@@ -114,6 +114,15 @@ func (c *Config) defaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
+	if c.APIListen == "" && c.Upstream != "" {
+		c.APIListen = "127.0.0.1:8081"
+	}
+	if c.AttestPrefix == "" {
+		c.AttestPrefix = "/v1/attest/"
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "tg:"
 	}
@@ -145,6 +154,16 @@ func (c *Config) Validate() error {
 	case "", "lean", "std":
 	default:
 		return fmt.Errorf("service: upstream transport %q: want lean or std", c.UpstreamTransport)
+	}
+	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
+		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {
+		return fmt.Errorf("service: attest prefix %q must be a clean path that starts and ends with a slash, such as /v1/attest/", c.AttestPrefix)
+	}
+	if c.Upstream != "" && c.APIListen != "" && c.APIListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		return fmt.Errorf("service: the API listener (%s) must not be the public listener: the limiter's API must not face the internet", c.APIListen)
+	}
+	if c.BodyTimeout < 0 || c.StoreTimeout < 0 {
+		return errors.New("service: body and store timeouts must not be negative")
 	}
 	return nil
 }
@@ -259,9 +278,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}()
 	} else {
 		opts, _ := RedisOptions(cfg.RedisURL)
-		opts.DialTimeout = 2 * cfg.StoreTimeout
-		opts.ReadTimeout = 2 * cfg.StoreTimeout
-		opts.WriteTimeout = 2 * cfg.StoreTimeout
+		// Every check answers within the store timeout (6.6): the client
+		// honours the decision's deadline, and no dial, read or write
+		// outlasts it.
+		opts.DialTimeout = cfg.StoreTimeout
+		opts.ReadTimeout = cfg.StoreTimeout
+		opts.WriteTimeout = cfg.StoreTimeout
+		opts.ContextTimeoutEnabled = true
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
 		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode})
@@ -302,14 +325,17 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	srv, err := api.New(api.Options{
-		Engine:      eng,
-		AdminToken:  cfg.AdminToken,
-		Logger:      log,
-		Gatherer:    reg,
-		Events:      ev.publisher,
-		Reporter:    ev.publisher,
-		Offenders:   ev.offenders,
-		Attestation: att.view,
+		Engine:       eng,
+		AdminToken:   cfg.AdminToken,
+		APIToken:     cfg.APIToken,
+		AttestPrefix: cfg.AttestPrefix,
+		BodyTimeout:  cfg.BodyTimeout,
+		Logger:       log,
+		Gatherer:     reg,
+		Events:       ev.publisher,
+		Reporter:     ev.publisher,
+		Offenders:    ev.offenders,
+		Attestation:  att.view,
 		Dependencies: func(ctx context.Context) map[string]string {
 			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {
@@ -349,21 +375,12 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ls, err := listen(cfg, srv, log)
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+		return nil, err
 	}
-	addr := ln.Addr().String()
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	addr, apiAddr := ls[0].addr(), ls[len(ls)-1].addr()
 	store_ := "memory"
 	if cfg.RedisURL != "" {
 		store_ = "redis " + RedactURL(cfg.RedisURL)
@@ -372,8 +389,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
-		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
+	log.Info("listening", "addr", addr, "api_addr", apiAddr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
+		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, apiAddr))
 
 	if cfg.PprofListen != "" {
 		pm := http.NewServeMux()
@@ -386,9 +403,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closers = append(closers, func() { _ = ps.Close() })
 		log.Info("pprof listening", "addr", cfg.PprofListen)
 	}
-	run := &Running{Addr: addr, APIAddr: addr, NATSURL: ev.url, Done: make(chan struct{})}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	run := &Running{Addr: addr, APIAddr: apiAddr, NATSURL: ev.url, Done: make(chan struct{})}
+	serveErr := make(chan error, len(ls))
+	for _, l := range ls {
+		go func() { serveErr <- l.hs.Serve(l.ln) }()
+	}
 	srv.SetState("ready")
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -421,16 +440,76 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		srv.SetState("draining")
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
-		if err := hs.Shutdown(sctx); err != nil {
+		var wg sync.WaitGroup
+		errs := make([]error, len(ls))
+		for i, l := range ls {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = l.hs.Shutdown(sctx) }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			run.Err = fmt.Errorf("service: shutdown: %w", err)
 		}
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
-			run.Err = fmt.Errorf("service: serve: %w", err)
+		for range ls {
+			if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
+				run.Err = fmt.Errorf("service: serve: %w", err)
+			}
 		}
 		srv.WaitReports()
 		log.Info("stopped")
 	}()
 	return run, nil
+}
+
+// listener is one HTTP listener of the limiter.
+type listener struct {
+	ln net.Listener
+	hs *http.Server
+}
+
+func (l listener) addr() string { return l.ln.Addr().String() }
+
+// listen opens the limiter's listeners (6.1): without an upstream, one on
+// cfg.Listen serving everything; in proxy mode the public one on
+// cfg.Listen (health, attestation, everything else forwarded) first and
+// the API one on cfg.APIListen (the limiter's API and /metrics) last.
+func listen(cfg Config, srv *api.Server, log *slog.Logger) ([]listener, error) {
+	type spec struct {
+		addr    string
+		handler http.Handler
+		public  bool
+	}
+	specs := []spec{{cfg.Listen, srv, false}}
+	if cfg.Upstream != "" {
+		specs = []spec{{cfg.Listen, srv.Public(), true}, {cfg.APIListen, srv, false}}
+	}
+	var ls []listener
+	for _, sp := range specs {
+		ln, err := net.Listen("tcp", sp.addr)
+		if err != nil {
+			for _, l := range ls {
+				_ = l.ln.Close()
+			}
+			return nil, fmt.Errorf("service: listen %s: %w", sp.addr, err)
+		}
+		hs := &http.Server{
+			Handler:           sp.handler,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		if sp.public {
+			// The body's deadline is set per request (BodyTimeout, from
+			// arrival); the answer may follow a body that took that long.
+			hs.ReadTimeout = 0
+			hs.WriteTimeout = max(30*time.Second, cfg.BodyTimeout+30*time.Second)
+		}
+		ls = append(ls, listener{ln: ln, hs: hs})
+	}
+	return ls, nil
 }
 
 // loadPolicy loads the policy file (or the built-in policy for "") into

@@ -31,6 +31,9 @@ type Config struct {
 	DecisionsMaxBytes int64
 	// EventsMaxAge is how long reports and alerts are kept (default 48h).
 	EventsMaxAge time.Duration
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
+	// when full, the oldest events are discarded.
+	EventsMaxBytes int64
 	// Memory keeps streams in memory instead of files (tests, embedded mode).
 	Memory bool
 }
@@ -50,6 +53,9 @@ func (c *Config) defaults() {
 	}
 	if c.EventsMaxAge <= 0 {
 		c.EventsMaxAge = 48 * time.Hour
+	}
+	if c.EventsMaxBytes <= 0 {
+		c.EventsMaxBytes = 1 << 30
 	}
 }
 
@@ -83,7 +89,8 @@ func Connect(url, name string) (*nats.Conn, error) {
 }
 
 // EnsureStreams creates the two streams, or updates them to cfg when they
-// exist: calling it again is harmless.
+// exist: calling it again is harmless. Each has a size bound
+// (DecisionsMaxBytes, EventsMaxBytes) past which the oldest messages go.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.defaults()
 	storage := jetstream.FileStorage
@@ -105,7 +112,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Description: "Tollgate reports and alerts",
 			Subjects:    []string{cfg.Prefix + "reports.>", cfg.Prefix + "alerts.>"},
 			MaxAge:      cfg.EventsMaxAge,
+			MaxBytes:    cfg.EventsMaxBytes,
 			Storage:     storage,
+			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,
 		},
 	} {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -77,8 +78,13 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (env TOLLGATE_SUBJECT_PREFIX)")
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
+	fs.Int64Var(&cfg.EventsMaxBytes, "events-max-bytes", int64Env("TOLLGATE_EVENTS_MAX_BYTES", 1<<30), "bound on the JetStream reports-and-alerts stream; the oldest go first (env TOLLGATE_EVENTS_MAX_BYTES; reserved on the NATS server)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
+	fs.StringVar(&cfg.APIToken, "api-token", env("TOLLGATE_API_TOKEN", ""), "bearer token for /v1/check, /v1/report and /v1/forward-auth (env TOLLGATE_API_TOKEN; default: none needed)")
 	fs.StringVar(&cfg.Upstream, "upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
+	fs.StringVar(&cfg.APIListen, "api-listen", env("TOLLGATE_API_LISTEN", "127.0.0.1:8081"), "proxy mode: address of the limiter's own API and /metrics, never the public one (env TOLLGATE_API_LISTEN)")
+	fs.StringVar(&cfg.AttestPrefix, "attest-prefix", env("TOLLGATE_ATTEST_PREFIX", "/v1/attest/"), "proxy mode: path prefix of the attestation endpoints on the public listener (env TOLLGATE_ATTEST_PREFIX)")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", durEnv("TOLLGATE_BODY_TIMEOUT", 30*time.Second), "proxy mode: a request body not arrived this long after the request is answered 408 (env TOLLGATE_BODY_TIMEOUT)")
 	fs.StringVar(&cfg.UpstreamTransport, "upstream-transport", "lean", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)")
 	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
@@ -102,6 +108,15 @@ func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+func int64Env(name string, def int64) int64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
 }
 
 func durEnv(name string, def time.Duration) time.Duration {

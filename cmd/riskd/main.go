@@ -39,6 +39,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (must match the limiters')")
 	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
 	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
+	fs.Int64Var(&cfg.EventsMaxBytes, "events-max-bytes", 1<<30, "bound on the JetStream reports-and-alerts stream; give the limiters' value (reserved on the NATS server)")
 	fs.StringVar(&cfg.Durable, "durable", env("TOLLGATE_DURABLE", "riskd"), "name of riskd's durable consumers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
