@@ -37,7 +37,8 @@ func TestNormalizePath(t *testing.T) {
 		{"", "/", "/"},
 		{"/a//", "/a", "/a"},
 		{"/%7Euser", "/~user", "/~user"},
-		{"/100%", "/100%", "/100%"},
+		{"/100%", "/100%25", "/100%"},
+		{"%7%30", "/%2570", "/%70"},
 	} {
 		if got := NormalizePath(c.in); got != c.want {
 			t.Errorf("NormalizePath(%q) = %q, want %q", c.in, got, c.want)

@@ -10,8 +10,8 @@ import (
 // escapes upper-cased, repeated slashes merged, dot segments removed and a
 // trailing slash dropped. "/auth/login/", "//auth/./login" and
 // "/auth/%6cogin" all become "/auth/login". The result is escaped too
-// (an encoded slash stays %2F); "" and paths without a leading slash are
-// treated as rooted.
+// (an encoded slash stays %2F, a stray "%" becomes %25); "" and paths
+// without a leading slash are treated as rooted.
 func NormalizePath(escaped string) string {
 	var b strings.Builder
 	b.Grow(len(escaped))
@@ -25,6 +25,10 @@ func NormalizePath(escaped string) string {
 				b.WriteString("%" + strings.ToUpper(escaped[i+1:i+3]))
 			}
 			i += 2
+			continue
+		}
+		if c == '%' {
+			b.WriteString("%25") // a stray percent sign is a literal one
 			continue
 		}
 		b.WriteByte(c)
