@@ -60,7 +60,9 @@ func canonicalID(subject, id string) (string, *apiError) {
 		}
 		return strconv.FormatUint(v, 10), nil
 	case "account":
-		id = policy.NormalizeAccount(id)
+		if CheckID(id) == "" { // else refused below: lower-casing would hide bad UTF-8
+			id = policy.NormalizeAccount(id)
+		}
 	}
 	if id == "" {
 		return "", badRequest("id is required")

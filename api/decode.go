@@ -136,9 +136,10 @@ func scanCheck(body []byte, req *checkRequest) bool {
 }
 
 // normalizeAccount replaces a body's account by its canonical form (6.4);
-// one that is empty then is absent.
+// one that is empty then is absent. One that CheckID refuses is left for
+// copyIDs to refuse (lower-casing would hide bad UTF-8).
 func normalizeAccount(acct **string) {
-	if *acct != nil {
+	if *acct != nil && CheckID(**acct) == "" {
 		a := policy.NormalizeAccount(**acct)
 		*acct = &a
 		if a == "" {

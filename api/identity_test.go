@@ -204,3 +204,17 @@ func TestPublicListener(t *testing.T) {
 		t.Error("an attest prefix without its trailing slash was accepted")
 	}
 }
+
+// TestCheckNormalisesAccount (6.4): however the account is spelled, the
+// check API spends one account's budget; a bad one is still refused.
+func TestCheckNormalisesAccount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "")
+	for i, acct := range []string{"alice@example.com", "Alice@Example.com", " ALICE@EXAMPLE.COM", "alice@example.com  ", "ALICE@example.com"} {
+		body := `{"endpoint":"POST /auth/login","ip":"192.0.2.` + itoa(int64(i+1)) + `","account":` + string(AppendJSONString(nil, acct)) + `}`
+		expect(t, f.do(t, "POST", "/v1/check", body), 200, "", "X-RateLimit-Remaining", itoa(int64(4-i)))
+	}
+	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"aLiCe@example.com"}`), 429, "")
+	expect(t, f.do(t, "POST", "/v1/check", "{\"endpoint\":\"POST /auth/login\",\"ip\":\"192.0.2.9\",\"account\":\"a\xffb\"}"), 400,
+		`{"error":{"code":"BAD_REQUEST","message":"field \"account\" is not valid UTF-8","details":{},"request_id":"req-1"}}`)
+}

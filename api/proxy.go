@@ -227,14 +227,13 @@ func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *
 		if aerr != nil {
 			return aerr
 		}
-		if acct = policy.NormalizeAccount(acct); acct != "" && CheckID(acct) == "" {
-			id.in.Account = acct
+		if CheckID(acct) == "" {
+			id.in.Account = policy.NormalizeAccount(acct)
 		}
 	}
 	if id.in.Account == "" && ident.AccountHeader != "" {
-		acct, _ := headerValue(r.Header, ident.AccountHeader)
-		if acct = policy.NormalizeAccount(acct); acct != "" && CheckID(acct) == "" {
-			id.in.Account = acct
+		if acct, _ := headerValue(r.Header, ident.AccountHeader); CheckID(acct) == "" {
+			id.in.Account = policy.NormalizeAccount(acct)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // DefaultTimeout is the default deadline of a remote check.
@@ -50,7 +51,8 @@ type Identity struct {
 	// DeviceID is the app install's device id, if the app sends one.
 	DeviceID string
 	// Account is the account a login or token request is for (class auth
-	// routes), e.g. the username in the body.
+	// routes), e.g. the username in the body; it is normalised
+	// (policy.NormalizeAccount) like every account.
 	Account string
 }
 
@@ -204,6 +206,9 @@ func normalize(id *Identity, in *engine.Input) string {
 			return "identity: the " + f.name + " " + msg
 		}
 		*f.dst = f.v
+		if f.dst == &in.Account {
+			*f.dst = policy.NormalizeAccount(f.v)
+		}
 	}
 	return ""
 }
