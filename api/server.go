@@ -172,8 +172,12 @@ func (s *Server) Public() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer s.recoverPanic(w, r)
 		// The body deadline counts from arrival; headers are bounded by
-		// the server's ReadHeaderTimeout. Not every ResponseWriter can.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+		// the server's ReadHeaderTimeout. Only a request with a body gets
+		// one (an upgraded connection keeps none). Not every
+		// ResponseWriter can.
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+		}
 		normalizeURL(r.URL)
 		p := r.URL.Path
 		switch {
