@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/policy"
 )
@@ -81,5 +82,29 @@ func TestBadFlags(t *testing.T) {
 	if code := run([]string{"--upstream", "http://127.0.0.1:1", "--upstream-transport", "fast"}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), `upstream transport "fast": want lean or std`) {
 		t.Fatalf("bad transport: exit %d %s", code, errb.String())
+	}
+}
+
+// TestAttackSurfaceFlags: the flags of contract 6.1, 6.2 and 6.6 reach
+// the config; one address for both listeners is a usage error.
+func TestAttackSurfaceFlags(t *testing.T) {
+	t.Parallel()
+	var errb bytes.Buffer
+	cfg, err := parseFlags([]string{"--upstream", "http://127.0.0.1:1", "--api-listen", "127.0.0.1:0", "--api-token", "t",
+		"--attest-prefix", "/app/attest/", "--body-timeout", "5s", "--events-max-bytes", "1048576"}, &errb)
+	if err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	if cfg.APIListen != "127.0.0.1:0" || cfg.APIToken != "t" || cfg.AttestPrefix != "/app/attest/" || cfg.BodyTimeout != 5*time.Second || cfg.EventsMaxBytes != 1<<20 {
+		t.Fatalf("config %+v", cfg)
+	}
+	var out bytes.Buffer
+	if code := run([]string{"--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:9", "--api-listen", "127.0.0.1:9"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "must not be the public listener") {
+		t.Fatalf("one address for both: exit %d %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"--attest-prefix", "/attest"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "attest prefix") {
+		t.Fatalf("bad attest prefix: exit %d %s", code, errb.String())
 	}
 }
