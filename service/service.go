@@ -80,7 +80,9 @@ type Config struct {
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
 	// JetStream reserves it on the server).
 	EventsMaxBytes int64
-	// StoreTimeout bounds each store round trip (default 50ms).
+	// StoreTimeout bounds each check's store work from the moment it asks
+	// (default 50ms): the wait for a Redis lane, dial, write and read
+	// (6.6). Past it the limit's failure mode answers.
 	StoreTimeout time.Duration
 	// RedisLanes is the number of Redis round trips in flight at once, each
 	// carrying a batch of concurrent decisions (default 4).
