@@ -66,8 +66,13 @@ func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
+		Attributes: in.Attributes,
 	}
 	switch {
+	case d.Outcome == engine.AllowedList:
+		ev.Allowed, ev.Limit = true, d.List.Name
+	case d.Outcome == engine.DeniedList:
+		ev.Limit = d.List.Name
 	case d.Outcome == engine.Locked || d.Outcome == engine.StepUp:
 		ev.Limit = d.Lock.Rule
 	case d.Binding != nil:
@@ -140,7 +145,10 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 	h := w.Header()
 	switch d.Outcome {
-	case engine.Allowed, engine.Degraded:
+	case engine.DeniedList:
+		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeDenied, message: "Request denied",
+			details: `"list":` + string(appendJSONString(nil, d.List.Name))})
+	case engine.Allowed, engine.Degraded, engine.AllowedList:
 		if d.Outcome == engine.Degraded {
 			h["X-Ratelimit-Degraded"] = []string{"1"}
 		}
@@ -151,7 +159,7 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		setRetryAfter(h, d.RetryAfter)
 		details := `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))
 		if d.Binding != nil {
-			details += `,"limit":` + string(appendJSONString(nil, d.Binding.Name)) + `,"scope":` + string(appendJSONString(nil, d.Binding.By[0].String()))
+			details += `,"limit":` + string(appendJSONString(nil, d.Binding.Name)) + `,"scope":` + string(appendJSONString(nil, d.Binding.PartName(0)))
 		}
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
 	case engine.Locked:

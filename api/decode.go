@@ -36,6 +36,8 @@ type checkRequest struct {
 	DeviceID *string         `json:"device_id"`
 	Account  *string         `json:"account"`
 	Cost     json.RawMessage `json:"cost"`
+	// Attributes are the request's attributes (CONTRACT 6.9).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // decodeCheck parses and validates a check body into in. Every failure is
@@ -81,6 +83,12 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 			return badRequest(`field "cost" must not be negative`)
 		}
 		in.Cost = float64(c)
+	}
+	if len(req.Attributes) > 0 {
+		if aerr := checkAttributes(req.Attributes); aerr != nil {
+			return aerr
+		}
+		in.Attributes = req.Attributes
 	}
 	return nil
 }
@@ -130,9 +138,25 @@ func scanCheck(body []byte, req *checkRequest) bool {
 			_, text, ok := s.Integer()
 			req.Cost = json.RawMessage(text)
 			return ok
+		case "attributes":
+			return req.Attributes == nil && scanAttributes(&s, &req.Attributes)
 		}
 		return false
 	}) && s.End()
+}
+
+// scanAttributes reads an object of plain strings into a new map, as
+// encoding/json would (a repeated name keeps its last value).
+func scanAttributes(s *jsonscan.Scanner, dst *map[string]string) bool {
+	m := map[string]string{}
+	*dst = m
+	return s.Object(func(key []byte) bool {
+		v, ok := s.String()
+		if ok {
+			m[string(key)] = string(v)
+		}
+		return ok
+	})
 }
 
 // normalizeAccount replaces a body's account by its canonical form (6.4);
@@ -184,8 +208,11 @@ func jsonError(err error) *apiError {
 			return badRequest("body: expected a JSON object")
 		}
 		want := "a string"
-		if typ.Field == "cost" {
+		switch typ.Field {
+		case "cost":
 			want = "a number"
+		case "attributes":
+			want = "an object of string values"
 		}
 		return badRequest(fmt.Sprintf(`field %q must be %s`, typ.Field, want))
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -11,6 +11,7 @@ const (
 	CodeRateLimited        = "RATE_LIMITED"
 	CodeAccountLocked      = "ACCOUNT_LOCKED"
 	CodeStepUpRequired     = "STEP_UP_REQUIRED"
+	CodeDenied             = "DENIED"
 	CodeLimiterUnavailable = "LIMITER_UNAVAILABLE"
 	CodeBadRequest         = "BAD_REQUEST"
 	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"maps"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -16,6 +18,9 @@ func FuzzDecodeCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","device_id":"d_1","account":"alice@example.com","cost":1}`,
 		`{"endpoint":"GET /","ip":"::1"}`, `{"ip":"1.2.3.4"}`, `[]`, `{"cost":-1}`, `{"endpoint":"GET /","ip":"1.2.3.4","cost":1e5}`, ``, `null`,
+		`{"endpoint":"GET /","ip":"::1","attributes":{"plan":"free","tenant":"acme","app_version":"5.2.1"}}`,
+		`{"endpoint":"GET /","ip":"::1","attributes":{"Plan":"free"}}`, `{"endpoint":"GET /","ip":"::1","attributes":{"plan":1}}`,
+		`{"endpoint":"GET /","ip":"::1","attributes":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -29,8 +34,14 @@ func FuzzDecodeCheck(f *testing.F) {
 			return
 		}
 		if in.Endpoint == "" || in.IP == "" || in.Cost < 0 || in.Cost > MaxCost || len(in.UserID) > MaxIDLen ||
-			len(in.DeviceID) > MaxIDLen || len(in.Account) > MaxIDLen || !utf8.ValidString(in.Account) {
+			len(in.DeviceID) > MaxIDLen || len(in.Account) > MaxIDLen || !utf8.ValidString(in.Account) ||
+			len(in.Attributes) > policy.MaxAttributes {
 			t.Fatalf("accepted out-of-bounds input %+v", in)
+		}
+		for k, v := range in.Attributes {
+			if policy.CheckAttribute(k, v) != "" {
+				t.Fatalf("accepted attribute %q=%q", k, v)
+			}
 		}
 	})
 }
@@ -38,7 +49,8 @@ func FuzzDecodeCheck(f *testing.F) {
 // FuzzDecodeReport: no report body crashes the decoder or is accepted
 // without a type and a subject.
 func FuzzDecodeReport(f *testing.F) {
-	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`} {
+	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`,
+		`{"type":"login_failed","account":"a","attributes":{"plan":"free"}}`, `{"type":"login_failed","account":"a","attributes":{"Plan":"x"}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -51,6 +63,14 @@ func FuzzDecodeReport(f *testing.F) {
 		}
 		if r.Type == "" || (r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "") {
 			t.Fatalf("accepted %+v", r)
+		}
+		if len(r.Attributes) > policy.MaxAttributes {
+			t.Fatalf("accepted %d attributes", len(r.Attributes))
+		}
+		for k, v := range r.Attributes {
+			if policy.CheckAttribute(k, v) != "" {
+				t.Fatalf("accepted attribute %q=%q", k, v)
+			}
 		}
 	})
 }
@@ -104,6 +124,9 @@ func FuzzScanCheck(f *testing.F) {
 		`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","device_id":"d_1","account":"alice@example.com","cost":1}`,
 		` {"endpoint" : "GET /", "ip":"::1", "cost": -0 } `, `{"Endpoint":"GET /"}`, `{"ip":"a","ip":"b"}`, `{"cost":01}`,
 		`{"cost":1.5}`, `{"user_id":"\u00e9"}`, `{"user_id":"zoë"}`, `{"x":1}`, `{}`, `{"ip":null}`, `{"ip":"1"} {}`,
+		`{"ip":"1","attributes":{"plan":"free","tenant":"acme"}}`, `{"attributes":{}}`, `{"attributes":null}`,
+		`{"attributes":{"a":"1","a":"2"}}`, `{"attributes":{"a":"1"},"attributes":{"b":"2"}}`, `{"attributes":{"a":1}}`,
+		`{"attributes":{"\u0061":"x"}}`, `{"Attributes":{"a":"x"}}`, `{"attributes":{"a":"x",}}`, `{"attributes":{"é":"ü"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -123,7 +146,8 @@ func FuzzScanCheck(f *testing.F) {
 			t.Fatalf("%q: fast path accepted, encoding/json says %v", body, aerr.message)
 		}
 		if deref(fast.Endpoint) != deref(std.Endpoint) || deref(fast.IP) != deref(std.IP) || deref(fast.UserID) != deref(std.UserID) ||
-			deref(fast.DeviceID) != deref(std.DeviceID) || deref(fast.Account) != deref(std.Account) || string(fast.Cost) != string(std.Cost) {
+			deref(fast.DeviceID) != deref(std.DeviceID) || deref(fast.Account) != deref(std.Account) || string(fast.Cost) != string(std.Cost) ||
+			(fast.Attributes == nil) != (std.Attributes == nil) || !maps.Equal(fast.Attributes, std.Attributes) {
 			t.Fatalf("%q: fast %+v, encoding/json %+v", body, fast, std)
 		}
 	})
@@ -139,6 +163,16 @@ func BenchmarkDecodeCheck(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if aerr := decodeCheck(body, &in); aerr != nil {
 				b.Fatal(aerr.message)
+			}
+		}
+	})
+	b.Run("fast-attributes", func(b *testing.B) {
+		body := []byte(`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","attributes":{"plan":"free","tenant":"acme"},"cost":1}`)
+		b.ReportAllocs()
+		var in engine.Input
+		for i := 0; i < b.N; i++ {
+			if aerr := decodeCheck(body, &in); aerr != nil || len(in.Attributes) != 2 {
+				b.Fatal(aerr)
 			}
 		}
 	})

@@ -202,6 +202,9 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			id.in.DeviceID = dev
 		}
 	}
+	if aerr := attributesFromHeaders(r.Header, ident, &id.in); aerr != nil {
+		return aerr
+	}
 	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
 		return nil // no account to find: skip matching the route twice
 	}
@@ -319,7 +322,8 @@ func (p *proxy) outcome(resp *http.Response) error {
 		return nil
 	}
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
-		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID}
+		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, Attributes: id.in.Attributes}
+	rep.AllowList = p.s.allowList(rep)
 	if typ == streams.ReportLoginSucceeded {
 		rep.Attested = p.s.attested(resp.Request.Context(), id.in.DeviceID)
 	}

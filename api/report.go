@@ -12,6 +12,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tollgate-dev/tollgate/engine"
+
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -33,6 +35,8 @@ type reportRequest struct {
 	IP       *string `json:"ip"`
 	DeviceID *string `json:"device_id"`
 	UserID   *string `json:"user_id"`
+	// Attributes are the request's attributes (CONTRACT 6.9).
+	Attributes map[string]string `json:"attributes"`
 }
 
 // decodeReport parses and validates a report body.
@@ -66,6 +70,12 @@ func decodeReport(body []byte, r *streams.Report) *apiError {
 		}
 		r.IP = ip.Unmap().String()
 	}
+	if len(req.Attributes) > 0 {
+		if aerr := checkAttributes(req.Attributes); aerr != nil {
+			return aerr
+		}
+		r.Attributes = req.Attributes
+	}
 	if r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "" {
 		return badRequest(`one of "account", "ip", "device_id", "user_id" is required`)
 	}
@@ -97,6 +107,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
 	rep.Attested = s.attested(r.Context(), rep.DeviceID)
+	rep.AllowList = s.allowList(&rep)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
 		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -104,6 +115,16 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
+}
+
+// allowList returns the allow list the report's identity is on ("" for
+// none; a deny list wins, as for decisions).
+func (s *Server) allowList(rep *streams.Report) string {
+	in := engine.Input{IP: rep.IP, UserID: rep.UserID, DeviceID: rep.DeviceID, Account: rep.Account, Attributes: rep.Attributes}
+	if l, deny := s.o.Engine.ListMatch(&in); l != nil && !deny {
+		return l.Name
+	}
+	return ""
 }
 
 // attested reports whether the device holds a valid attestation now.

@@ -27,10 +27,49 @@ import (
 // Defence (6.6): every check answers within --store-timeout + 10 ms of its
 // arrival, by its limit's failure mode: reads fail open (200, degraded),
 // logins fail closed (503).
+//
+// The bound is wall-clock time on a machine other tests share. A trial in
+// which answers are late by no more than the test process itself was
+// demonstrably starved meanwhile (how long a 1 ms sleep overslept) is run
+// again, up to three times; a lateness the stall does not explain, or a
+// wrong status, fails at once. (The old code was late in every trial: 70 ms at 20 ms, 208 ms at
+// 50 ms.)
 func TestAttackRedisPausedSlowsEveryAnswer(t *testing.T) {
 	for _, timeout := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
-		t.Run(timeout.String(), func(t *testing.T) { pausedUnderLoad(t, timeout) })
+		t.Run(timeout.String(), func(t *testing.T) {
+			for attempt := 1; ; attempt++ {
+				late, excess, stall := pausedUnderLoad(t, timeout)
+				if late == "" || t.Failed() {
+					return
+				}
+				if excess > stall || attempt == 3 {
+					t.Fatalf("%s (the process stalled at most %v)", late, stall)
+				}
+				t.Logf("trial %d: %s, but the process stalled for %v: once more", attempt, late, stall)
+			}
+		})
 	}
+}
+
+// stallProbe measures how late a 1 ms sleep wakes up, until stop closes:
+// the worst scheduling delay the test process saw.
+func stallProbe(stop chan struct{}) func() time.Duration {
+	var worst time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			worst = max(worst, time.Since(t0)-time.Millisecond)
+		}
+	}()
+	return func() time.Duration { <-done; return worst }
 }
 
 // probe is one kind of request sent during the outage and the answer it must get.
@@ -40,7 +79,10 @@ type probe struct {
 	want                    int
 }
 
-func pausedUnderLoad(t *testing.T, timeout time.Duration) {
+// pausedUnderLoad runs one trial: it fails t on a wrong answer and
+// returns what was late ("" when nothing), by how much the latest was
+// late, and the worst stall of the process meanwhile.
+func pausedUnderLoad(t *testing.T, timeout time.Duration) (late string, excess, stall time.Duration) {
 	rs := testenv.StartRedis(t)
 	tg := start(t, func(c *service.Config) { c.RedisURL = "redis://" + rs.Addr + "/0"; c.StoreTimeout = timeout })
 	api := bearer(apiToken)
@@ -71,6 +113,8 @@ func pausedUnderLoad(t *testing.T, timeout time.Duration) {
 	var answers []answer
 	// 16 clients at 25 requests a second each, staggered: 400/s, one
 	// every 2.5 ms, many in flight at once while Redis holds them.
+	stopProbe := make(chan struct{})
+	stalled := stallProbe(stopProbe)
 	stop := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
@@ -105,21 +149,24 @@ func pausedUnderLoad(t *testing.T, timeout time.Duration) {
 		}(w)
 	}
 	wg.Wait()
+	close(stopProbe)
+	stall = stalled()
 	bound := timeout + 10*time.Millisecond
 	var worst time.Duration
-	bad := 0
+	var lateOnes []string
 	for _, a := range answers {
 		worst = max(worst, a.took)
-		if a.err != nil || a.code != a.p.want || a.took > bound {
-			if bad++; bad <= 10 {
-				t.Errorf("%s: status %d (err %v) after %v; want %d (degraded) within %v", a.p.name, a.code, a.err, a.took, a.p.want, bound)
-			}
+		if a.err != nil || a.code != a.p.want {
+			t.Errorf("%s: status %d (err %v) after %v; want %d (degraded)", a.p.name, a.code, a.err, a.took, a.p.want)
+		} else if a.took > bound {
+			lateOnes = append(lateOnes, fmt.Sprintf("%s after %v", a.p.name, a.took))
 		}
 	}
-	if bad > 0 {
-		t.Errorf("%d of %d answers wrong or late", bad, len(answers))
+	t.Logf("--store-timeout %v, Redis paused: %d answers (%.0f/s), worst %v, process stall %v", timeout, len(answers), float64(len(answers))/1.5, worst, stall)
+	if len(lateOnes) > 0 {
+		late = fmt.Sprintf("%d of %d answers later than %v: %s", len(lateOnes), len(answers), bound, strings.Join(lateOnes[:min(5, len(lateOnes))], ", "))
 	}
-	t.Logf("--store-timeout %v, Redis paused: %d answers (%.0f/s), worst %v", timeout, len(answers), float64(len(answers))/1.5, worst)
+	return late, worst - bound, stall
 }
 
 // rawHTTP writes raw to addr's listener (then keeps the connection open,

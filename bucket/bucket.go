@@ -293,6 +293,26 @@ func AppendSubjectTag(dst []byte, prefix, subject, id string) []byte {
 	return append(dst, '}')
 }
 
+// AppendAttrTag appends prefix + "{attr:NAME:escaped-value}" to dst: the
+// hash tag of a bucket whose limit is keyed by attributes and no subject
+// (an attribute carries no multipliers). Attribute names are a-z 0-9 _,
+// so the tag cannot be confused with a subject's.
+func AppendAttrTag(dst []byte, prefix, name, value string) []byte {
+	dst = append(dst, prefix...)
+	dst = append(dst, "{attr:"...)
+	dst = append(dst, name...)
+	dst = append(dst, ':')
+	dst = append(dst, EscapeID(value)...)
+	return append(dst, '}')
+}
+
+// AppendKeyPart appends a further key part's value to a bucket key:
+// "|" and the escaped value.
+func AppendKeyPart(dst []byte, value string) []byte {
+	dst = append(dst, '|')
+	return append(dst, EscapeID(value)...)
+}
+
 // MultiplierKey returns the key of a subject's multiplier hash.
 func MultiplierKey(prefix, subject, id string) string {
 	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":m"...))

@@ -457,3 +457,50 @@ func TestExactConcurrency(t *testing.T) {
 		run(t, []bucket.Decider{s1, s2}, p+"{ip:x}:b:c")
 	})
 }
+
+// TestAttributeKeys: buckets keyed by attributes (tags and further parts
+// built by AppendAttrTag and AppendKeyPart, escaped values included) are
+// distinct buckets with one semantics in both stores, and Redis stores
+// them under exactly the keys built.
+func TestAttributeKeys(t *testing.T) {
+	t.Parallel()
+	key := func(p string, tagValue, part string) string {
+		b := bucket.AppendAttrTag(nil, p, "tenant", tagValue)
+		b = append(b, ":b:tenant"...)
+		return string(bucket.AppendKeyPart(b, part))
+	}
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			a := key(p, "acme", "free")
+			if want := p + "{attr:tenant:acme}:b:tenant|free"; a != want {
+				t.Fatalf("key %q, want %q", a, want)
+			}
+			// values that would collide unescaped: "a|b" + "c" vs "a" + "b|c"
+			x, y := key(p, "a|b", "c"), key(p, "a", "b|c")
+			if x == y || x != p+"{attr:tenant:a%7Cb}:b:tenant|c" || y != p+"{attr:tenant:a}:b:tenant|b%7Cc" {
+				t.Fatalf("escaping: %q %q", x, y)
+			}
+			lim := func(k string) bucket.Limit { return bucket.Limit{Key: k, Burst: 2, Rate: 2, Period: time.Minute} }
+			runSteps(t, s, bucket.Request{Limits: []bucket.Limit{lim(a), lim(x)}}, []step{
+				{cost: 1, allowed: true, remaining: []float64{1, 1}},
+				{cost: 1, allowed: true, remaining: []float64{0, 0}},
+				{cost: 1, allowed: false, remaining: []float64{0, 0}, retry: []time.Duration{30 * time.Second, 30 * time.Second}},
+			})
+			// y is its own bucket: full
+			runSteps(t, s, bucket.Request{Limits: []bucket.Limit{lim(y)}}, []step{
+				{cost: 2, allowed: true, remaining: []float64{0}},
+				{at: 15 * time.Second, cost: 1, allowed: false, remaining: []float64{0.5}, retry: []time.Duration{15 * time.Second}},
+			})
+			if sc.name == "redis" {
+				c, _ := testenv.Redis(t)
+				for _, k := range []string{a, x, y} {
+					if n, err := c.Exists(context.Background(), k).Result(); err != nil || n != 1 {
+						t.Errorf("redis key %q: exists %d %v", k, n, err)
+					}
+				}
+			}
+		})
+	}
+}

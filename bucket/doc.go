@@ -33,9 +33,12 @@
 //	tg:{device:d_1}:m                                 multipliers (hash: source -> "value expires_us reason")
 //	tg:{account:alice}:l                              lockout / step-up (string "kind until_us rule")
 //	tg:{global}:b:global                              a bucket keyed by no subject
+//	tg:{ip:198.51.100.7}:b:login-plan|free            a bucket keyed by [ip, attr:plan]
+//	tg:{attr:tenant:acme}:b:tenant                    a bucket keyed by attributes alone
 //
 // A bucket whose limit is keyed by several subjects lives in the slot of the
-// first subject of its `by`. Identifiers are escaped (see EscapeID) so an id
+// first subject of its `by` (else of its first part); further parts follow
+// the limit's name, each as "|" and its escaped value, in `by` order. Identifiers are escaped (see EscapeID) so an id
 // cannot break out of its hash tag. Buckets expire (PX) once they would be
 // full again; multiplier hashes expire with their last entry.
 package bucket

@@ -1,5 +1,6 @@
 // Package engine turns a request into a decision: it matches the policy
-// (route class, applicable limits), builds the bucket keys and multiplier
+// (allow and deny lists, route class, applicable limits, attribute
+// conditions), builds the bucket keys and multiplier
 // subjects, asks the bucket store once, and applies the failure mode when
 // the store cannot answer. It knows nothing of HTTP; api/ and middleware
 // call it.

@@ -33,6 +33,11 @@ const (
 	Unavailable
 	// Degraded: the store is down and every limit fails open (200 + X-RateLimit-Degraded).
 	Degraded
+	// AllowedList: the request is on an allow list, exempt from every
+	// limit (200, no store call).
+	AllowedList
+	// DeniedList: the request is on a deny list (403 DENIED, no store call).
+	DeniedList
 )
 
 // String returns the outcome's metric result label.
@@ -48,6 +53,10 @@ func (o Outcome) String() string {
 		return ResultUnavailable
 	case Degraded:
 		return ResultDegraded
+	case AllowedList:
+		return ResultAllowedList
+	case DeniedList:
+		return ResultDeniedList
 	}
 	return ResultAllowed
 }
@@ -65,6 +74,11 @@ type Input struct {
 	// keyed by a part the request lacks does not apply to it. A non-empty
 	// UserID means the request is authenticated.
 	UserID, DeviceID, Account, ASN string
+	// Attributes are the request's attributes (CONTRACT 6.9), already
+	// validated (policy.CheckAttribute, at most policy.MaxAttributes): the
+	// values of `attr:NAME` key parts and `if.attr` conditions. nil means
+	// none. The engine only reads the map.
+	Attributes map[string]string
 	// Cost is the number of tokens to take (>= 0).
 	Cost float64
 	// Now, when set, is the decision time for stores with an injected
@@ -105,6 +119,8 @@ type Decision struct {
 	Now time.Time
 	// Err is the store error behind Unavailable and Degraded.
 	Err error
+	// List is the list that decided an AllowedList or DeniedList outcome.
+	List *policy.List
 	// fromL1 is set when the L1 cache answered without the store.
 	fromL1 bool
 
@@ -225,7 +241,9 @@ var subjectKinds = [...]string{
 
 // Decide decides on in and fills d. It returns an error only for an input
 // the engine cannot evaluate (a bug in the caller: the api validates
-// first); store failures become Unavailable or Degraded.
+// first); store failures become Unavailable or Degraded. A request on a
+// deny or allow list of the policy is decided without a store call
+// (DeniedList, AllowedList; deny wins).
 func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	start := e.o.Clock()
 	p := e.o.Policy()
@@ -264,6 +282,11 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		d.Route = route.Match
 		routeVal = route.Match
 	}
+	if p.HasLists() && e.listed(p, in, d) {
+		d.Now = start
+		e.record(d, p, start)
+		return nil
+	}
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
 	req.Device = in.DeviceID
@@ -279,12 +302,14 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			break
 		}
 		var mask uint32
-		applies := true
-		for _, part := range l.By {
-			v := value(in, part, routeVal)
+		applies := len(l.IfAttr) == 0 || l.AttrsMatch(in.Attributes)
+		for i, part := range l.By {
+			if !applies {
+				break
+			}
+			v := partValue(in, l, i, routeVal)
 			if part != policy.PartGlobal && v == "" {
 				applies = false
-				break
 			}
 		}
 		if !applies {
@@ -479,6 +504,62 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	}
 }
 
+// ListMatch returns the list that decides a request like in, as Decide
+// would: the first deny list it is on (deny true), else the first allow
+// list, else nil. It makes no store call. It fills in.ASN from the
+// reputation rules when unset (reports carry no ASN).
+func (e *Engine) ListMatch(in *Input) (l *policy.List, deny bool) {
+	p := e.o.Policy()
+	if !p.HasLists() {
+		return nil, false
+	}
+	addr := in.Addr
+	if !addr.IsValid() {
+		addr, _ = netip.ParseAddr(in.IP)
+	}
+	if in.ASN == "" && addr.IsValid() && e.o.Reputation != nil {
+		if rules := e.o.Reputation(); rules != nil {
+			if res := rules.Lookup(addr); res.HasASN {
+				in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
+			}
+		}
+	}
+	var d Decision
+	if !e.listed(p, in, &d) {
+		return nil, false
+	}
+	return d.List, d.Outcome == DeniedList
+}
+
+// listed decides d by the policy's lists when the request is on one; it
+// reports whether it did.
+func (e *Engine) listed(p *policy.Policy, in *Input, d *Decision) bool {
+	q := policy.ListQuery{Addr: in.Addr, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID,
+		Account: in.Account, Attributes: in.Attributes}
+	if !q.Addr.IsValid() {
+		q.Addr, _ = netip.ParseAddr(in.IP)
+	}
+	l, deny := p.MatchLists(&q)
+	if l == nil {
+		return false
+	}
+	d.List = l
+	d.Outcome = AllowedList
+	if deny {
+		d.Outcome = DeniedList
+	}
+	return true
+}
+
+// partValue returns the request's value of l's i-th key part ("" when
+// absent).
+func partValue(in *Input, l *policy.Limit, i int, route string) string {
+	if l.By[i] == policy.PartAttr {
+		return l.AttrValue(i, in.Attributes)
+	}
+	return value(in, l.By[i], route)
+}
+
 // value returns the request's value of a key part ("" when absent).
 func value(in *Input, part policy.KeyPart, route string) string {
 	switch part {
@@ -512,10 +593,12 @@ func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route s
 	if first < 0 {
 		first = 0
 	}
-	tag := l.By[first]
-	if tag == policy.PartGlobal {
+	switch tag := l.By[first]; tag {
+	case policy.PartGlobal:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, "global", "")
-	} else {
+	case policy.PartAttr:
+		dst = bucket.AppendAttrTag(dst, e.o.Prefix, l.ByAttr[first], l.AttrValue(first, in.Attributes))
+	default:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
 	}
 	dst = append(dst, ":b:"...)
@@ -524,8 +607,7 @@ func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route s
 		if i == first || part == policy.PartGlobal {
 			continue
 		}
-		dst = append(dst, '|')
-		dst = append(dst, bucket.EscapeID(value(in, part, route))...)
+		dst = bucket.AppendKeyPart(dst, partValue(in, l, i, route))
 	}
 	return dst
 }
@@ -631,6 +713,9 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	switch d.Outcome {
 	case Locked, StepUp:
 		m.Decisions.WithLabelValues(d.Lock.Rule, d.Class, d.Outcome.String()).Inc()
+		return
+	case AllowedList, DeniedList:
+		m.Decisions.WithLabelValues(d.List.Name, d.Class, d.Outcome.String()).Inc()
 		return
 	case Unavailable, Degraded:
 		for _, l := range d.applied {

@@ -13,6 +13,10 @@ const (
 	ResultUnavailable   = "unavailable"
 	ResultDegraded      = "degraded"
 	ResultShadowLimited = "shadow_limited"
+	// ResultAllowedList and ResultDeniedList count requests an allow or
+	// deny list decided; their limit label is the list's name.
+	ResultAllowedList = "allowed_list"
+	ResultDeniedList  = "denied_list"
 )
 
 // Metrics are the decision metrics of the contract. Labels are bounded:
@@ -39,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_decisions_total",
-			Help: "Decisions per applicable limit, by what that limit said (allowed, limited, locked, step_up, unavailable, degraded, shadow_limited).",
+			Help: "Decisions per applicable limit, by what that limit said (allowed, limited, locked, step_up, unavailable, degraded, shadow_limited; allowed_list and denied_list per list).",
 		}, []string{"limit", "class", "result"}),
 		Remaining: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_tokens_remaining_ratio",

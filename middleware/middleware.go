@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,11 @@ type Identity struct {
 	// routes), e.g. the username in the body; it is normalised
 	// (policy.NormalizeAccount) like every account.
 	Account string
+	// Attributes are the request's attributes (plan, tenant, ...: the
+	// policy's attr:NAME key parts and if.attr conditions); at most 16,
+	// checked as the check API checks them. The middleware only reads the
+	// map; do not change it afterwards (decision events may hold it).
+	Attributes map[string]string
 }
 
 // Options configures the middleware. Set exactly one of Engine and
@@ -210,7 +216,31 @@ func normalize(id *Identity, in *engine.Input) string {
 			*f.dst = policy.NormalizeAccount(f.v)
 		}
 	}
+	if len(id.Attributes) > policy.MaxAttributes {
+		return fmt.Sprintf("identity: %d attributes, at most %d", len(id.Attributes), policy.MaxAttributes)
+	}
+	for _, name := range sortedNames(id.Attributes) {
+		if msg := policy.CheckAttribute(name, id.Attributes[name]); msg != "" {
+			return fmt.Sprintf("identity: attribute %q %s", clip(name), msg)
+		}
+	}
+	if len(id.Attributes) > 0 {
+		in.Attributes = id.Attributes
+	}
 	return ""
+}
+
+// sortedNames returns the keys of m in order.
+func sortedNames(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // clip shortens s for a message.
@@ -358,6 +388,18 @@ func appendCheck(b []byte, in *engine.Input) []byte {
 	if in.Account != "" {
 		b = append(b, `,"account":`...)
 		b = api.AppendJSONString(b, in.Account)
+	}
+	if len(in.Attributes) > 0 {
+		b = append(b, `,"attributes":{`...)
+		for i, name := range sortedNames(in.Attributes) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = api.AppendJSONString(b, name)
+			b = append(b, ':')
+			b = api.AppendJSONString(b, in.Attributes[name])
+		}
+		b = append(b, '}')
 	}
 	b = append(b, `,"cost":`...)
 	b = strconv.AppendInt(b, int64(in.Cost), 10)

@@ -277,6 +277,10 @@ func TestIdentityRefused(t *testing.T) {
 		{"long device", middleware.Identity{IP: "192.0.2.1", DeviceID: strings.Repeat("d", 257)}, "identity: the device id is longer than 256 bytes"},
 		{"control in user", middleware.Identity{IP: "192.0.2.1", UserID: "u\n1"}, "identity: the user id contains a control character"},
 		{"bad utf-8 account", middleware.Identity{IP: "192.0.2.1", Account: "a\xff"}, "identity: the account is not valid UTF-8"},
+		{"bad attribute name", middleware.Identity{IP: "192.0.2.1", Attributes: map[string]string{"plan": "x", "Tier": "y"}},
+			`identity: attribute "Tier" is not a valid attribute name (want 1-32 characters of a-z 0-9 _)`},
+		{"long attribute", middleware.Identity{IP: "192.0.2.1", Attributes: map[string]string{"plan": strings.Repeat("p", 257)}},
+			`identity: attribute "plan" is longer than 256 bytes`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

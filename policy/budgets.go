@@ -58,12 +58,49 @@ func (p *Policy) WriteBudgets(w io.Writer) error {
 			if l.Shadow {
 				name += " (shadow)"
 			}
+			name += attrText(l.IfAttr)
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
-				class, mdEscape(name), keyText(l.By), mdEscape(rateText(l)),
+				class, mdEscape(name), keyText(l), mdEscape(rateText(l)),
 				strconv.FormatFloat(l.Burst, 'f', -1, 64), p.FailureModeOf(l, c))
 		}
 	}
+	p.writeLists(bw)
 	return bw.Flush()
+}
+
+// attrText describes a limit's `if.attr` ("" when it has none):
+// " (plan: free or trial; tenant: acme)".
+func attrText(conds []AttrCondition) string {
+	if len(conds) == 0 {
+		return ""
+	}
+	parts := make([]string, len(conds))
+	for i, c := range conds {
+		parts[i] = c.Name + ": " + orList(c.Values)
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// writeLists writes the allow and deny lists, when the policy has any.
+func (p *Policy) writeLists(bw *bufio.Writer) {
+	if !p.HasLists() {
+		return
+	}
+	bw.WriteString("\n## Allow and deny lists\n\nA request on a deny list is answered 403 `DENIED`; ")
+	bw.WriteString("else one on an allow list is exempt from every limit above.\n\n")
+	bw.WriteString("| list | matches | entries | effect |\n| --- | --- | --- | --- |\n")
+	for _, group := range []struct {
+		lists  []*List
+		effect string
+	}{{p.Deny, "deny"}, {p.Allow, "allow"}} {
+		for _, l := range group.lists {
+			n := 0
+			if s := l.Set(); s != nil {
+				n = s.Len()
+			}
+			fmt.Fprintf(bw, "| %s | %s | %d | %s |\n", mdEscape(l.Name), l.KindText(), n, group.effect)
+		}
+	}
 }
 
 // classLimits lists, in file order, the limits that apply to some request
@@ -89,11 +126,11 @@ func (p *Policy) classLimits(c int) []*Limit {
 	return out
 }
 
-// keyText joins key parts with " + ".
-func keyText(by []KeyPart) string {
-	parts := make([]string, len(by))
-	for i, k := range by {
-		parts[i] = k.String()
+// keyText joins a limit's key parts with " + ".
+func keyText(l *Limit) string {
+	parts := make([]string, len(l.By))
+	for i := range l.By {
+		parts[i] = l.PartName(i)
 	}
 	return strings.Join(parts, " + ")
 }

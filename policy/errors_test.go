@@ -34,7 +34,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		{"yaml bad indentation", "version: 1\nlimits: x\n  y: z\n", `p.yaml:3: invalid YAML: mapping values are not allowed in this context`},
 		{"yaml unknown anchor", "version: 1\nlimits: *nope\n", `p.yaml:2: invalid YAML: unknown anchor 'nope' referenced`},
 		{"two documents", head + "---\nversion: 1\n", `p.yaml:6: only one YAML document is allowed (found a second one)`},
-		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk)`},
+		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny)`},
 		{"duplicate top key", head + "version: 1\n", `p.yaml:6: duplicate key "version" (first at line 1)`},
 		{"non-string key", head + "[a]: 1\n", `p.yaml:6: mapping key must be a string, got a list`},
 
@@ -64,7 +64,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		{"rate is a list", head + "  - {name: b, by: [ip], rate: [1/s]}\n", `p.yaml:6: rate: want a value, got a list`},
 		{"by empty", head + "  - {name: b, by: [], rate: 1/s}\n", `p.yaml:6: by: must not be empty`},
 		{"by not a list", head + "  - {name: b, by: ip, rate: 1/s}\n", `p.yaml:6: by: want a list, got "ip"`},
-		{"by unknown part", head + "  - {name: b, by: [ip, cookie], rate: 1/s}\n", `p.yaml:6: by "cookie": want global, ip, user, device, account, asn or route`},
+		{"by unknown part", head + "  - {name: b, by: [ip, cookie], rate: 1/s}\n", `p.yaml:6: by "cookie": want global, ip, user, device, account, asn, route or attr:NAME`},
 		{"by duplicate part", head + "  - {name: b, by: [ip, ip], rate: 1/s}\n", `p.yaml:6: by: "ip" listed twice`},
 		{"by global combined", head + "  - {name: b, by: [global, route], rate: 1/s}\n", `p.yaml:6: by: global cannot be combined with other key parts`},
 		{"burst below 1", head + "  - {name: b, by: [ip], rate: 1/s, burst: 0.5}\n", `p.yaml:6: burst 0.5: must be at least 1 (a smaller bucket never holds a whole request)`},
@@ -74,7 +74,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		{"shadow not bool", head + "  - {name: b, by: [ip], rate: 1/s, shadow: yes}\n", `p.yaml:6: shadow: want true or false, got "yes"`},
 		{"limit failure mode", head + "  - {name: b, by: [ip], rate: 1/s, failure_mode: maybe}\n", `p.yaml:6: failure_mode "maybe": want open or closed`},
 		{"if unknown class", head + "  - {name: b, by: [ip], rate: 1/s, if: {class: [auth, wirte]}}\n", `p.yaml:6: unknown class "wirte" (classes: auth, default)`},
-		{"if unknown field", head + "  - {name: b, by: [ip], rate: 1/s, if: {auth: true}}\n", `p.yaml:6: unknown field "auth" (want one of authenticated, class)`},
+		{"if unknown field", head + "  - {name: b, by: [ip], rate: 1/s, if: {auth: true}}\n", `p.yaml:6: unknown field "auth" (want one of authenticated, class, attr)`},
 		{"if not bool", head + "  - {name: b, by: [ip], rate: 1/s, if: {authenticated: 1}}\n", `p.yaml:6: authenticated: want true or false, got "1"`},
 		{"if empty class list", head + "  - {name: b, by: [ip], rate: 1/s, if: {class: []}}\n", `p.yaml:6: class: must not be empty`},
 		{"if is a list", head + "  - {name: b, by: [ip], rate: 1/s, if: [auth]}\n", `p.yaml:6: if: want a mapping, got a list`},
@@ -96,7 +96,7 @@ func TestParseBrokenFiles(t *testing.T) {
 
 		// identity.
 		{"identity is a list", head + "identity: [X-User-Id]\n", `p.yaml:6: identity: want a mapping, got a list`},
-		{"identity unknown field", head + "identity: {user_header: X-User-Id, ip_header: X-Real-Ip}\n", `p.yaml:6: unknown field "ip_header" (want one of trusted_proxies, user_header, user_signature_header, user_signature_key_env, device_header, account_body_field, account_header)`},
+		{"identity unknown field", head + "identity: {user_header: X-User-Id, ip_header: X-Real-Ip}\n", `p.yaml:6: unknown field "ip_header" (want one of trusted_proxies, user_header, user_signature_header, user_signature_key_env, device_header, account_body_field, account_header, attributes)`},
 		{"trusted proxy bad cidr", head + "identity:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `p.yaml:7: trusted_proxies "10.0.0.0/33": not a CIDR prefix or IP address`},
 		{"trusted proxy not an ip", head + "identity:\n  trusted_proxies:\n    - proxy.local\n", `p.yaml:8: trusted_proxies "proxy.local": not a CIDR prefix or IP address`},
 		{"header not a token", head + "identity: {user_header: \"X User\"}\n", `p.yaml:6: user_header "X User": not a valid HTTP header name`},

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// errLine is the shape of every line of a Parse error.
-var errLine = regexp.MustCompile(`^fuzz\.yaml:\d+: `)
+// errLine is the shape of every line of a Parse error: FILE:LINE, FILE
+// the policy's name or a list file's path.
+var errLine = regexp.MustCompile(`^(fuzz\.yaml|[^\n]+):\d+: `)
 
 func FuzzParse(f *testing.F) {
 	f.Add(Example())
@@ -22,6 +23,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version: 1\nx: &a {<<: [*a, *a]}\nlimits: [*a]\n"))
 	f.Add([]byte(withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 0, window: 1m, action: tighten, duration: 1m}\n")))
 	f.Add([]byte(withRisk("  reputation: {rules: [{asns: [0, 4294967296], cidrs: [x]}]}\n")))
+	f.Add([]byte(head + "  - {name: b, by: [attr:plan, ip], rate: 1/s, if: {attr: {plan: [free, trial]}}}\nidentity: {attributes: {plan: X-Plan}}\n"))
+	f.Add([]byte(head + "lists:\n  x: {file: testdata/budgets-example.md, kind: \"attr:plan\"}\nallow: [x]\ndeny: [x, y]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
 		p, err := Parse("fuzz.yaml", data)

@@ -29,6 +29,11 @@ type Holder struct {
 	// and the error on failure. Use it for metrics
 	// (tollgate_policy_reloads_total) and logs.
 	OnReload func(p *Policy, err error)
+	// OnListReload, when not nil, is called after each attempt to reload
+	// a changed list file of the policy in force: with a nil error when
+	// its new entries are in force, with the error (the old entries stay)
+	// otherwise. Use it for metrics (tollgate_list_reloads_total) and logs.
+	OnListReload func(l *List, err error)
 
 	path   string
 	logger *slog.Logger
@@ -163,7 +168,7 @@ func (h *Holder) finish(p *Policy, err error) error {
 // (and reported to OnReload when a reload was attempted). For the built-in
 // policy it returns at once.
 func (h *Holder) Watch(ctx context.Context, interval time.Duration) {
-	if h.path == "" {
+	if h.path == "" && !h.hasLists() {
 		return
 	}
 	if interval <= 0 {
@@ -179,6 +184,93 @@ func (h *Holder) Watch(ctx context.Context, interval time.Duration) {
 			if changed, err := h.CheckOnce(); err != nil && !changed {
 				h.logger.Warn("policy: cannot check policy file", "file", h.path, "error", err.Error())
 			}
+			h.CheckListsOnce()
 		}
+	}
+}
+
+func (h *Holder) hasLists() bool {
+	p := h.cur.Load()
+	return p != nil && len(p.Lists) > 0
+}
+
+// CheckListsOnce looks whether a list file of the policy in force changed
+// since it was last loaded (by modification time and size, then by
+// content hash) and reloads each that did and has stayed unchanged since
+// the previous call (so a file still being written is not loaded half
+// done: a change is loaded on the second call that sees it). Valid new
+// entries are put in force at once; a file that cannot be read or has a bad line
+// ("FILE:LINE: ...") is logged and reported to OnListReload, and the old
+// entries stay until the file changes again. It returns how many lists
+// were reloaded. Watch calls it on every tick.
+func (h *Holder) CheckListsOnce() (reloaded int) {
+	p := h.cur.Load()
+	if p == nil || len(p.Lists) == 0 {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range p.Lists {
+		if h.checkList(l) {
+			reloaded++
+		}
+	}
+	return reloaded
+}
+
+// checkList reloads l if its file changed; h.mu must be held.
+func (h *Holder) checkList(l *List) bool {
+	fi, err := os.Stat(l.File)
+	if err != nil {
+		if !l.missing {
+			l.missing = true
+			h.listFailed(l, fmt.Errorf("policy: list %s: %w", l.Name, err))
+		}
+		return false
+	}
+	if !l.missing && l.known && fi.ModTime().Equal(l.seen.modTime) && fi.Size() == l.seen.size {
+		return false
+	}
+	// A file being written (a download, a copy, a truncate and write)
+	// must not load half-written: a change is read once the file is
+	// seen unchanged on two checks in a row.
+	if !l.pendingSet || !fi.ModTime().Equal(l.pending.modTime) || fi.Size() != l.pending.size {
+		l.pending, l.pendingSet = fileStamp{modTime: fi.ModTime(), size: fi.Size()}, true
+		return false
+	}
+	l.pendingSet = false
+	set, sum, err := readList(l.File, l.Kind)
+	if err != nil && set == nil && sum == [32]byte{} {
+		if !l.missing {
+			l.missing = true
+			h.listFailed(l, err)
+		}
+		return false
+	}
+	l.missing = false
+	stamp := fileStamp{modTime: fi.ModTime(), size: fi.Size(), sum: sum}
+	if sum == l.seen.sum {
+		l.seen, l.known = stamp, true
+		return false
+	}
+	l.seen, l.known = stamp, true
+	if err != nil {
+		h.listFailed(l, err)
+		return false
+	}
+	l.set.Store(set)
+	h.logger.Info("policy: list reloaded", "list", l.Name, "file", l.File, "entries", set.Len())
+	if h.OnListReload != nil {
+		h.OnListReload(l, nil)
+	}
+	return true
+}
+
+// listFailed logs and reports a list reload that was refused.
+func (h *Holder) listFailed(l *List, err error) {
+	h.logger.Error("policy: list reload refused, old entries stay in force",
+		"list", l.Name, "file", l.File, "error", err.Error())
+	if h.OnListReload != nil {
+		h.OnListReload(l, err)
 	}
 }

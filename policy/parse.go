@@ -27,11 +27,11 @@ const (
 
 // The keys each mapping of the file may have.
 var (
-	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field", "account_header"}
+	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
-	ifFields       = []string{"authenticated", "class"}
+	ifFields       = []string{"authenticated", "class", "attr"}
 	failureModes   = []string{"open", "closed"}
 	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
 )
@@ -168,6 +168,20 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 	if f, ok := top.get("risk"); ok {
 		p.Risk = ps.risk(f)
 	}
+	var listNames []string
+	if f, ok := top.get("lists"); ok {
+		p.Lists, listNames = ps.lists(f)
+	}
+	for _, name := range []string{"allow", "deny"} {
+		if f, ok := top.get(name); ok {
+			l := ps.listNames(f, p.Lists, listNames)
+			if name == "allow" {
+				p.Allow = l
+			} else {
+				p.Deny = l
+			}
+		}
+	}
 	return p
 }
 
@@ -227,6 +241,8 @@ func (ps *parser) identity(f field) Identity {
 			if s, ok := ps.str(g); ok {
 				id.AccountBodyField = s
 			}
+		case "attributes":
+			id.Attributes = ps.attributeHeaders(g)
 		}
 	}
 	if id.UserSignatureKeyEnv != "" && id.UserSignatureHeader == "" {
@@ -395,9 +411,9 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 				lim.Name = s
 			}
 		case "by":
-			by, good := ps.keyParts(g)
+			by, attrs, good := ps.keyParts(g)
 			ok = ok && good
-			lim.By = by
+			lim.By, lim.ByAttr = by, attrs
 		case "rate":
 			s, good := ps.scalar(g.val, g.name)
 			if !good {
@@ -454,37 +470,50 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 	return lim, ok
 }
 
-// keyParts parses a limit's `by`.
-func (ps *parser) keyParts(g field) ([]KeyPart, bool) {
+// keyParts parses a limit's `by`: the parts and, when one is an
+// attribute, the attribute names parallel to them.
+func (ps *parser) keyParts(g field) ([]KeyPart, []string, bool) {
 	l, ok := ps.nonEmptyList(g)
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
 	var parts []KeyPart
+	var names []string // attribute names, parallel to parts
 	for _, n := range l {
 		s, good := ps.scalar(n, "by")
 		if !good {
 			ok = false
 			continue
 		}
-		part, good := keyPartOf(s)
-		if !good {
-			ps.errorf(n, "by %q: want %s", s, orList(keyPartNames))
+		part, known := keyPartOf(s)
+		name := ""
+		if attr, isAttr := strings.CutPrefix(s, "attr:"); isAttr {
+			if !ValidAttrName(attr) {
+				ps.errorf(n, "by %q: attribute name %q: want 1-%d characters of a-z 0-9 _", s, attr, MaxAttrName)
+				ok = false
+				continue
+			}
+			part, name = PartAttr, attr
+		} else if !known {
+			ps.errorf(n, "by %q: want %s", s, orList(append(keyPartNames[:len(keyPartNames):len(keyPartNames)], "attr:NAME")))
 			ok = false
 			continue
 		}
-		if indexOfPart(parts, part) >= 0 {
+		if (part != PartAttr && indexOfPart(parts, part) >= 0) || (part == PartAttr && contains(names, name)) {
 			ps.errorf(n, "by: %q listed twice", s)
 			ok = false
 			continue
 		}
-		parts = append(parts, part)
+		parts, names = append(parts, part), append(names, name)
 	}
 	if ok && len(parts) > 1 && indexOfPart(parts, PartGlobal) >= 0 {
 		ps.errorf(g.val, "by: global cannot be combined with other key parts")
 		ok = false
 	}
-	return parts, ok
+	if indexOfPart(parts, PartAttr) < 0 {
+		names = nil
+	}
+	return parts, names, ok
 }
 
 // limitIf parses a limit's `if`.
@@ -527,6 +556,11 @@ func (ps *parser) limitIf(g field, classes []string, lim *Limit) bool {
 				lim.IfClasses = append(lim.IfClasses, s)
 			}
 		}
+	}
+	if h, has := m.get("attr"); has {
+		conds, good := ps.attrConditions(h)
+		lim.IfAttr = conds
+		ok = ok && good
 	}
 	return ok
 }
@@ -617,7 +651,8 @@ func allDigits(s string) bool {
 	return true
 }
 
-// keyPartOf maps a `by` word to its KeyPart.
+// keyPartOf maps a `by` word to its KeyPart (attributes are parsed by
+// keyParts).
 func keyPartOf(s string) (KeyPart, bool) {
 	for i, name := range keyPartNames {
 		if name == s {

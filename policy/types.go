@@ -17,6 +17,9 @@ const (
 	PartAccount
 	PartASN
 	PartRoute
+	// PartAttr is an attribute (`attr:NAME`); the attribute's name is in
+	// Limit.ByAttr at the same index of By.
+	PartAttr
 )
 
 // String returns the key part as written in the policy file ("ip", "route", ...).
@@ -36,6 +39,8 @@ func (k KeyPart) String() string {
 		return "asn"
 	case PartRoute:
 		return "route"
+	case PartAttr:
+		return "attr"
 	}
 	return "unknown"
 }
@@ -93,6 +98,11 @@ type Policy struct {
 	FailureByClass map[string]FailureMode
 	// Risk is the `risk` section.
 	Risk Risk
+	// Lists are the `lists`, in file order; Allow and Deny the lists
+	// named by `allow` and `deny`, in file order. A request on a deny list
+	// is denied; else one on an allow list is exempt from every limit.
+	Lists       []*List
+	Allow, Deny []*List
 
 	// applicable[classIndex*2+auth] lists the limits whose `if` matches.
 	applicable [][]*Limit
@@ -126,6 +136,22 @@ type Identity struct {
 	// AccountHeader, when set, names a header carrying the account on
 	// class auth routes (used when the body field is absent).
 	AccountHeader string
+	// Attributes fill the request's attributes from headers
+	// (`identity.attributes`), sorted by attribute name.
+	Attributes []AttributeHeader
+}
+
+// AttributeHeader is one entry of `identity.attributes`: the attribute
+// Name is read from the request header Header.
+type AttributeHeader struct {
+	Name, Header string
+}
+
+// AttrCondition is one entry of a limit's `if.attr`: the request's
+// attribute Name must have one of Values.
+type AttrCondition struct {
+	Name   string
+	Values []string
 }
 
 // Route is one entry of `routes`.
@@ -151,6 +177,9 @@ type Limit struct {
 	Name string
 	// By lists the key parts, in file order.
 	By []KeyPart
+	// ByAttr, when By has a PartAttr, is parallel to By and holds each
+	// PartAttr's attribute name ("" for the other parts); nil otherwise.
+	ByAttr []string
 	// Rate is N of `rate: N/period`: tokens refilled per Period.
 	Rate float64
 	// Period is the rate's period: 1s, 1m or 1h.
@@ -166,6 +195,9 @@ type Limit struct {
 	IfAuthenticated *bool
 	// IfClasses restricts the limit to these classes when non-empty.
 	IfClasses []string
+	// IfAttr restricts the limit to requests whose attributes each match
+	// (`if.attr`), when non-empty; sorted by attribute name.
+	IfAttr []AttrCondition
 	// FailureMode is the limit's own `failure_mode`, if it sets one.
 	FailureMode *FailureMode
 	// Line is the line of the limit in the policy file.

@@ -97,8 +97,8 @@ type Config struct {
 	L1MaxEntries int
 	// L1NoMultipliers stops the L1 cache from caching multipliers.
 	L1NoMultipliers bool
-	// WatchInterval is how often the policy file is checked for changes
-	// (default 2s).
+	// WatchInterval is how often the policy file and its list files are
+	// checked for changes (default 2s).
 	WatchInterval time.Duration
 	// ASNWatchInterval is how often the ASN database file is checked for
 	// a new version (default 1m).
@@ -225,6 +225,20 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	reg.MustRegister(reloads)
 	reloads.WithLabelValues("ok") // export both series from the start, for alerting
 	reloads.WithLabelValues("error")
+	listReloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_list_reloads_total",
+		Help: "Reloads of changed allow/deny list files by list and result (ok, error); a refused file keeps the list's old entries.",
+	}, []string{"list", "result"})
+	reg.MustRegister(listReloads)
+	reg.MustRegister(listEntries{holder: holder, desc: prometheus.NewDesc("tollgate_list_entries",
+		"Entries in force per allow/deny list of the running policy.", []string{"list"}, nil)})
+	holder.OnListReload = func(l *policy.List, err error) {
+		result := "ok"
+		if err != nil {
+			result = "error" // the holder logged it with FILE:LINE
+		}
+		listReloads.WithLabelValues(l.Name, result).Inc()
+	}
 	rep := newReputationState(cfg.Logger.With("component", "reputation"), reg, cfg.ASNWatchInterval)
 	if err := rep.apply(holder.Current()); err != nil {
 		return nil, err
@@ -569,4 +583,27 @@ func RedactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// listEntries exports tollgate_list_entries{list}: the entries in force of
+// each list of the running policy.
+type listEntries struct {
+	holder *policy.Holder
+	desc   *prometheus.Desc
+}
+
+// Describe implements prometheus.Collector.
+func (c listEntries) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c listEntries) Collect(ch chan<- prometheus.Metric) {
+	p := c.holder.Current()
+	if p == nil {
+		return
+	}
+	for _, l := range p.Lists {
+		if s := l.Set(); s != nil {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Len()), l.Name)
+		}
+	}
 }

@@ -117,7 +117,8 @@ func (e *Engine) SetPolicy(o Options) {
 // the extended slice. seq is the JetStream stream sequence of the message
 // carrying the decision and index its position in the message's batch; a
 // (seq, index) not after the last one processed is a redelivery and is
-// ignored. seq 0 disables that check. Decisions with a zero timestamp, or
+// ignored. seq 0 disables that check. Decisions of requests on an allow
+// list (result allowed_list) are ignored. Decisions with a zero timestamp, or
 // one before 1970 or after 2223, are ignored (after the dedupe check). In steady state (keys already tracked, nothing firing) it does
 // not allocate.
 func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out []Action) []Action {
@@ -126,8 +127,8 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.fresh(seq, index) {
-		return out
+	if !e.fresh(seq, index) || d.Result == "allowed_list" {
+		return out // an allow list exempts the request from every signal
 	}
 	ns, ok := eventTime(d.TS)
 	if !ok {
@@ -147,8 +148,10 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 // ApplyReport processes one report and appends the actions it causes to out
 // (locks, velocity multipliers and alerts; a ClearLock for a step_up_passed
 // report), returning the extended slice. seq and index work as for
-// ApplyDecision, in the same sequence space. Reports with a zero or
-// out-of-range timestamp are ignored.
+// ApplyDecision, in the same sequence space. Reports of identities on an
+// allow list (AllowList set) count for no velocity rule (a step_up_passed
+// still clears the account's lock). Reports with a zero or out-of-range
+// timestamp are ignored.
 func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Action) []Action {
 	if r == nil {
 		return out
@@ -166,7 +169,9 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	if r.Type == streams.ReportStepUpPassed && r.Account != "" {
 		out = e.stepUpPassed(r, ns, out)
 	}
-	out = e.velocityReport(r, ns, out)
+	if r.AllowList == "" { // an allow list exempts the identity from every signal
+		out = e.velocityReport(r, ns, out)
+	}
 	e.sweepReport()
 	return out
 }

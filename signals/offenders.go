@@ -22,6 +22,8 @@ const (
 type limitRule struct {
 	Name string
 	By   []policy.KeyPart
+	// ByAttr is the limit's policy.Limit.ByAttr (attribute names).
+	ByAttr []string
 	// subjectPart is the index in By of the first subject part, -1 if none.
 	subjectPart int
 	// subject is that part as text, "ip" when there is none.
@@ -51,7 +53,7 @@ func compileLimit(l policy.Limit) *limitRule {
 	if l.Name == "" || len(l.By) == 0 {
 		return nil
 	}
-	r := &limitRule{Name: l.Name, By: slices.Clone(l.By), subjectPart: -1, subject: policy.PartIP.String()}
+	r := &limitRule{Name: l.Name, By: slices.Clone(l.By), ByAttr: slices.Clone(l.ByAttr), subjectPart: -1, subject: policy.PartIP.String()}
 	for i, p := range l.By {
 		if p.IsSubject() {
 			r.subjectPart, r.subject = i, p.String()
@@ -79,7 +81,7 @@ func (e *Engine) configureOffenders(ro *policy.RepeatOffender, limits []policy.L
 	}
 	e.off.each(func(en *entry[offState]) {
 		nl := e.limits[en.val.lim.Name]
-		if e.perMinute == 0 || nl == nil || !slices.Equal(nl.By, en.val.lim.By) {
+		if e.perMinute == 0 || nl == nil || !slices.Equal(nl.By, en.val.lim.By) || !slices.Equal(nl.ByAttr, en.val.lim.ByAttr) {
 			e.off.remove(en)
 			return
 		}
@@ -122,6 +124,9 @@ func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) [
 	b := append(append(e.buf[:0], lim.Name...), 0)
 	for i, p := range lim.By {
 		v := decisionPart(d, p)
+		if p == policy.PartAttr && i < len(lim.ByAttr) {
+			v = d.Attributes[lim.ByAttr[i]]
+		}
 		if v == "" {
 			e.buf = b
 			return out // the limit does not apply to this request

@@ -90,7 +90,7 @@ func decodeBoth(t *testing.T, data []byte) {
 		t.Fatalf("%q reused:\n got %+v\nwant %+v", data, reused, std)
 	}
 	for i := range std.Decisions {
-		if reused.Decisions[i] != std.Decisions[i] {
+		if !reflect.DeepEqual(reused.Decisions[i], std.Decisions[i]) {
 			t.Fatalf("%q reused decision %d:\n got %+v\nwant %+v", data, i, reused.Decisions[i], std.Decisions[i])
 		}
 	}

@@ -31,7 +31,8 @@ type Decision struct {
 	Limit string `json:"limit"`
 	// Allowed is whether the request was admitted.
 	Allowed bool `json:"allowed"`
-	// Result is allowed, limited, locked, step_up, degraded or unavailable.
+	// Result is allowed, limited, locked, step_up, degraded, unavailable,
+	// allowed_list or denied_list (Limit is then the list's name).
 	Result string `json:"result"`
 	// Remaining is the binding limit's whole tokens left.
 	Remaining int64 `json:"remaining"`
@@ -42,6 +43,9 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
+	// Attributes are the request's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // DecisionBatch is the body of a decisions message.
@@ -79,6 +83,14 @@ type Report struct {
 	UserID   string `json:"user_id,omitempty"`
 	// Attested is true when the device had a valid attestation at the time.
 	Attested bool `json:"attested,omitempty"`
+	// Attributes are the report's attributes (contract 6.9), omitted when
+	// it has none.
+	Attributes map[string]string `json:"attributes,omitempty"`
+	// AllowList names the allow list the reported identity was on when
+	// the limiter accepted the report ("" for none): the risk engine
+	// ignores such reports, as the policy exempts the identity from
+	// every signal.
+	AllowList string `json:"allow_list,omitempty"`
 }
 
 // Alert kinds.
