@@ -73,6 +73,10 @@ type Options struct {
 	// e.g. "http://127.0.0.1:8080"; the middleware POSTs to
 	// LimiterURL + "/v1/check".
 	LimiterURL string
+	// APIToken is the limiter's --api-token, sent as a bearer token with
+	// every remote check ("" sends none). Remote mode's answer to a 401
+	// is FailOpen's.
+	APIToken string
 	// HTTPClient makes the remote calls (default: a client of its own with
 	// keep-alive connections that does not follow redirects). Do not give
 	// it a retrying transport: the check is on the request path.
@@ -103,6 +107,7 @@ type Options struct {
 type limiter struct {
 	eng      *engine.Engine
 	checkURL string
+	auth     []string // the Authorization header of remote checks, or nil
 	client   *http.Client
 	identify func(r *http.Request) (Identity, bool)
 	cost     func(r *http.Request) int
@@ -135,6 +140,9 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 			return nil, fmt.Errorf("%w: %q", ErrLimiterURL, o.LimiterURL)
 		}
 		l.checkURL = strings.TrimRight(o.LimiterURL, "/") + "/v1/check"
+		if o.APIToken != "" {
+			l.auth = []string{"Bearer " + o.APIToken}
+		}
 		if l.client == nil {
 			l.client = defaultClient()
 		}
@@ -359,6 +367,9 @@ func (l *limiter) call(parent context.Context, rid string, body []byte) (int, ht
 	}
 	req.Header["Content-Type"] = []string{"application/json"}
 	req.Header["X-Request-Id"] = []string{rid}
+	if l.auth != nil {
+		req.Header["Authorization"] = l.auth
+	}
 	resp, err := l.client.Do(req)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("middleware: check: %w", err)
