@@ -41,6 +41,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, aerr)
 		return
 	}
+	st.in.DeviceVerified = s.deviceVerified(st.in.DeviceToken, st.in.DeviceID)
 	if err := s.o.Engine.Decide(r.Context(), &st.in, &st.d); err != nil {
 		s.o.Logger.Error("check: decide", "request_id", rid, "err", err)
 		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
@@ -66,7 +67,8 @@ func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
-		Attributes: in.Attributes,
+		DeviceVerified: in.DeviceVerified,
+		Attributes:     in.Attributes,
 	}
 	switch {
 	case d.Outcome == engine.AllowedList:

@@ -20,7 +20,15 @@ import (
 // identityHeaders are the headers that say who a proxied request is; each
 // may be given at most once (6.4). A new identity header is one more entry.
 func identityHeaders(ident *policy.Identity) []string {
-	return []string{ident.UserHeader, ident.UserSignatureHeader, ident.DeviceHeader, ident.AccountHeader}
+	return []string{ident.UserHeader, ident.UserSignatureHeader, ident.DeviceHeader, deviceTokenHeader(ident), ident.AccountHeader}
+}
+
+// deviceTokenHeader is the header of the device token (6.3).
+func deviceTokenHeader(ident *policy.Identity) string {
+	if ident.DeviceTokenHeader == "" {
+		return policy.DefaultDeviceTokenHeader
+	}
+	return ident.DeviceTokenHeader
 }
 
 // sameHeaderName reports whether two header names are one to an upstream:

@@ -202,6 +202,10 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			id.in.DeviceID = dev
 		}
 	}
+	if id.in.DeviceID != "" {
+		tok, _ := headerValue(r.Header, deviceTokenHeader(ident))
+		id.in.DeviceVerified = p.s.deviceVerified(tok, id.in.DeviceID)
+	}
 	if aerr := attributesFromHeaders(r.Header, ident, &id.in); aerr != nil {
 		return aerr
 	}
@@ -325,7 +329,7 @@ func (p *proxy) outcome(resp *http.Response) error {
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, Attributes: id.in.Attributes}
 	rep.AllowList = p.s.allowList(rep)
 	if typ == streams.ReportLoginSucceeded {
-		rep.Attested = p.s.attested(resp.Request.Context(), id.in.DeviceID)
+		rep.Attested = id.in.DeviceVerified // a proven device, not a claimed id
 	}
 	p.s.reports.Add(1)
 	go func() {

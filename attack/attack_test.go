@@ -221,10 +221,10 @@ func TestAttackSecondUserHeaderForwarded(t *testing.T) {
 	if code, body := do(t, "GET", tg.public+"/feed", "", h); code != http.StatusBadRequest || !strings.Contains(body, "X-User-Id") {
 		t.Errorf("two X-User-Id: %d %.160s; want 400 naming the header", code, body)
 	}
-	for _, name := range []string{"X-User-Signature", "X-Device-Id"} {
+	for _, name := range []string{"X-User-Signature", "X-Device-Id", "X-Device-Token", "X_User_Id"} {
 		h := from("198.51.100.1", "X-User-Id", "alice", "X-User-Signature", sign("alice"), name, "one")
 		h.Add(name, "two")
-		if code, body := do(t, "GET", tg.public+"/feed", "", h); code != http.StatusBadRequest || !strings.Contains(body, name) {
+		if code, body := do(t, "GET", tg.public+"/feed", "", h); code != http.StatusBadRequest || !strings.Contains(body, strings.ReplaceAll(name, "_", "-")) {
 			t.Errorf("two %s: %d %.160s; want 400 naming the header", name, code, body)
 		}
 	}

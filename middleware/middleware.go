@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 )
@@ -51,6 +52,10 @@ type Identity struct {
 	UserID string
 	// DeviceID is the app install's device id, if the app sends one.
 	DeviceID string
+	// DeviceToken is the device token the app got from attestation
+	// (contract 6.3), if it sends one (e.g. in X-Device-Token): only with
+	// a valid one does the device count as attested.
+	DeviceToken string
 	// Account is the account a login or token request is for (class auth
 	// routes), e.g. the username in the body; it is normalised
 	// (policy.NormalizeAccount) like every account.
@@ -97,6 +102,10 @@ type Options struct {
 	// request through with X-RateLimit-Degraded: 1; false (the zero
 	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1.
 	FailOpen bool
+	// DeviceTokens verifies Identity.DeviceToken in direct mode (the
+	// limiters' key: attestation.TokensFromPolicy); nil treats every
+	// device as unverified. Remote mode sends the token to the limiter.
+	DeviceTokens *attestation.Tokens
 	// Logger receives failures (default: discarded). Failures of the
 	// remote limiter are logged at most once a second, with a count of the
 	// ones suppressed.
@@ -106,6 +115,7 @@ type Options struct {
 // limiter is a configured middleware.
 type limiter struct {
 	eng      *engine.Engine
+	tokens   *attestation.Tokens
 	checkURL string
 	auth     []string // the Authorization header of remote checks, or nil
 	client   *http.Client
@@ -126,7 +136,7 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if (o.Engine == nil) == (o.LimiterURL == "") {
 		return nil, ErrMode
 	}
-	l := &limiter{eng: o.Engine, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
+	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -224,6 +234,9 @@ func normalize(id *Identity, in *engine.Input) string {
 			*f.dst = policy.NormalizeAccount(f.v)
 		}
 	}
+	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
+		in.DeviceToken = id.DeviceToken // a bad token is no error: the device is unverified
+	}
 	if len(id.Attributes) > policy.MaxAttributes {
 		return fmt.Sprintf("identity: %d attributes, at most %d", len(id.Attributes), policy.MaxAttributes)
 	}
@@ -292,6 +305,7 @@ func cleanPath(p string) bool {
 
 // direct decides in process.
 func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
+	in.DeviceVerified = in.DeviceID != "" && l.tokens.Verify(in.DeviceToken, in.DeviceID, time.Now())
 	d := engine.GetDecision()
 	if err := l.eng.Decide(r.Context(), in, d); err != nil {
 		engine.PutDecision(d)
@@ -399,6 +413,10 @@ func appendCheck(b []byte, in *engine.Input) []byte {
 	if in.Account != "" {
 		b = append(b, `,"account":`...)
 		b = api.AppendJSONString(b, in.Account)
+	}
+	if in.DeviceToken != "" {
+		b = append(b, `,"device_token":`...)
+		b = api.AppendJSONString(b, in.DeviceToken)
 	}
 	if len(in.Attributes) > 0 {
 		b = append(b, `,"attributes":{`...)

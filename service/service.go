@@ -350,8 +350,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		Gatherer:     reg,
 		Events:       ev.publisher,
 		Reporter:     ev.publisher,
+		Audit:        ev.publisher,
 		Offenders:    ev.offenders,
 		Attestation:  att.view,
+		DeviceTokens: att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {
 			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {

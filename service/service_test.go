@@ -32,6 +32,9 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if os.Getenv("TG_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
 	if err != nil {

@@ -16,6 +16,9 @@ import (
 const (
 	DecisionsStream = "_DECISIONS"
 	EventsStream    = "_EVENTS"
+	// AuditStream holds admin changes (<prefix>audit.>), kept for
+	// AuditMaxAge: riskd rebuilds its record of admin overrides from it.
+	AuditStream = "_AUDIT"
 )
 
 // Config names the subjects and retention.
@@ -34,6 +37,12 @@ type Config struct {
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
 	// when full, the oldest events are discarded.
 	EventsMaxBytes int64
+	// AuditMaxAge is how long admin changes are kept (default 400 days:
+	// longer than the longest admin multiplier ttl, 365 days);
+	// AuditMaxBytes bounds the audit stream (default 256 MiB; the oldest
+	// changes go first).
+	AuditMaxAge   time.Duration
+	AuditMaxBytes int64
 	// Memory keeps streams in memory instead of files (tests, embedded mode).
 	Memory bool
 }
@@ -56,6 +65,12 @@ func (c *Config) defaults() {
 	}
 	if c.EventsMaxBytes <= 0 {
 		c.EventsMaxBytes = 1 << 30
+	}
+	if c.AuditMaxAge <= 0 {
+		c.AuditMaxAge = 400 * 24 * time.Hour
+	}
+	if c.AuditMaxBytes <= 0 {
+		c.AuditMaxBytes = 256 << 20
 	}
 }
 
@@ -88,9 +103,10 @@ func Connect(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// EnsureStreams creates the two streams, or updates them to cfg when they
+// EnsureStreams creates the three streams, or updates them to cfg when they
 // exist: calling it again is harmless. Each has a size bound
-// (DecisionsMaxBytes, EventsMaxBytes) past which the oldest messages go.
+// (DecisionsMaxBytes, EventsMaxBytes, AuditMaxBytes) past which the oldest
+// messages go.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.defaults()
 	storage := jetstream.FileStorage
@@ -113,6 +129,16 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Subjects:    []string{cfg.Prefix + "reports.>", cfg.Prefix + "alerts.>"},
 			MaxAge:      cfg.EventsMaxAge,
 			MaxBytes:    cfg.EventsMaxBytes,
+			Storage:     storage,
+			Discard:     jetstream.DiscardOld,
+			Duplicates:  10 * time.Minute,
+		},
+		{
+			Name:        cfg.Name + AuditStream,
+			Description: "Tollgate admin changes (audit), for operators and riskd",
+			Subjects:    []string{cfg.Prefix + "audit.>"},
+			MaxAge:      cfg.AuditMaxAge,
+			MaxBytes:    cfg.AuditMaxBytes,
 			Storage:     storage,
 			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -152,6 +153,13 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if a := p.Risk.Attestation; a != nil && a.TokenKeyEnv != "" {
+		// the running limiter refuses to start without the device-token key
+		if _, err := attestation.TokensFromPolicy(a.TokenKeyEnv, os.Getenv); err != nil {
+			fmt.Fprintf(stderr, "%s:%d: risk.attestation.token_key_env: %v\n", path, a.TokenKeyEnvLine, err)
+			return 1
+		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d routes, %d limits)\n", path, len(p.Routes), len(p.Limits))
 	return 0

@@ -108,3 +108,29 @@ func TestAttackSurfaceFlags(t *testing.T) {
 		t.Fatalf("bad attest prefix: exit %d %s", code, errb.String())
 	}
 }
+
+// TestValidateTokenKeyEnv checks that validate refuses a policy whose
+// risk.attestation.token_key_env names an unset or short variable, with
+// FILE:LINE, and accepts one holding a key (6.3).
+func TestValidateTokenKeyEnv(t *testing.T) {
+	t.Setenv("TOLLGATE_TEST_TOKEN_KEY_SHORT", "too short")
+	t.Setenv("TOLLGATE_TEST_TOKEN_KEY_GOOD", strings.Repeat("k", 32))
+	pol := func(env string) string {
+		return "version: 1\nlimits:\n  - {name: a, by: [ip], rate: 10/min}\nrisk:\n  attestation:\n    token_key_env: " + env + "\n"
+	}
+	for _, c := range []struct {
+		env, want string
+		code      int
+	}{
+		{"TOLLGATE_TEST_TOKEN_KEY_UNSET", ":6: risk.attestation.token_key_env: attestation: device token key: environment variable TOLLGATE_TEST_TOKEN_KEY_UNSET (token_key_env) is empty or unset", 1},
+		{"TOLLGATE_TEST_TOKEN_KEY_SHORT", ":6: risk.attestation.token_key_env: attestation: device token key: environment variable TOLLGATE_TEST_TOKEN_KEY_SHORT (token_key_env) holds 9 bytes, at least 32 needed", 1},
+		{"TOLLGATE_TEST_TOKEN_KEY_GOOD", "", 0},
+	} {
+		f := write(t, "p.yaml", pol(c.env))
+		var out, errb bytes.Buffer
+		code := run([]string{"validate", "--config", f}, &out, &errb)
+		if code != c.code || !strings.HasPrefix(errb.String(), f+c.want) && c.want != "" {
+			t.Errorf("%s: exit %d, stderr %q", c.env, code, errb.String())
+		}
+	}
+}
