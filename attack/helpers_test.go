@@ -180,7 +180,10 @@ func start(t *testing.T, setups ...setup) *target {
 		ConfigPath: pol, Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0", Upstream: up.srv.URL,
 		RedisURL: redisURL, NATSURL: testenv.NATSURL(), KeyPrefix: prefix, SubjectPrefix: subj, StreamName: stream,
 		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20,
-		AdminToken: adminToken, APIToken: apiToken, Logger: slog.New(slog.DiscardHandler),
+		// generous: a loaded test machine must not turn a decision into a
+		// degraded (fail-open) one; the deadline test sets its own
+		StoreTimeout: 2 * time.Second,
+		AdminToken:   adminToken, APIToken: apiToken, Logger: slog.New(slog.DiscardHandler),
 	}
 	for _, s := range setups {
 		s(&cfg)
