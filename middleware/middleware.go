@@ -324,10 +324,7 @@ func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handl
 // Headers copied from the limiter's answer: passHeaders on every answer,
 // denyHeaders too on a relayed denial.
 var (
-	passHeaders = []string{
-		"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
-		"Ratelimit", "Ratelimit-Policy", "X-Ratelimit-Degraded",
-	}
+	passHeaders = api.LimitHeaders
 	denyHeaders = []string{"Retry-After", "X-Request-Id", "Content-Type"}
 )
 
@@ -448,8 +445,8 @@ func isEnvelope(b []byte) bool {
 // copyHeaders copies the named (canonical) headers from src to dst.
 func copyHeaders(dst, src http.Header, names []string) {
 	for _, k := range names {
-		if v, ok := src[k]; ok {
-			dst[k] = v
+		if v := src.Values(k); len(v) > 0 {
+			dst[k] = v // the name as given: api's spelling, not net/http's canonical one
 		}
 	}
 }
@@ -461,7 +458,7 @@ func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.
 			slog.Bool("fail_open", l.failOpen), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 	}
 	if l.failOpen {
-		w.Header()["X-Ratelimit-Degraded"] = []string{"1"}
+		w.Header()[api.HeaderDegraded] = []string{"1"}
 		next.ServeHTTP(w, r)
 		return
 	}

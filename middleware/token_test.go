@@ -42,7 +42,7 @@ func TestDeviceTokens(t *testing.T) {
 		{"d2", tok, "5"},
 	} {
 		w := serve(h, "GET", "/x", "198.51.100.7", "", "X-Device-Id", c.device, "X-Device-Token", c.token)
-		if got := w.Header().Get("X-RateLimit-Limit"); got != c.want {
+		if got := field(w.Header(), "X-RateLimit-Limit"); got != c.want {
 			t.Errorf("device %s token %q: limit %s, want %s", c.device, c.token, got, c.want)
 		}
 	}

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,6 +27,7 @@ type attestState struct {
 	challenges attestation.Challenges
 	devices    attestation.Devices
 	handler    atomic.Pointer[http.Handler]
+	getenv     func(string) string // reads the keys the policy names (default os.Getenv)
 	// random is this process's device-token key when the policy names no
 	// token_key_env; tokens the verifier in force (6.3).
 	random *attestation.Tokens
@@ -35,7 +35,7 @@ type attestState struct {
 }
 
 func newAttestState(log *slog.Logger, store bucket.Admin, rc redis.UniversalClient, prefix string) *attestState {
-	a := &attestState{log: log, store: store, prefix: prefix, random: attestation.RandomTokens()}
+	a := &attestState{log: log, store: store, prefix: prefix, getenv: os.Getenv, random: attestation.RandomTokens()}
 	a.tokens.Store(a.random)
 	if rc != nil {
 		a.challenges = attestation.NewRedisChallenges(rc, prefix)
@@ -52,13 +52,13 @@ func (a *attestState) apply(p *policy.Policy) error {
 	tokens := a.random
 	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Logger: a.log}
 	if pa := p.Risk.Attestation; pa != nil {
-		apple, play, err := attestation.FromPolicy(pa, os.Getenv)
+		apple, play, err := attestation.FromPolicy(pa, a.getenv)
 		if err != nil {
-			return fmt.Errorf("service: attestation: %w", err)
+			return err // attestation's errors name their package, file or variable
 		}
-		t, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, os.Getenv)
+		t, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, a.getenv)
 		if err != nil {
-			return fmt.Errorf("service: attestation: %w", err)
+			return err // "attestation: device token key: environment variable ..."
 		}
 		if t != nil {
 			tokens = t

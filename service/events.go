@@ -71,6 +71,9 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 		closers = append(closers, srv.Stop)
 		e.url = srv.URL
 	}
+	// One dial first, for its real cause: the retrying connection below
+	// would only report "outbound buffer limit exceeded" for the streams.
+	reachable := embedded || dialNATSOnce(log, e.url, "decisions and reports are dropped (and counted) until it answers")
 	nc, err := streams.Connect(e.url, "tollgate-limiter")
 	if err != nil {
 		e.close()
@@ -86,9 +89,9 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	}
 	e.publisher = pub
 	closers = append(closers, pub.Close)
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = streams.EnsureStreams(sctx, pub.JetStream(), scfg)
-	cancel()
+	if reachable {
+		err = ensureStreams(ctx, pub, scfg)
+	}
 	if err != nil {
 		// The limiter never waits on NATS: it starts, drops and counts
 		// events, and riskd creates the streams when NATS is back.
@@ -165,4 +168,11 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	}
 	e.offenders = func(context.Context) ([]signals.Offender, error) { return cur.Load().Offenders(), nil }
 	return e, nil
+}
+
+// ensureStreams creates or updates the streams, waiting up to 5s.
+func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Config) error {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return streams.EnsureStreams(sctx, pub.JetStream(), scfg)
 }

@@ -35,6 +35,9 @@ type RiskdConfig struct {
 	Listen string
 	// RedisURL is the store riskd writes to (required).
 	RedisURL string
+	// RedisCA is a PEM file of CA certificates for rediss:// ("" trusts the
+	// system roots).
+	RedisCA string
 	// NATSURL is the NATS server (required).
 	NATSURL string
 	// KeyPrefix and SubjectPrefix must match the limiters'.
@@ -56,6 +59,24 @@ type RiskdConfig struct {
 	LeaseTTL time.Duration
 	// Logger (default JSON on stderr).
 	Logger *slog.Logger
+}
+
+// Validate checks the configuration's values without touching the policy
+// or the network: cmd/riskd exits 2 (a usage error) on its errors.
+func (c *RiskdConfig) Validate() error {
+	if c.RedisURL == "" || c.NATSURL == "" {
+		return errors.New("service: riskd needs --redis and --nats")
+	}
+	if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.DecisionsMaxBytes < 0 {
+		return fmt.Errorf("service: decisions max bytes %d must not be negative", c.DecisionsMaxBytes)
+	}
+	return checkAddr("listen address", c.Listen)
 }
 
 // riskdState is what riskd's /readyz reports: its role and the last
@@ -249,8 +270,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	if cfg.Durable == "" {
 		cfg.Durable = "riskd"
 	}
-	if cfg.RedisURL == "" || cfg.NATSURL == "" {
-		return nil, errors.New("service: riskd needs --redis and --nats")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger.With("component", "riskd")
 	quietRedis(cfg.Logger)
@@ -259,12 +280,14 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 
-	opts, err := RedisOptions(cfg.RedisURL)
+	opts, err := redisOptions(cfg.RedisURL, cfg.RedisCA)
 	if err != nil {
 		return nil, err
 	}
 	opts.MaxRetries = 2
 	rc := redis.NewUniversalClient(opts)
+	dialRedisOnce(ctx, log, rc, cfg.RedisURL, "riskd is not ready until it answers")
+	dialNATSOnce(log, cfg.NATSURL, "riskd is not ready until it answers")
 	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second})
 
 	reg := prometheus.NewRegistry()
@@ -321,7 +344,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	run := &Running{Addr: ln.Addr().String(), Done: make(chan struct{})}
-	log.Info("listening", "addr", run.Addr, "nats", cfg.NATSURL, "redis", RedactURL(cfg.RedisURL))
+	log.Info("listening", "addr", run.Addr, "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
 	go func() { _ = hs.Serve(ln) }()
 
 	dctx, stop := context.WithCancel(context.Background())
