@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -115,6 +116,9 @@ func readBody(r *http.Request, buf []byte) ([]byte, *apiError) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return buf, &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge, message: "body is larger than 64 KiB"}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return buf, bodyError(err) // 408: it did not arrive in time
 			}
 			return buf, badRequest("body: " + err.Error())
 		}

@@ -208,9 +208,20 @@ limits:
 func TestForwardAuthInProxyMode(t *testing.T) {
 	t.Parallel()
 	f := newProxyFixture(t, nil)
+	// forward auth is on the API listener (6.1): the server's own handler,
+	// never the public one
+	apiSrv := httptest.NewServer(f.srv)
+	t.Cleanup(apiSrv.Close)
 	fa := func(sig string) *http.Response {
-		resp, _ := f.do(t, "GET", "/v1/forward-auth", "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/feed",
-			"X-User-Id", "u_1", "X-User-Signature", sig)
+		req, _ := http.NewRequest("GET", apiSrv.URL+"/v1/forward-auth", nil)
+		for k, v := range map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/feed", "X-User-Id": "u_1", "X-User-Signature": sig} {
+			req.Header.Set(k, v)
+		}
+		resp, err := apiSrv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		return resp
 	}
 	if resp := fa("00"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"ip-unauth";q=3;w=60` || f.forged.Load() != 1 {

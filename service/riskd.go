@@ -46,6 +46,9 @@ type RiskdConfig struct {
 	StreamName    string
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
 	DecisionsMaxBytes int64
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
+	// give it the limiters' value.
+	EventsMaxBytes int64
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written
@@ -295,7 +298,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()
