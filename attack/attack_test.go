@@ -81,11 +81,12 @@ func TestAttackForgedLoginSucceededTrustsAttackerDevice(t *testing.T) {
 // Attack: the admin API and the metrics answer on the public port (the
 // token is all that stands between the internet and every override; the
 // metrics name limits, routes and internals).
-// Defence (6.1): /v1/admin/* and /metrics are on the API port only.
+// Defence (6.1): /v1/admin/*, /v1/forward-auth and /metrics are on the API
+// port only.
 func TestAttackAdminAndMetricsOnPublicPort(t *testing.T) {
 	t.Parallel()
 	tg := start(t)
-	for _, p := range []string{"/metrics", "/v1/admin/offenders", "/v1/admin/subjects/account/victim"} {
+	for _, p := range []string{"/metrics", "/v1/admin/offenders", "/v1/admin/subjects/account/victim", "/v1/forward-auth"} {
 		_, h, body := doH(t, "GET", tg.public+p, "", from("203.0.113.5", "Authorization", "Bearer guess"))
 		if h.Get("X-Upstream") != "yes" || strings.Contains(body, "tollgate_") || code(body) == "UNAUTHORIZED" {
 			t.Errorf("GET %s on the public port was answered by the limiter: %.120s", p, body)
