@@ -8,10 +8,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -24,19 +27,51 @@ const MaxMultiplier = 1000
 // MaxTTL bounds an admin multiplier's ttl.
 const MaxTTL = 365 * 24 * time.Hour
 
-// subjectPath validates {subject}/{id} of an admin path.
+// subjectPath validates {subject}/{id} of an admin path and returns the
+// id in the form the check API keys it (canonicalID).
 func subjectPath(r *http.Request) (subject, id string, aerr *apiError) {
 	subject, id = r.PathValue("subject"), r.PathValue("id")
 	if !subjects[subject] {
 		return "", "", &apiError{status: http.StatusBadRequest, code: CodeBadRequest, message: fmt.Sprintf("subject %q is not one of ip, user, device, account, asn", clip(subject))}
 	}
+	id, aerr = canonicalID(subject, id)
+	return subject, id, aerr
+}
+
+// canonicalID checks an admin id for its subject and returns it as the
+// check API keys it (6.4): an ip as netip prints it (2001:DB8::1 is
+// 2001:db8::1, ::ffff:192.0.2.1 is 192.0.2.1), an asn as its number
+// (AS64500 is 64500), an account normalised (policy.NormalizeAccount).
+func canonicalID(subject, id string) (string, *apiError) {
+	switch subject {
+	case "ip":
+		a, err := netip.ParseAddr(id)
+		if err != nil || a.Zone() != "" {
+			return "", badRequest(fmt.Sprintf("id %q is not an IP address", clip(id)))
+		}
+		return a.Unmap().String(), nil
+	case "asn":
+		n := id
+		if len(n) > 2 && strings.EqualFold(n[:2], "AS") {
+			n = n[2:]
+		}
+		v, err := strconv.ParseUint(n, 10, 32)
+		if err != nil {
+			return "", badRequest(fmt.Sprintf("id %q is not an AS number (such as 64500 or AS64500)", clip(id)))
+		}
+		return strconv.FormatUint(v, 10), nil
+	case "account":
+		if CheckID(id) == "" { // else refused below: lower-casing would hide bad UTF-8
+			id = policy.NormalizeAccount(id)
+		}
+	}
 	if id == "" {
-		return "", "", badRequest("id is required")
+		return "", badRequest("id is required")
 	}
 	if msg := CheckID(id); msg != "" {
-		return "", "", badRequest("id " + msg)
+		return "", badRequest("id " + msg)
 	}
-	return subject, id, nil
+	return id, nil
 }
 
 type putMultiplier struct {
@@ -135,9 +170,9 @@ func (s *Server) handleGetSubject(w http.ResponseWriter, r *http.Request, rid st
 }
 
 func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid string) {
-	account := r.PathValue("account")
-	if msg := CheckID(account); msg != "" || account == "" {
-		writeError(w, rid, badRequest("account is empty or "+msg))
+	account, aerr := canonicalID("account", r.PathValue("account"))
+	if aerr != nil {
+		writeError(w, rid, aerr)
 		return
 	}
 	e := s.o.Engine

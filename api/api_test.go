@@ -276,20 +276,23 @@ func TestAdmin(t *testing.T) {
 		`{"subject":"device","id":"d1","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	for _, tt := range []struct{ path, body, msg string }{
 		{"/v1/admin/multipliers/planet/x", `{"multiplier":1}`, `subject \"planet\" is not one of ip, user, device, account, asn`},
-		{"/v1/admin/multipliers/ip/x", `{}`, `field \"multiplier\" is required`},
-		{"/v1/admin/multipliers/ip/x", `{"multiplier":-1}`, `field \"multiplier\" must be between 0 and 1000`},
-		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"ttl":"soon"}`, `field \"ttl\" must be a positive duration such as \"10m\", at most 8760h`},
-		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"color":"red"}`, `unknown field \"color\"`},
-		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"` + strings.Repeat("r", 513) + `"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
-		{"/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"tab\there"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
+		{"/v1/admin/multipliers/ip/x", `{"multiplier":1}`, `id \"x\" is not an IP address`},
+		{"/v1/admin/multipliers/asn/AS", `{"multiplier":1}`, `id \"AS\" is not an AS number (such as 64500 or AS64500)`},
+		{"/v1/admin/multipliers/account/%20", `{"multiplier":1}`, `id is required`},
+		{"/v1/admin/multipliers/device/x", `{}`, `field \"multiplier\" is required`},
+		{"/v1/admin/multipliers/device/x", `{"multiplier":-1}`, `field \"multiplier\" must be between 0 and 1000`},
+		{"/v1/admin/multipliers/device/x", `{"multiplier":1,"ttl":"soon"}`, `field \"ttl\" must be a positive duration such as \"10m\", at most 8760h`},
+		{"/v1/admin/multipliers/device/x", `{"multiplier":1,"color":"red"}`, `unknown field \"color\"`},
+		{"/v1/admin/multipliers/device/x", `{"multiplier":1,"reason":"` + strings.Repeat("r", 513) + `"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
+		{"/v1/admin/multipliers/device/x", `{"multiplier":1,"reason":"tab\there"}`, `field \"reason\" must be at most 512 bytes of printable UTF-8`},
 	} {
 		expect(t, f.do(t, "PUT", tt.path, tt.body, auth...), 400,
 			`{"error":{"code":"BAD_REQUEST","message":"`+tt.msg+`","details":{},"request_id":"req-1"}}`)
 	}
 	// a reason longer than an identifier's 256 bytes is fine up to 512
 	long := strings.Repeat("r", 512)
-	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/ip/x", `{"multiplier":1,"reason":"`+long+`"}`, auth...), 200,
-		`{"subject":"ip","id":"x","effective":1,"multipliers":[{"source":"admin","value":1,"expires_at":null,"reason":"`+long+`"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", `{"multiplier":1,"reason":"`+long+`"}`, auth...), 200,
+		`{"subject":"device","id":"x","effective":1,"multipliers":[{"source":"admin","value":1,"expires_at":null,"reason":"`+long+`"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	// lockouts
 	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Minute)})
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/account/alice", "", auth...), 200,
@@ -302,12 +305,12 @@ func TestAdminThrottlesFailedTokens(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, "s3cret")
 	for i := 0; i < 10; i++ {
-		expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/1", "", "Authorization", "Bearer guess"), 401, "")
+		expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer guess"), 401, "")
 	}
 	// even the right token waits out the window now
-	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/1", "", "Authorization", "Bearer s3cret"), 429, "", "Retry-After", "60")
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer s3cret"), 429, "", "Retry-After", "60")
 	f.now = t0.Add(time.Minute)
-	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/1", "", "Authorization", "Bearer s3cret"), 200, "")
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer s3cret"), 200, "")
 }
 
 func TestHealthAndMetrics(t *testing.T) {

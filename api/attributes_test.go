@@ -257,7 +257,7 @@ func TestProxyAttributesAndLists(t *testing.T) {
 	if err := srv.EnableProxy(ProxyOptions{Upstream: u}); err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(srv)
+	front := httptest.NewServer(srv.Public())
 	t.Cleanup(front.Close)
 	send := func(method, path string, hdr http.Header) *http.Response {
 		req, _ := http.NewRequest(method, front.URL+path, nil)

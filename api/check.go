@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -41,15 +43,28 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.in.DeviceVerified = s.deviceVerified(st.in.DeviceToken, st.in.DeviceID)
-	if err := s.o.Engine.Decide(r.Context(), &st.in, &st.d); err != nil {
+	if err := s.Decide(r.Context(), rid, &st.in, &st.d); err != nil {
 		s.o.Logger.Error("check: decide", "request_id", rid, "err", err)
 		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 		return
 	}
 	st.out = s.respond(w, rid, &st.d, st.out[:0])
-	if s.o.Events != nil {
-		s.publish(rid, &st.in, &st.d)
+}
+
+// Decide is the check path after decoding: it decides on in (policy,
+// signals, multipliers, lockouts, failure modes) and publishes the
+// decision event. /v1/check, /v1/forward-auth and the Envoy rate-limit
+// service all decide through it, so a request is judged alike whichever
+// way it arrives. rid names the request in events and logs. It is safe
+// for concurrent use; d may be reused.
+func (s *Server) Decide(ctx context.Context, rid string, in *engine.Input, d *engine.Decision) error {
+	if err := s.o.Engine.Decide(ctx, in, d); err != nil {
+		return err
 	}
+	if s.o.Events != nil {
+		s.publish(rid, in, d)
+	}
+	return nil
 }
 
 // routeOf is the decision's `route` key part value.
@@ -108,6 +123,9 @@ func readBody(r *http.Request, buf []byte) ([]byte, *apiError) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return buf, &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge, message: "body is larger than 64 KiB"}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return buf, bodyError(err) // 408: it did not arrive in time
 			}
 			return buf, badRequest("body: " + err.Error())
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // Bounds on the check request.
@@ -66,6 +67,7 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
 	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+	normalizeAccount(&req.Account)
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
 		return aerr
@@ -163,6 +165,19 @@ func scanAttributes(s *jsonscan.Scanner, dst *map[string]string) bool {
 		}
 		return ok
 	})
+}
+
+// normalizeAccount replaces a body's account by its canonical form (6.4);
+// one that is empty then is absent. One that CheckID refuses is left for
+// copyIDs to refuse (lower-casing would hide bad UTF-8).
+func normalizeAccount(acct **string) {
+	if *acct != nil && CheckID(**acct) == "" {
+		a := policy.NormalizeAccount(**acct)
+		*acct = &a
+		if a == "" {
+			*acct = nil
+		}
+	}
 }
 
 // idField is an optional identifier of a request body and where it goes.

@@ -20,6 +20,7 @@ const (
 	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	CodeInternal           = "INTERNAL"
 	CodeTooManyAttempts    = "TOO_MANY_ATTEMPTS"
+	CodeRequestTimeout     = "REQUEST_TIMEOUT"
 )
 
 // apiError is an error that carries its status and envelope; one place,

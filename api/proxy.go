@@ -6,8 +6,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -47,10 +47,10 @@ type proxy struct {
 	rp *httputil.ReverseProxy
 }
 
-// EnableProxy turns the server into a reverse proxy: every request outside
-// /v1/, /healthz, /readyz and /metrics is checked with the identity the
-// policy's `identity` section describes and, when allowed, forwarded to
-// the upstream with the rate-limit headers on its response.
+// EnableProxy turns on reverse-proxy mode: the handler Public returns
+// checks every request but its health and attestation endpoints with the
+// identity the policy's `identity` section describes and, when allowed,
+// forwards it to the upstream with the rate-limit headers on its response.
 func (s *Server) EnableProxy(o ProxyOptions) error {
 	if o.Upstream == nil || o.Upstream.Host == "" {
 		return errors.New("api: proxy upstream is required")
@@ -83,6 +83,12 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		// flushed as they come; others are written in as few writes as possible.
 		FlushInterval: 0,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if id, ok := r.Context().Value(identityKey{}).(*identity); ok && id.body != nil && id.body.failed() != nil {
+				// The client's body failed (bad chunks, or it did not
+				// arrive in time): the client's fault, not the upstream's.
+				s.writeBodyError(w, w.Header().Get("X-Request-Id"), id.body.failed())
+				return
+			}
 			if o.OnUpstreamError != nil {
 				o.OnUpstreamError()
 			}
@@ -97,6 +103,7 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		ModifyResponse: p.outcome,
 	}
 	s.proxy = p
+	s.fwd = p // forward auth reads identities with the proxy's options
 	return nil
 }
 
@@ -114,17 +121,27 @@ type identity struct {
 	xff      string // the trusted part of the incoming X-Forwarded-For
 	rid      string
 	verified bool
+	body     *clientBody // the request's body as forwarded (nil: none)
 }
 
 type identityKey struct{}
 
-// ServeHTTP checks and forwards one request.
+// ServeHTTP checks and forwards one request (its path already normalised).
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(w, r)
 	pol := p.s.o.Engine.Policy()
 	id := &identity{rid: rid}
+	if hasBody(r) {
+		id.body = &clientBody{rc: r.Body}
+		r.Body = id.body
+	}
 	aerr := p.identify(r, pol, id)
 	if aerr != nil {
+		if aerr.status == http.StatusRequestTimeout {
+			// the server's write deadline may be as old as the body's
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Second))
+			w.Header().Set("Connection", "close")
+		}
 		writeError(w, rid, aerr)
 		return
 	}
@@ -149,44 +166,46 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // identify fills id from the request per the identity section: client IP,
-// verified user, device, and the account on auth routes.
+// verified user, device, and the account on auth routes. An identity
+// header given more than once is refused (6.4), and the forwarded request
+// carries the user header only as the verified value.
 func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *apiError {
 	ident := &pol.Identity
+	for _, name := range identityHeaders(ident) {
+		if _, n := headerValue(r.Header, name); n > 1 {
+			return badRequest(fmt.Sprintf("header %q is given more than once (in some spelling); send it once", name))
+		}
+	}
 	ip, xff := clientIP(r, ident.TrustedProxies)
 	if !ip.IsValid() {
 		return badRequest("cannot determine the client address")
 	}
 	id.xff = xff
-	id.in = engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+	id.in = engine.Input{Endpoint: r.Method + " " + policy.RoutePath(r.URL.EscapedPath()), IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 	if ident.UserHeader != "" {
-		user := r.Header.Get(ident.UserHeader)
+		user, _ := headerValue(r.Header, ident.UserHeader)
+		deleteHeader(r.Header, ident.UserHeader) // set again below when verified
 		if user != "" && CheckID(user) == "" {
-			if p.userVerified(ident, user, r.Header.Get(ident.UserSignatureHeader)) {
+			sig, _ := headerValue(r.Header, ident.UserSignatureHeader)
+			if p.userVerified(ident, user, sig) {
 				id.in.UserID = user
 				id.verified = true
-			} else {
-				// An unverified user header is removed before forwarding and
-				// the request is unauthenticated.
-				if p.o.OnForgedUser != nil {
-					p.o.OnForgedUser()
-				}
-				r.Header.Del(ident.UserHeader)
+				r.Header.Set(ident.UserHeader, user)
+			} else if p.o.OnForgedUser != nil {
+				// An unverified user header is removed before forwarding
+				// and the request is unauthenticated.
+				p.o.OnForgedUser()
 			}
-		} else if user != "" {
-			r.Header.Del(ident.UserHeader)
 		}
 	}
 	if ident.DeviceHeader != "" {
-		if dev := r.Header.Get(ident.DeviceHeader); dev != "" && CheckID(dev) == "" {
+		if dev, _ := headerValue(r.Header, ident.DeviceHeader); dev != "" && CheckID(dev) == "" {
 			id.in.DeviceID = dev
 		}
 	}
 	if id.in.DeviceID != "" {
-		th := ident.DeviceTokenHeader
-		if th == "" {
-			th = policy.DefaultDeviceTokenHeader
-		}
-		id.in.DeviceVerified = p.s.deviceVerified(r.Header.Get(th), id.in.DeviceID)
+		tok, _ := headerValue(r.Header, deviceTokenHeader(ident))
+		id.in.DeviceVerified = p.s.deviceVerified(tok, id.in.DeviceID)
 	}
 	if aerr := attributesFromHeaders(r.Header, ident, &id.in); aerr != nil {
 		return aerr
@@ -194,26 +213,35 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
 		return nil // no account to find: skip matching the route twice
 	}
-	if ci, _ := pol.Route(r.Method, r.URL.Path); pol.Classes[ci] == "auth" {
-		if ident.AccountBodyField != "" && r.Body != nil && r.Body != http.NoBody {
-			body, aerr := readBody(r, nil)
-			if aerr != nil {
-				return aerr
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
-			r.ContentLength = int64(len(body))
-			var fields map[string]json.RawMessage
-			if json.Unmarshal(body, &fields) == nil {
-				var acct string
-				if raw, ok := fields[ident.AccountBodyField]; ok && json.Unmarshal(raw, &acct) == nil && CheckID(acct) == "" {
-					id.in.Account = acct
-				}
-			}
+	method, path, _ := strings.Cut(id.in.Endpoint, " ")
+	if ci, _ := pol.Route(method, path); pol.Classes[ci] == "auth" {
+		return p.account(r, ident, id)
+	}
+	return nil
+}
+
+// account finds the account of an auth request: the body field, read as
+// the upstream reads it, else the account header; normalised (6.4).
+func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *apiError {
+	if ident.AccountBodyField != "" && hasBody(r) {
+		body, aerr := readBody(r, nil)
+		if aerr != nil {
+			return aerr
 		}
-		if id.in.Account == "" && ident.AccountHeader != "" {
-			if acct := r.Header.Get(ident.AccountHeader); acct != "" && CheckID(acct) == "" {
-				id.in.Account = acct
-			}
+		r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
+		r.ContentLength = int64(len(body))
+		r.TransferEncoding = nil
+		acct, aerr := accountFromBody(body, r.Header.Get("Content-Type"), ident.AccountBodyField)
+		if aerr != nil {
+			return aerr
+		}
+		if CheckID(acct) == "" {
+			id.in.Account = policy.NormalizeAccount(acct)
+		}
+	}
+	if id.in.Account == "" && ident.AccountHeader != "" {
+		if acct, _ := headerValue(r.Header, ident.AccountHeader); CheckID(acct) == "" {
+			id.in.Account = policy.NormalizeAccount(acct)
 		}
 	}
 	return nil

@@ -62,6 +62,7 @@ func decodeReport(body []byte, r *streams.Report, token *string) *apiError {
 		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
 	}
 	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
+	normalizeAccount(&req.Account)
 	*token = ""
 	if req.DeviceToken != nil && len(*req.DeviceToken) <= MaxIDLen {
 		*token = *req.DeviceToken

@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 )
 
@@ -28,6 +32,19 @@ type Options struct {
 	// AdminToken is the bearer token of /v1/admin/*; empty disables the
 	// admin API (it answers 404).
 	AdminToken string
+	// APIToken, when set, is the bearer token /v1/check and /v1/report
+	// (and /v1/forward-auth) require, with the admin API's throttle on
+	// failed attempts (6.2); empty leaves them open.
+	APIToken string
+	// AttestPrefix is where the public listener serves the attestation
+	// endpoints in proxy mode (default "/v1/attest/"; it must start and
+	// end with a slash). A request under it is served as the same path
+	// under /v1/attest/.
+	AttestPrefix string
+	// BodyTimeout bounds the arrival of a request body on the public
+	// listener, from the request's arrival (default 30s): a body still
+	// missing then is answered 408 (6.6).
+	BodyTimeout time.Duration
 	// Logger receives request errors (default: discard).
 	Logger *slog.Logger
 	// Gatherer serves /metrics (default: prometheus.DefaultGatherer).
@@ -58,11 +75,14 @@ type Options struct {
 type Server struct {
 	o        Options
 	mux      *http.ServeMux
-	tokenSum [32]byte
+	tokenSum [32]byte // of the admin token
+	apiSum   [32]byte // of the API token
 	ready    sync.Mutex
 	state    string // "starting", "ready", "draining"
 	admin    *adminGuard
+	apiGuard *adminGuard    // failed API token attempts
 	proxy    *proxy         // reverse-proxy mode, when enabled
+	fwd      *proxy         // reads forward-auth identities: proxy, or a default one
 	reports  sync.WaitGroup // proxy reports being published
 }
 
@@ -80,8 +100,20 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now)}
+	if o.AttestPrefix == "" {
+		o.AttestPrefix = "/v1/attest/"
+	}
+	if !strings.HasPrefix(o.AttestPrefix, "/") || !strings.HasSuffix(o.AttestPrefix, "/") || len(o.AttestPrefix) < 2 ||
+		policy.NormalizePath(o.AttestPrefix)+"/" != o.AttestPrefix {
+		return nil, fmt.Errorf("api: attest prefix %q must be a clean path that starts and ends with a slash, such as /v1/attest/", o.AttestPrefix)
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
+	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now), apiGuard: newAdminGuard(o.Now)}
 	s.tokenSum = sha256.Sum256([]byte(o.AdminToken))
+	s.apiSum = sha256.Sum256([]byte(o.APIToken))
+	s.fwd = &proxy{s: s, o: ProxyOptions{Getenv: os.Getenv}}
 	s.routes()
 	return s, nil
 }
@@ -95,8 +127,10 @@ func (s *Server) SetState(state string) {
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("POST /v1/check", s.handleCheck)
-	s.mux.HandleFunc("POST /v1/report", s.handleReport)
+	s.mux.HandleFunc("POST /v1/check", s.apiOnly(s.handleCheck))
+	s.mux.HandleFunc("POST /v1/report", s.apiOnly(s.handleReport))
+	s.mux.HandleFunc("GET /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
+	s.mux.HandleFunc("POST /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
 	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
@@ -114,41 +148,82 @@ func (s *Server) routes() {
 		writeError(w, requestID(w, r), &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(r.URL.Path)})
 	}
 	s.mux.HandleFunc("/v1/", notFound)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if s.proxy != nil && !reserved(r.URL.Path) {
-			s.proxy.ServeHTTP(w, r)
-			return
-		}
-		notFound(w, r)
-	})
-}
-
-// reserved reports whether path belongs to the limiter itself (never proxied).
-func reserved(path string) bool {
-	switch path {
-	case "/healthz", "/readyz", "/metrics":
-		return true
-	}
-	return strings.HasPrefix(path, "/v1/")
+	s.mux.HandleFunc("/", notFound)
 }
 
 // Handle registers an extra handler on the server's mux (for endpoints
 // other packages serve, such as reports and attestation).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// ServeHTTP implements http.Handler: it recovers from panics so no input
-// crashes the process, and turns the mux's 405 into the envelope.
+// ServeHTTP implements http.Handler for the limiter's own API: check,
+// report, admin, attestation, health and metrics; in proxy mode it is the
+// API listener's handler, and Public the public listener's (6.1). It
+// recovers from panics so no input crashes the process, and turns the
+// mux's 405 into the envelope.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.o.Logger.Error("panic in handler", "path", r.URL.Path, "panic", v)
-			writeError(w, requestID(w, r), &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+	defer s.recoverPanic(w, r)
+	s.serveAPI(w, r)
+}
+
+// recoverPanic answers 500 for a handler that panicked (deferred).
+func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler {
+			panic(v)
 		}
-	}()
-	if _, pattern := s.mux.Handler(r); (pattern == "/" && (s.proxy == nil || reserved(r.URL.Path))) || pattern == "/v1/" || pattern == "/v1/admin/" {
+		s.o.Logger.Error("panic in handler", "path", r.URL.Path, "panic", v)
+		writeError(w, requestID(w, r), &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+	}
+}
+
+// Public returns the public listener's handler in proxy mode (6.1): it
+// serves /healthz, /readyz and the attestation endpoints (under
+// AttestPrefix) and forwards every other request, /v1/ paths included,
+// to the upstream after the check. The path is normalised first (6.4),
+// and the request body must arrive within BodyTimeout (6.6). Without
+// EnableProxy every other request is 404.
+func (s *Server) Public() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.recoverPanic(w, r)
+		// The body deadline counts from arrival; headers are bounded by
+		// the server's ReadHeaderTimeout. Only a request with a body gets
+		// one (an upgraded connection keeps none). Not every
+		// ResponseWriter can.
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+		}
+		normalizeURL(r.URL)
+		p := r.URL.Path
+		switch {
+		case p == "/healthz" || p == "/readyz":
+			s.serveAPI(w, r)
+		case strings.HasPrefix(p+"/", s.o.AttestPrefix):
+			rest := strings.TrimPrefix(strings.TrimPrefix(p+"/", s.o.AttestPrefix), "/")
+			r.URL.Path, r.URL.RawPath = "/v1/attest/"+strings.TrimSuffix(rest, "/"), ""
+			s.serveAPI(w, r)
+		case s.proxy != nil:
+			s.proxy.ServeHTTP(w, r)
+		default:
+			writeError(w, requestID(w, r), &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(p)})
+		}
+	})
+}
+
+// normalizeURL replaces u's path by its normalised form (6.4): what
+// route matching sees is what the upstream receives.
+func normalizeURL(u *url.URL) {
+	esc := policy.NormalizePath(u.EscapedPath())
+	if p, err := url.PathUnescape(esc); err == nil {
+		u.Path, u.RawPath = p, esc
+		if u.EscapedPath() != esc { // esc is the default encoding of p
+			u.RawPath = ""
+		}
+	}
+}
+
+// serveAPI routes r on the API mux.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "/" || pattern == "/v1/" || pattern == "/v1/admin/" {
 		// no pattern matched this method: 405 in the envelope
 		if allowed := s.allowedMethods(r); allowed != "" {
 			w.Header().Set("Allow", allowed)
@@ -307,24 +382,52 @@ func (s *Server) adminOnly(h func(http.ResponseWriter, *http.Request, string)) h
 			writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "the admin API is disabled (no admin token configured)"})
 			return
 		}
-		peer := peerHost(r.RemoteAddr)
-		if left, blocked := s.admin.blocked(peer); blocked {
-			secs := int64((left + time.Second - 1) / time.Second)
-			w.Header().Set("Retry-After", itoa(secs))
-			writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed admin token attempts",
-				details: `"retry_after_ms":` + itoa(left.Milliseconds())})
-			return
+		if s.authorized(w, r, rid, s.admin, &s.tokenSum, "admin") {
+			h(w, r, rid)
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(tok))
-		if !ok || subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
-			s.admin.fail(peer)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			writeError(w, rid, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or wrong admin token"})
-			return
-		}
-		h(w, r, rid)
 	}
+}
+
+// apiOnly wraps a handler of the limiter's API for the API backend
+// (check, report, forward auth) with the API token check, when an API
+// token is configured (6.2).
+func (s *Server) apiOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.o.APIToken != "" && !s.authorized(w, r, "", s.apiGuard, &s.apiSum, "api") {
+			return
+		}
+		h(w, r)
+	}
+}
+
+// authorized checks r's bearer token against sum in constant time, with
+// g's throttle on failed attempts per client address; on failure it
+// writes the 401 (or 429) envelope and returns false. rid is the request
+// id ("": made when an answer needs one).
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, g *adminGuard, sum *[32]byte, realm string) bool {
+	peer := peerHost(r.RemoteAddr)
+	if left, blocked := g.blocked(peer); blocked {
+		if rid == "" {
+			rid = requestID(w, r)
+		}
+		secs := int64((left + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", itoa(secs))
+		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed " + realm + " token attempts",
+			details: `"retry_after_ms":` + itoa(left.Milliseconds())})
+		return false
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got := sha256.Sum256([]byte(tok))
+	if !ok || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
+		if rid == "" {
+			rid = requestID(w, r)
+		}
+		g.fail(peer)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-`+realm+`"`)
+		writeError(w, rid, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or wrong " + realm + " token"})
+		return false
+	}
+	return true
 }
 
 // peerHost returns the host part of a RemoteAddr.

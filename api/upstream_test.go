@@ -744,7 +744,7 @@ func TestProxyUsesUpstreamTransport(t *testing.T) {
 		t.Fatalf("default transport %T", srv.proxy.o.Transport)
 	}
 	t.Cleanup(tr.CloseIdleConnections)
-	front := httptest.NewServer(srv)
+	front := httptest.NewServer(srv.Public())
 	t.Cleanup(front.Close)
 	for i := 0; i < 10; i++ {
 		method, body, want := "GET", "", "GET /items "

@@ -16,7 +16,7 @@ func runBatch(t *testing.T, s *RedisStore, reqs []Request) ([]Result, []error) {
 	t.Helper()
 	calls := make([]*call, len(reqs))
 	for i := range reqs {
-		calls[i] = &call{done: make(chan struct{}, 1)}
+		calls[i] = &call{done: make(chan struct{}, 1), deadline: time.Now().Add(s.timeout)}
 		calls[i].build(&reqs[i], s.slack)
 	}
 	var buf batchBuf

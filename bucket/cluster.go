@@ -121,7 +121,7 @@ func sameSlot(req *Request) bool {
 
 // decideCluster evaluates a decision whose keys span several slots.
 func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout) // all steps: the decision's deadline
 	defer cancel()
 	now := time.Now()
 	nowUS := float64(now.UnixMicro())

@@ -30,8 +30,11 @@ type Client interface {
 
 // RedisOptions configures a RedisStore.
 type RedisOptions struct {
-	// Timeout bounds each round trip to Redis (default 50ms). A decision
-	// whose round trip runs over fails with ErrUnavailable.
+	// Timeout bounds each decision, from the call of Decide (default
+	// 50ms): the wait for a lane, the round trip and, on a Cluster, every
+	// step. A decision that runs over fails with ErrUnavailable. For the
+	// bound to hold whatever Redis does, the client must respect context
+	// deadlines (go-redis ContextTimeoutEnabled).
 	Timeout time.Duration
 	// Lanes is the number of round trips in flight at once (default 4).
 	Lanes int
@@ -64,11 +67,13 @@ type RedisStore struct {
 
 // call is one decision waiting for its lane.
 type call struct {
-	keys  []string
-	args  []interface{}
-	reply interface{}
-	err   error
-	done  chan struct{}
+	keys     []string
+	args     []interface{}
+	reply    interface{}
+	err      error
+	done     chan struct{}
+	deadline time.Time   // when the caller stops waiting
+	timer    *time.Timer // fires at deadline; reused with the call
 }
 
 var callPool = sync.Pool{New: func() any {
@@ -126,22 +131,45 @@ func (s *RedisStore) Decide(ctx context.Context, req *Request, res *Result) erro
 	return s.decideOne(ctx, req, res)
 }
 
+// errDeadline is the error of a decision not answered within Timeout.
+var errDeadline = fmt.Errorf("%w: no answer within the store timeout: %w", ErrUnavailable, context.DeadlineExceeded)
+
 // decideOne evaluates req with one EVALSHA (every key in one slot, or a
-// standalone Redis).
+// standalone Redis), within Timeout of the call (ctx's deadline, when
+// sooner): the wait for a lane counts.
 func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) error {
 	c := callPool.Get().(*call)
 	c.build(req, s.slack)
+	c.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
+		c.deadline = d
+	}
+	if c.timer == nil {
+		c.timer = time.NewTimer(time.Until(c.deadline))
+	} else {
+		c.timer.Reset(time.Until(c.deadline))
+	}
 	select {
 	case s.queue <- c:
+	case <-c.timer.C:
+		callPool.Put(c) // no lane has seen it
+		return errDeadline
 	case <-ctx.Done():
+		c.timer.Stop()
+		callPool.Put(c)
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case <-s.stop:
+		c.timer.Stop()
+		callPool.Put(c)
 		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
 	}
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+		c.timer.Stop()
+	case <-c.timer.C:
 		// The lane still owns c; leave it to the garbage collector.
+		return errDeadline
+	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 	reply, err := c.reply, c.err
@@ -281,9 +309,24 @@ func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
 }
 
 // run evaluates batch in one round trip (see exec) and hands each call
-// its reply.
+// its reply. Calls whose callers stopped waiting are left out, and the
+// round trip lasts until the last caller's deadline at most.
 func (s *RedisStore) run(batch []*call, buf *batchBuf) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	now := time.Now()
+	var last time.Time
+	live := batch[:0]
+	for _, c := range batch {
+		if c.deadline.After(now) {
+			live = append(live, c)
+			if c.deadline.After(last) {
+				last = c.deadline
+			}
+		}
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), last)
 	defer cancel()
 	replies, err := s.exec(ctx, batch, buf)
 	if isNoScript(err) {

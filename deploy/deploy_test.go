@@ -484,6 +484,7 @@ func startLimiter(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := service.Start(ctx, service.Config{
 		Listen:        "127.0.0.1:0",
+		APIListen:     "127.0.0.1:0",
 		Upstream:      upstream.URL,
 		ConfigPath:    policyPath,
 		WatchInterval: 20 * time.Millisecond,
@@ -498,7 +499,7 @@ func startLimiter(t *testing.T) string {
 		cancel()
 		<-r.Done
 	})
-	base := "http://" + r.Addr
+	base := "http://" + r.APIAddr // the limiter's API and /metrics
 
 	// login-account allows 5/min: the 6th check is limited. 110 more
 	// denials make alice's key a repeat offender (per_minute: 100).

@@ -61,7 +61,9 @@ func (o Outcome) String() string {
 	return ResultAllowed
 }
 
-// Input is one request to decide on. Endpoint and IP are required.
+// Input is one request to decide on. IP is required; an empty Endpoint
+// means the request matches no route (class DefaultClass), as an Envoy
+// descriptor set without a method and path does.
 type Input struct {
 	// Endpoint is "METHOD /path".
 	Endpoint string
@@ -265,11 +267,10 @@ var subjectKinds = [...]string{
 func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	start := e.o.Clock()
 	p := e.o.Policy()
-	method, path, ok := strings.Cut(in.Endpoint, " ")
-	if !ok {
-		return fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", in.Endpoint)
+	ci, route, err := routeOf(p, in.Endpoint)
+	if err != nil {
+		return err
 	}
-	ci, route := p.Route(method, path)
 	if e.o.Reputation != nil {
 		if rules := e.o.Reputation(); rules != nil {
 			ip := in.Addr
@@ -420,7 +421,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
-	err := e.o.Store.Decide(ctx, req, &d.bres)
+	err = e.o.Store.Decide(ctx, req, &d.bres)
 	e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
 	if err != nil {
 		if errors.Is(err, bucket.ErrBadRequest) {
@@ -439,6 +440,20 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	}
 	e.record(d, p, start)
 	return nil
+}
+
+// routeOf matches endpoint ("METHOD /path", or "" for no route) to its
+// class and route.
+func routeOf(p *policy.Policy, endpoint string) (int, *policy.Route, error) {
+	if endpoint == "" {
+		return p.ClassIndex(policy.DefaultClass), nil, nil
+	}
+	method, path, ok := strings.Cut(endpoint, " ")
+	if !ok {
+		return 0, nil, fmt.Errorf("engine: endpoint %q is not \"METHOD /path\"", endpoint)
+	}
+	ci, route := p.Route(method, path)
+	return ci, route, nil
 }
 
 // attestation returns the multiplier of the request's device subject for

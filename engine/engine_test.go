@@ -126,6 +126,29 @@ limits:
 	}
 }
 
+// TestNoEndpointMatchesNoRoute: an empty endpoint (an Envoy request
+// without method and path) has class default even where a catch-all
+// route would match every endpoint.
+func TestNoEndpointMatchesNoRoute(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t, `version: 1
+routes:
+  - {match: "* *", class: write}
+limits:
+  - {name: w, by: [ip], rate: 1/s, if: {class: write}}
+  - {name: d, by: [ip], rate: 2/s, if: {class: default}}
+`, bucket.NewMemoryStore(bucket.MemoryOptions{}))
+	in := Input{IP: "192.0.2.1", Cost: 1}
+	var d Decision
+	if err := e.Decide(context.Background(), &in, &d); err != nil || d.Class != "default" || d.Route != "" || d.Binding.Name != "d" {
+		t.Fatalf("no endpoint: %v class %q route %q", err, d.Class, d.Route)
+	}
+	in.Endpoint = "nonsense"
+	if err := e.Decide(context.Background(), &in, &d); err == nil {
+		t.Fatal("an endpoint without a space must be refused")
+	}
+}
+
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(0, 0)

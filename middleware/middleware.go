@@ -57,7 +57,8 @@ type Identity struct {
 	// a valid one does the device count as attested.
 	DeviceToken string
 	// Account is the account a login or token request is for (class auth
-	// routes), e.g. the username in the body.
+	// routes), e.g. the username in the body; it is normalised
+	// (policy.NormalizeAccount) like every account.
 	Account string
 	// Attributes are the request's attributes (plan, tenant, ...: the
 	// policy's attr:NAME key parts and if.attr conditions); at most 16,
@@ -77,6 +78,10 @@ type Options struct {
 	// e.g. "http://127.0.0.1:8080"; the middleware POSTs to
 	// LimiterURL + "/v1/check".
 	LimiterURL string
+	// APIToken is the limiter's --api-token, sent as a bearer token with
+	// every remote check ("" sends none). Remote mode's answer to a 401
+	// is FailOpen's.
+	APIToken string
 	// HTTPClient makes the remote calls (default: a client of its own with
 	// keep-alive connections that does not follow redirects). Do not give
 	// it a retrying transport: the check is on the request path.
@@ -112,6 +117,7 @@ type limiter struct {
 	eng      *engine.Engine
 	tokens   *attestation.Tokens
 	checkURL string
+	auth     []string // the Authorization header of remote checks, or nil
 	client   *http.Client
 	identify func(r *http.Request) (Identity, bool)
 	cost     func(r *http.Request) int
@@ -144,6 +150,9 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 			return nil, fmt.Errorf("%w: %q", ErrLimiterURL, o.LimiterURL)
 		}
 		l.checkURL = strings.TrimRight(o.LimiterURL, "/") + "/v1/check"
+		if o.APIToken != "" {
+			l.auth = []string{"Bearer " + o.APIToken}
+		}
 		if l.client == nil {
 			l.client = defaultClient()
 		}
@@ -221,6 +230,9 @@ func normalize(id *Identity, in *engine.Input) string {
 			return "identity: the " + f.name + " " + msg
 		}
 		*f.dst = f.v
+		if f.dst == &in.Account {
+			*f.dst = policy.NormalizeAccount(f.v)
+		}
 	}
 	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
 		in.DeviceToken = id.DeviceToken // a bad token is no error: the device is unverified
@@ -366,6 +378,9 @@ func (l *limiter) call(parent context.Context, rid string, body []byte) (int, ht
 	}
 	req.Header["Content-Type"] = []string{"application/json"}
 	req.Header["X-Request-Id"] = []string{rid}
+	if l.auth != nil {
+		req.Header["Authorization"] = l.auth
+	}
 	resp, err := l.client.Do(req)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("middleware: check: %w", err)

@@ -432,8 +432,24 @@ func TestRemoteAllowed(t *testing.T) {
 	if got.path != "/v1/check" || got.body != want {
 		t.Errorf("check %s %s\nwant /v1/check %s", got.path, got.body, want)
 	}
-	if got.header.Get("X-Request-Id") != "rid-1" || got.header.Get("Content-Type") != "application/json" {
+	if got.header.Get("X-Request-Id") != "rid-1" || got.header.Get("Content-Type") != "application/json" || got.header.Get("Authorization") != "" {
 		t.Errorf("check headers %v", got.header)
+	}
+}
+
+// TestRemoteAPIToken: with APIToken the remote check carries it (the
+// limiter's --api-token, contract 6.2).
+func TestRemoteAPIToken(t *testing.T) {
+	t.Parallel()
+	f := &fakeLimiter{status: 200, body: `{"allowed":true}`}
+	h, _ := build(t, middleware.Options{LimiterURL: startFake(t, f), APIToken: "s3cret", Timeout: 5 * time.Second})
+	if w := serve(h, "GET", "/x", "198.51.100.7", "rid-1"); w.Code != 200 {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) != 1 || f.reqs[0].header.Get("Authorization") != "Bearer s3cret" {
+		t.Fatalf("checks %+v", f.reqs)
 	}
 }
 

@@ -23,6 +23,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version: 1\nx: &a {<<: [*a, *a]}\nlimits: [*a]\n"))
 	f.Add([]byte(withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 0, window: 1m, action: tighten, duration: 1m}\n")))
 	f.Add([]byte(withRisk("  reputation: {rules: [{asns: [0, 4294967296], cidrs: [x]}]}\n")))
+	f.Add([]byte(head + "envoy:\n  domain: d\n  entries: {remote_address: ip, plan: attr:plan, m: endpoint_method}\n"))
 	f.Add([]byte(head + "  - {name: b, by: [attr:plan, ip], rate: 1/s, if: {attr: {plan: [free, trial]}}}\nidentity: {attributes: {plan: X-Plan}}\n"))
 	f.Add([]byte(head + "lists:\n  x: {file: testdata/budgets-example.md, kind: \"attr:plan\"}\nallow: [x]\ndeny: [x, y]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

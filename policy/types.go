@@ -98,6 +98,9 @@ type Policy struct {
 	FailureByClass map[string]FailureMode
 	// Risk is the `risk` section.
 	Risk Risk
+	// Envoy is the `envoy` section (nil when absent: the Envoy rate-limit
+	// service then answers every request OK with no limit).
+	Envoy *Envoy
 	// Lists are the `lists`, in file order; Allow and Deny the lists
 	// named by `allow` and `deny`, in file order. A request on a deny list
 	// is denied; else one on an allow list is exempt from every limit.

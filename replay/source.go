@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -130,6 +131,10 @@ func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event 
 		s.batchCap = max(s.batchCap, len(b.Decisions))
 		for i := range b.Decisions {
 			d := &b.Decisions[i]
+			if d.Account != "" {
+				// one account however spelled (6.4), as riskd reads it
+				d.Account = policy.NormalizeAccount(d.Account)
+			}
 			ns, ok := eventNs(d.TS)
 			if !ok {
 				s.skipped.Add(1)
@@ -144,6 +149,7 @@ func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event 
 		s.skipped.Add(1)
 		return chunk
 	}
+	r.Account = policy.NormalizeAccount(r.Account)
 	ns, ok := eventNs(r.TS)
 	if !ok {
 		s.skipped.Add(1)

@@ -431,6 +431,8 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 			return out, 0, ""
 		}
 		for i := range b.Decisions {
+			// one account however spelled (6.4), whichever limiter published it
+			b.Decisions[i].Account = policy.NormalizeAccount(b.Decisions[i].Account)
 			out = d.eng.ApplyDecision(0, 0, &b.Decisions[i], out)
 		}
 		return out, len(b.Decisions), "decision"
@@ -440,6 +442,7 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 			d.count("decode")
 			return out, 0, ""
 		}
+		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
 		return TrustAction(&r, d.o.TrustFor, out), 1, "report"
 	}

@@ -183,7 +183,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(), SubjectPrefix: subj, StreamName: stream, L1TTL: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-		SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, Reassert: 200 * time.Millisecond, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, Reassert: 200 * time.Millisecond, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		_, _ = w.Write([]byte("late but complete"))
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", Upstream: up, Logger: slog.New(slog.DiscardHandler), Getenv: testGetenv})
+	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0", Upstream: up, Logger: slog.New(slog.DiscardHandler), Getenv: testGetenv})
 	if err != nil {
 		t.Fatal(err)
 	}

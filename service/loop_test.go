@@ -303,7 +303,7 @@ func startRiskdFor(t testing.TB, policyPath, redisURL, keyPrefix, subj, stream s
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

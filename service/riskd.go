@@ -50,6 +50,9 @@ type RiskdConfig struct {
 	// (default 1h; raise it to replay older traffic, see docs/tuning.md).
 	// Must match the limiters'.
 	DecisionsMaxAge time.Duration
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
+	// give it the limiters' value.
+	EventsMaxBytes int64
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written
@@ -300,7 +303,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
-		DecisionsMaxAge: cfg.DecisionsMaxAge}
+		DecisionsMaxAge: cfg.DecisionsMaxAge, EventsMaxBytes: cfg.EventsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()

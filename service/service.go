@@ -50,6 +50,24 @@ type Config struct {
 	NATSPort int
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
+	// GRPCListen, when set, serves Envoy's rate-limit service
+	// (envoy.service.ratelimit.v3.RateLimitService) over plaintext gRPC
+	// on this address (":0" picks a port); "" serves none.
+	GRPCListen string
+	// APIToken, when set, is the bearer token /v1/check, /v1/report and
+	// /v1/forward-auth require (6.2); "" leaves them open.
+	APIToken string
+	// APIListen is the address of the limiter's own API (/v1/check,
+	// /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics in proxy mode
+	// (6.1; default 127.0.0.1:8081; ":0" picks a port). Unused without
+	// Upstream: Listen then serves everything.
+	APIListen string
+	// AttestPrefix is where the public listener serves the attestation
+	// endpoints in proxy mode (default "/v1/attest/").
+	AttestPrefix string
+	// BodyTimeout bounds the arrival of a proxied request's body, from its
+	// arrival (default 30s): a body still missing then is answered 408.
+	BodyTimeout time.Duration
 	// Upstream, when set, turns on reverse-proxy mode: allowed requests
 	// are forwarded to this URL.
 	Upstream string
@@ -70,7 +88,12 @@ type Config struct {
 	// (default 1h; raise it to replay older traffic with `limiter replay`,
 	// see docs/tuning.md). riskd's must be the same.
 	DecisionsMaxAge time.Duration
-	// StoreTimeout bounds each store round trip (default 50ms).
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
+	// JetStream reserves it on the server).
+	EventsMaxBytes int64
+	// StoreTimeout bounds each check's store work from the moment it asks
+	// (default 50ms): the wait for a Redis lane, dial, write and read
+	// (6.6). Past it the limit's failure mode answers.
 	StoreTimeout time.Duration
 	// RedisLanes is the number of Redis round trips in flight at once, each
 	// carrying a batch of concurrent decisions (default 4).
@@ -106,6 +129,15 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
+	}
+	if c.APIListen == "" && c.Upstream != "" {
+		c.APIListen = "127.0.0.1:8081"
+	}
+	if c.AttestPrefix == "" {
+		c.AttestPrefix = "/v1/attest/"
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = "tg:"
@@ -164,10 +196,25 @@ func (c *Config) Validate() error {
 	} else if c.RedisCA != "" {
 		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
 	}
+	if c.GRPCListen != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
+		}
+	}
 	switch c.UpstreamTransport {
 	case "", "lean", "std":
 	default:
 		return fmt.Errorf("service: upstream transport %q: want lean or std", c.UpstreamTransport)
+	}
+	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
+		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {
+		return fmt.Errorf("service: attest prefix %q must be a clean path that starts and ends with a slash, such as /v1/attest/", c.AttestPrefix)
+	}
+	if c.Upstream != "" && c.APIListen != "" && c.APIListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		return fmt.Errorf("service: the API listener (%s) must not be the public listener: the limiter's API must not face the internet", c.APIListen)
+	}
+	if c.BodyTimeout < 0 || c.StoreTimeout < 0 {
+		return errors.New("service: body and store timeouts must not be negative")
 	}
 	return nil
 }
@@ -189,8 +236,15 @@ func quietRedis(l *slog.Logger) {
 
 // Running is a started limiter.
 type Running struct {
-	// Addr is the address the HTTP server listens on.
+	// Addr is the address the HTTP server listens on (the public
+	// listener in proxy mode).
 	Addr string
+	// GRPCAddr is the address the Envoy rate-limit service listens on
+	// ("" when Config.GRPCListen is not set).
+	GRPCAddr string
+	// APIAddr is the address of the limiter's own API: the API listener
+	// in proxy mode, else Addr.
+	APIAddr string
 	// NATSURL is the NATS server in use (the embedded one's, when embedded).
 	NATSURL string
 	// Done is closed when the limiter has stopped; Err then holds why.
@@ -295,9 +349,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}()
 	} else {
 		opts, _ := redisOptions(cfg.RedisURL, cfg.RedisCA) // checked by Validate
-		opts.DialTimeout = 2 * cfg.StoreTimeout
-		opts.ReadTimeout = 2 * cfg.StoreTimeout
-		opts.WriteTimeout = 2 * cfg.StoreTimeout
+		// Every check answers within the store timeout (6.6): the client
+		// honours the decision's deadline, and no dial, read or write
+		// outlasts it.
+		opts.DialTimeout = cfg.StoreTimeout
+		opts.ReadTimeout = cfg.StoreTimeout
+		opts.WriteTimeout = cfg.StoreTimeout
+		opts.ContextTimeoutEnabled = true
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
 		dialRedisOnce(ctx, log, rclient, cfg.RedisURL, "the limiter serves as each limit's failure mode says until it answers")
@@ -342,6 +400,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	srv, err := api.New(api.Options{
 		Engine:       eng,
 		AdminToken:   cfg.AdminToken,
+		APIToken:     cfg.APIToken,
+		AttestPrefix: cfg.AttestPrefix,
+		BodyTimeout:  cfg.BodyTimeout,
 		Logger:       log,
 		Gatherer:     reg,
 		Events:       ev.publisher,
@@ -385,21 +446,12 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ls, err := listen(cfg, srv, log)
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
+		return nil, err
 	}
-	addr := ln.Addr().String()
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	addr, apiAddr := ls[0].addr(), ls[len(ls)-1].addr()
 	store_ := "memory"
 	if cfg.RedisURL != "" {
 		store_ = "redis " + RedactURL(cfg.RedisURL)
@@ -408,8 +460,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", RedactURL(ev.url), "upstream", RedactURL(cfg.Upstream),
-		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
+	log.Info("listening", "addr", addr, "api_addr", apiAddr, "store", store_, "policy", policyName, "nats", RedactURL(ev.url), "upstream", RedactURL(cfg.Upstream),
+		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, apiAddr))
 
 	if cfg.PprofListen != "" {
 		pm := http.NewServeMux()
@@ -422,9 +474,22 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closers = append(closers, func() { _ = ps.Close() })
 		log.Info("pprof listening", "addr", cfg.PprofListen)
 	}
-	run := &Running{Addr: addr, NATSURL: ev.url, Done: make(chan struct{})}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	run := &Running{Addr: addr, APIAddr: apiAddr, NATSURL: ev.url, Done: make(chan struct{})}
+	serveErr := make(chan error, len(ls)+1)
+	var gs *grpcService
+	if cfg.GRPCListen != "" {
+		if gs, err = startGRPC(cfg, log, reg, srv, holder.Current, serveErr); err != nil {
+			for _, l := range ls {
+				_ = l.ln.Close()
+			}
+			closeAll()
+			return nil, err
+		}
+		run.GRPCAddr = gs.addr
+	}
+	for _, l := range ls {
+		go func() { serveErr <- l.hs.Serve(l.ln) }()
+	}
 	srv.SetState("ready")
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -437,6 +502,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	go func() {
 		defer close(run.Done)
 		defer closeAll()
+		if gs != nil {
+			defer gs.server.Stop() // after a serve error too (a no-op once drained)
+		}
 		defer stopWatch()
 		defer signal.Stop(hup)
 		for {
@@ -457,16 +525,79 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		srv.SetState("draining")
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
-		if err := hs.Shutdown(sctx); err != nil {
+		if gs != nil {
+			gs.stop(sctx)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(ls))
+		for i, l := range ls {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = l.hs.Shutdown(sctx) }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			run.Err = fmt.Errorf("service: shutdown: %w", err)
 		}
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
-			run.Err = fmt.Errorf("service: serve: %w", err)
+		for range ls {
+			if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
+				run.Err = fmt.Errorf("service: serve: %w", err)
+			}
 		}
 		srv.WaitReports()
 		log.Info("stopped")
 	}()
 	return run, nil
+}
+
+// listener is one HTTP listener of the limiter.
+type listener struct {
+	ln net.Listener
+	hs *http.Server
+}
+
+func (l listener) addr() string { return l.ln.Addr().String() }
+
+// listen opens the limiter's listeners (6.1): without an upstream, one on
+// cfg.Listen serving everything; in proxy mode the public one on
+// cfg.Listen (health, attestation, everything else forwarded) first and
+// the API one on cfg.APIListen (the limiter's API and /metrics) last.
+func listen(cfg Config, srv *api.Server, log *slog.Logger) ([]listener, error) {
+	type spec struct {
+		addr    string
+		handler http.Handler
+		public  bool
+	}
+	specs := []spec{{cfg.Listen, srv, false}}
+	if cfg.Upstream != "" {
+		specs = []spec{{cfg.Listen, srv.Public(), true}, {cfg.APIListen, srv, false}}
+	}
+	var ls []listener
+	for _, sp := range specs {
+		ln, err := net.Listen("tcp", sp.addr)
+		if err != nil {
+			for _, l := range ls {
+				_ = l.ln.Close()
+			}
+			return nil, fmt.Errorf("service: listen %s: %w", sp.addr, err)
+		}
+		hs := &http.Server{
+			Handler:           sp.handler,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		if sp.public {
+			// The body's deadline is set per request (BodyTimeout, from
+			// arrival); the answer may follow a body that took that long.
+			hs.ReadTimeout = 0
+			hs.WriteTimeout = max(30*time.Second, cfg.BodyTimeout+30*time.Second)
+		}
+		ls = append(ls, listener{ln: ln, hs: hs})
+	}
+	return ls, nil
 }
 
 // loadPolicy loads the policy file (or the built-in policy for "") into

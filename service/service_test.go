@@ -22,6 +22,12 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 	if cfg.NATSURL != "" && cfg.DecisionsMaxBytes == 0 {
 		cfg.DecisionsMaxBytes = 16 << 20 // streams reserve storage on the shared server
 	}
+	if cfg.NATSURL != "" && cfg.EventsMaxBytes == 0 {
+		cfg.EventsMaxBytes = 16 << 20
+	}
+	if cfg.Upstream != "" && cfg.APIListen == "" {
+		cfg.APIListen = "127.0.0.1:0"
+	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
@@ -298,6 +304,52 @@ func TestProxyMode(t *testing.T) {
 	}
 }
 
+// TestProxyModeTwoListeners (6.1): the public listener forwards the
+// limiter's API paths to the upstream; the API listener serves them, and
+// /metrics, and forwards nothing.
+func TestProxyModeTwoListeners(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("upstream " + r.URL.Path)) })
+	r, base := start(t, Config{Upstream: up, APIToken: "t0k"})
+	if r.APIAddr == r.Addr || r.APIAddr == "" {
+		t.Fatalf("API listener %q, public %q", r.APIAddr, r.Addr)
+	}
+	api := "http://" + r.APIAddr
+	if resp, body := post(t, base+"/v1/check", `{"endpoint":"GET /x","ip":"192.0.2.1"}`); resp.StatusCode != 200 || body != "upstream /v1/check" {
+		t.Fatalf("public /v1/check: %d %s", resp.StatusCode, body)
+	}
+	if code, body := get(t, base+"/metrics"); code != 200 || body != "upstream /metrics" {
+		t.Fatalf("public /metrics: %d %.80s", code, body)
+	}
+	if resp, body := post(t, api+"/v1/check", `{"endpoint":"GET /x","ip":"192.0.2.1"}`); resp.StatusCode != 401 || !strings.Contains(body, "UNAUTHORIZED") {
+		t.Fatalf("API /v1/check without the token: %d %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("POST", api+"/v1/check", strings.NewReader(`{"endpoint":"GET /x","ip":"192.0.2.1"}`))
+	req.Header.Set("Authorization", "Bearer t0k")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") == "" {
+		t.Fatalf("API /v1/check: %d", resp.StatusCode)
+	}
+	if code, body := get(t, api+"/metrics"); code != 200 || !strings.Contains(body, "tollgate_decisions_total") {
+		t.Fatalf("API /metrics: %d", code)
+	}
+	if code, body := get(t, api+"/hello"); code != 404 || strings.Contains(body, "upstream") {
+		t.Fatalf("API /hello: %d %s; want 404, never forwarded", code, body)
+	}
+	for _, a := range []string{base, api} {
+		if code, _ := get(t, a+"/readyz"); code != 200 {
+			t.Fatalf("%s/readyz: %d", a, code)
+		}
+	}
+	if err := (&Config{Upstream: up, Listen: "127.0.0.1:9000", APIListen: "127.0.0.1:9000"}).Validate(); err == nil {
+		t.Fatal("one address for both listeners was accepted")
+	}
+}
+
 func TestProxyUpstreamTransportChoice(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("upstream " + r.URL.Path)) })
@@ -307,7 +359,7 @@ func TestProxyUpstreamTransportChoice(t *testing.T) {
 			t.Fatalf("%s: %d %s", tr, code, body)
 		}
 	}
-	_, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Upstream: up, UpstreamTransport: "fast", Logger: slog.New(slog.DiscardHandler)})
+	_, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0", Upstream: up, UpstreamTransport: "fast", Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), `upstream transport "fast": want lean or std`) {
 		t.Fatalf("bad transport accepted: %v", err)
 	}

@@ -236,7 +236,7 @@ func startRiskdReassert(t *testing.T, policyPath, redisURL, keyPrefix, subj, str
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
-		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second,
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second,
 		Reassert: time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +410,7 @@ func TestRiskdTellsTheTruth(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
-		DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ type Config struct {
 	DecisionsMaxBytes int64
 	// EventsMaxAge is how long reports and alerts are kept (default 48h).
 	EventsMaxAge time.Duration
+	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
+	// when full, the oldest events are discarded.
+	EventsMaxBytes int64
 	// AuditMaxAge is how long admin changes are kept (default 400 days:
 	// longer than the longest admin multiplier ttl, 365 days);
 	// AuditMaxBytes bounds the audit stream (default 256 MiB; the oldest
@@ -59,6 +62,9 @@ func (c *Config) defaults() {
 	}
 	if c.EventsMaxAge <= 0 {
 		c.EventsMaxAge = 48 * time.Hour
+	}
+	if c.EventsMaxBytes <= 0 {
+		c.EventsMaxBytes = 1 << 30
 	}
 	if c.AuditMaxAge <= 0 {
 		c.AuditMaxAge = 400 * 24 * time.Hour
@@ -98,7 +104,9 @@ func Connect(url, name string) (*nats.Conn, error) {
 }
 
 // EnsureStreams creates the three streams, or updates them to cfg when they
-// exist: calling it again is harmless.
+// exist: calling it again is harmless. Each has a size bound
+// (DecisionsMaxBytes, EventsMaxBytes, AuditMaxBytes) past which the oldest
+// messages go.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.defaults()
 	storage := jetstream.FileStorage
@@ -120,7 +128,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Description: "Tollgate reports and alerts",
 			Subjects:    []string{cfg.Prefix + "reports.>", cfg.Prefix + "alerts.>"},
 			MaxAge:      cfg.EventsMaxAge,
+			MaxBytes:    cfg.EventsMaxBytes,
 			Storage:     storage,
+			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,
 		},
 		{

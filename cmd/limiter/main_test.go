@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/attestation/attestationtest"
 	"github.com/tollgate-dev/tollgate/policy"
@@ -267,6 +268,39 @@ func TestReplayDispatch(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"replay", "--nats", "nats://127.0.0.1:1", "--config", bad}, envMap(), &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), "limiter replay: "+bad+":3: ") {
 		t.Fatalf("broken candidate: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestBadGRPCListen: a --grpc-listen that is not host:port is a usage error.
+func TestBadGRPCListen(t *testing.T) {
+	t.Parallel()
+	if code, _, errs := runT(envMap(), "--grpc-listen", "8081"); code != 2 || !strings.Contains(errs, `grpc listen address "8081"`) {
+		t.Fatalf("bad grpc address: exit %d %s", code, errs)
+	}
+}
+
+// TestAttackSurfaceFlags: the flags of contract 6.1, 6.2 and 6.6 reach
+// the config, from the command line or the environment; one address for
+// both listeners and a bad attest prefix are usage errors.
+func TestAttackSurfaceFlags(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	var cfg service.Config
+	env := envMap("TOLLGATE_API_TOKEN", "t", "TOLLGATE_EVENTS_MAX_BYTES", "1048576")
+	if code, ok := parse("limiter", &cfg, []string{"--upstream", "http://127.0.0.1:1", "--api-listen", "127.0.0.1:0",
+		"--attest-prefix", "/app/attest/", "--body-timeout", "5s"}, env, &out, &errb); !ok {
+		t.Fatalf("exit %d %s", code, errb.String())
+	}
+	if cfg.APIListen != "127.0.0.1:0" || cfg.APIToken != "t" || cfg.AttestPrefix != "/app/attest/" || cfg.BodyTimeout != 5*time.Second || cfg.EventsMaxBytes != 1<<20 {
+		t.Fatalf("config %+v", cfg)
+	}
+	if code := run([]string{"--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:9", "--api-listen", "127.0.0.1:9"}, envMap(), &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "must not be the public listener") {
+		t.Fatalf("one address for both: exit %d %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"--attest-prefix", "/attest"}, envMap(), &out, &errb); code != 2 || !strings.Contains(errb.String(), "attest prefix") {
+		t.Fatalf("bad attest prefix: exit %d %s", code, errb.String())
 	}
 }
 

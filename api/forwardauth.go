@@ -1,0 +1,168 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/tollgate-dev/tollgate/engine"
+)
+
+// Forward-auth headers: the original request as the gateway describes it.
+const (
+	headerForwardedMethod = "X-Forwarded-Method"
+	headerForwardedURI    = "X-Forwarded-Uri"
+	// HeaderTollgateStatus carries the real status of a denial answered
+	// 403 (forward auth with ?status=403; Envoy denials).
+	HeaderTollgateStatus = "X-Tollgate-Status"
+	// HeaderTollgateEnvelope carries the denial's envelope (one line of
+	// JSON) on a ?status=403 forward-auth answer, for a gateway that can
+	// relay a header but not the auth response's body (NGINX auth_request).
+	HeaderTollgateEnvelope = "X-Tollgate-Envelope"
+)
+
+// handleForwardAuth serves GET|POST /v1/forward-auth (contract 6.10): the
+// gateway (Traefik forwardAuth, Caddy forward_auth, NGINX auth_request)
+// describes the original request in X-Forwarded-Method, X-Forwarded-Uri
+// and X-Forwarded-For, and copies its identity headers; the identity is
+// read exactly as proxy mode reads it (trusted proxies, verified user,
+// device, account header on auth routes) and decided through the check
+// path. The answer is 200 with the rate-limit headers, or the denial
+// (429, 403, 503) with its envelope and headers; with ?status=403 every
+// denial is a 403 carrying the real status in X-Tollgate-Status.
+func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(w, r)
+	as403 := forwardAuthMode(r.URL.RawQuery)
+	orig, aerr := forwardedRequest(r)
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	id := &identity{rid: rid}
+	if aerr := s.fwd.identify(orig, s.o.Engine.Policy(), id); aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	d := engine.GetDecision()
+	defer engine.PutDecision(d)
+	if err := s.Decide(r.Context(), rid, &id.in, d); err != nil {
+		s.o.Logger.Error("forward-auth: decide", "request_id", rid, "err", err)
+		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+		return
+	}
+	if as403 {
+		c := &capture{h: w.Header()}
+		if !WriteDecision(c, rid, d) {
+			h := w.Header()
+			h[HeaderTollgateStatus] = []string{strconv.Itoa(c.status)}
+			h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.body))}
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write(c.body)
+			return
+		}
+	}
+	s.respond(w, rid, d, nil)
+}
+
+// forwardAuthMode reads the query of /v1/forward-auth: status=403 asks for
+// the 403 form. Other parameters are ignored: some gateways (Caddy) pass
+// the original request's query string through.
+func forwardAuthMode(rawQuery string) bool {
+	if rawQuery == "" {
+		return false
+	}
+	q, _ := url.ParseQuery(rawQuery) // what parses of a broken query still counts
+	for _, v := range q["status"] {
+		if v == "403" {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedRequest rebuilds the original request the gateway describes:
+// its method and URI from the X-Forwarded-* headers, the forward-auth
+// request's headers (the gateway copies the original ones) and peer
+// address. It has no body: the gateway does not send it.
+func forwardedRequest(r *http.Request) (*http.Request, *apiError) {
+	method, aerr := oneHeader(r.Header, headerForwardedMethod)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if method == "" {
+		return nil, badRequest("header " + headerForwardedMethod + " is required (the original request's method)")
+	}
+	for i := 0; i < len(method); i++ {
+		if !isTokenChar(method[i]) {
+			return nil, badRequest("header " + headerForwardedMethod + " is not an HTTP method")
+		}
+	}
+	uri, aerr := oneHeader(r.Header, headerForwardedURI)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if uri == "" {
+		return nil, badRequest("header " + headerForwardedURI + " is required (the original request's path and query)")
+	}
+	if len(uri) > MaxEndpointLen {
+		return nil, badRequest("header " + headerForwardedURI + " is longer than " + itoa(MaxEndpointLen) + " bytes")
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil || u.Scheme != "" || u.Host != "" || len(u.Path) == 0 || u.Path[0] != '/' {
+		return nil, badRequest("header " + headerForwardedURI + " must be an absolute path, as in the request line: " + strconv.Quote(clip(uri)))
+	}
+	if msg := checkEndpoint(method + " " + u.Path); msg != "" {
+		return nil, badRequest("header " + headerForwardedURI + " " + msg)
+	}
+	orig := &http.Request{Method: method, URL: u, RequestURI: uri, Header: r.Header, RemoteAddr: r.RemoteAddr,
+		Host: r.Header.Get("X-Forwarded-Host"), Body: http.NoBody, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor}
+	return orig.WithContext(r.Context()), nil
+}
+
+// oneHeader returns the single value of header name ("" when absent); a
+// repeated header is a 400.
+func oneHeader(h http.Header, name string) (string, *apiError) {
+	v := h.Values(name)
+	switch len(v) {
+	case 0:
+		return "", nil
+	case 1:
+		return v[0], nil
+	}
+	return "", badRequest("header " + name + " is repeated")
+}
+
+// capture is an http.ResponseWriter that keeps what it is given.
+type capture struct {
+	h      http.Header
+	status int
+	body   []byte
+}
+
+func (c *capture) Header() http.Header { return c.h }
+
+func (c *capture) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+
+func (c *capture) Write(b []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	c.body = append(c.body, b...)
+	return len(b), nil
+}
+
+// RenderDecision renders d as the check API answers it: for a request that
+// may proceed (allowed, degraded) it sets the rate-limit headers in h and
+// returns 200 and no body; for a denial it sets the denial's headers and
+// returns its status (429, 403, 503) and envelope. Gateways that relay an
+// answer in their own protocol (the Envoy rate-limit service) use it.
+func RenderDecision(h http.Header, rid string, d *engine.Decision) (status int, body []byte) {
+	c := &capture{h: h}
+	if WriteDecision(c, rid, d) {
+		return http.StatusOK, nil
+	}
+	return c.status, c.body
+}

@@ -1,0 +1,198 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+// identityHeaders are the headers that say who a proxied request is; each
+// may be given at most once (6.4). A new identity header is one more entry.
+func identityHeaders(ident *policy.Identity) []string {
+	return []string{ident.UserHeader, ident.UserSignatureHeader, ident.DeviceHeader, deviceTokenHeader(ident), ident.AccountHeader}
+}
+
+// deviceTokenHeader is the header of the device token (6.3).
+func deviceTokenHeader(ident *policy.Identity) string {
+	if ident.DeviceTokenHeader == "" {
+		return policy.DefaultDeviceTokenHeader
+	}
+	return ident.DeviceTokenHeader
+}
+
+// sameHeaderName reports whether two header names are one to an upstream:
+// equal ignoring case, with '_' and '-' alike (CGI, WSGI and Rack turn
+// both into '_', so X_User_Id is X-User-Id there).
+func sameHeaderName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if x != y && lower(x) != lower(y) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// headerValue returns the value of header name in any spelling an upstream
+// takes for it (see sameHeaderName) and how many values there are; ""
+// when there is none. An empty name has none.
+func headerValue(h http.Header, name string) (string, int) {
+	if name == "" {
+		return "", 0
+	}
+	var v string
+	n := 0
+	for k, vs := range h {
+		if sameHeaderName(k, name) {
+			if n == 0 && len(vs) > 0 {
+				v = vs[0]
+			}
+			n += len(vs)
+		}
+	}
+	return v, n
+}
+
+// deleteHeader removes header name in every spelling headerValue reads.
+func deleteHeader(h http.Header, name string) {
+	for k := range h {
+		if sameHeaderName(k, name) {
+			delete(h, k)
+		}
+	}
+}
+
+// accountFromBody reads the account field of a login body the way the
+// upstream would (6.4): a JSON object's top-level keys match field as
+// encoding/json matches struct fields, case-insensitively with Unicode
+// simple folding (escaped keys decoded), and an
+// application/x-www-form-urlencoded body's keys likewise. A body that
+// carries the field more than once, in any spelling, is a 400; a body of
+// neither kind, or whose field is not a string, has no account.
+func accountFromBody(body []byte, contentType, field string) (string, *apiError) {
+	var acct string
+	n := 0
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		n, acct = jsonField(t, field)
+	}
+	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
+		vals, _ := url.ParseQuery(string(body)) // what parsed, as net/http's ParseForm keeps it
+		for k, vs := range vals {
+			if strings.EqualFold(k, field) {
+				if n == 0 && len(vs) > 0 {
+					acct = vs[0]
+				}
+				n += len(vs)
+			}
+		}
+	}
+	if n > 1 {
+		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling); send it once", field))
+	}
+	return acct, nil
+}
+
+// jsonField counts the top-level keys of a JSON object that match field
+// as encoding/json matches them, and returns the first one's string
+// value. It reads until the object ends or the JSON goes wrong.
+func jsonField(body []byte, field string) (n int, value string) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, ""
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return n, value
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return n, value
+		}
+		if strings.EqualFold(key, field) {
+			if n++; n == 1 {
+				_ = json.Unmarshal(raw, &value)
+			}
+		}
+	}
+	return n, value
+}
+
+// clientBody is a proxied request's body: it records the first error
+// reading it from the client, so a failure there (bad chunked encoding,
+// a body that did not arrive in time) is answered as the client's
+// (400, 408), not as the upstream's (502).
+type clientBody struct {
+	rc  io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+// Read implements io.Reader.
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (b *clientBody) Close() error { return b.rc.Close() }
+
+// failed returns the first error reading the client's body, or nil.
+func (b *clientBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// bodyError is the answer to a request body that could not be read: 408
+// when it did not arrive in time, else 400.
+func bodyError(err error) *apiError {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &apiError{status: http.StatusRequestTimeout, code: CodeRequestTimeout, message: "the request body did not arrive in time"}
+	}
+	return badRequest("malformed request body: " + err.Error())
+}
+
+// writeBodyError answers a request whose body failed (bodyError) and
+// closes the connection: the rest of the body cannot be trusted. The
+// write deadline is extended so the answer gets out.
+func (s *Server) writeBodyError(w http.ResponseWriter, rid string, err error) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Second))
+	w.Header().Set("Connection", "close")
+	writeError(w, rid, bodyError(err))
+}

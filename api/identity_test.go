@@ -1,0 +1,220 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+func TestAccountFromBody(t *testing.T) {
+	t.Parallel()
+	const form = "application/x-www-form-urlencoded"
+	for _, c := range []struct {
+		name, body, ctype, want, wantErr string
+	}{
+		{"exact", `{"username":"alice","password":"x"}`, "application/json", "alice", ""},
+		{"capital", `{"Username":"alice"}`, "application/json", "alice", ""},
+		{"another key, folding characters and all", `{"uſernam\u212a":"alice"}`, "", "", ""},
+		{"long s", `{"uſername":"alice"}`, "", "alice", ""},
+		{"escaped key", `{"\u0075sername":"alice"}`, "application/json", "alice", ""},
+		{"nested is not top-level", `{"user":{"username":"alice"}}`, "application/json", "", ""},
+		{"not a string", `{"username":42}`, "application/json", "", ""},
+		{"twice", `{"username":"a","username":"b"}`, "application/json", "", `body: field "username" is given more than once`},
+		{"twice spelled", `{"username":"a","USERNAME":"b"}`, "application/json", "", "more than once"},
+		{"form", "username=alice&password=x", form, "alice", ""},
+		{"form charset", "username=alice", form + "; charset=utf-8", "alice", ""},
+		{"form capital", "Username=alice", form, "alice", ""},
+		{"form twice", "username=a&username=b", form, "", "more than once"},
+		{"form without its content type", "username=alice", "text/plain", "", ""},
+		{"json under a form type", `{"username":"alice"}`, form, "alice", ""},
+		{"broken json", `{"username":"alice",`, "application/json", "alice", ""},
+		{"array", `[{"username":"alice"}]`, "application/json", "", ""},
+		{"empty", ``, "application/json", "", ""},
+	} {
+		got, aerr := accountFromBody([]byte(c.body), c.ctype, "username")
+		switch {
+		case c.wantErr == "" && aerr != nil:
+			t.Errorf("%s: error %v", c.name, aerr)
+		case c.wantErr != "" && (aerr == nil || aerr.status != 400 || !strings.Contains(aerr.message, c.wantErr)):
+			t.Errorf("%s: error %v, want 400 %q", c.name, aerr, c.wantErr)
+		case got != c.want:
+			t.Errorf("%s: account %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// FuzzAccountFromBody: whenever encoding/json reads a login body into a
+// struct, the proxy finds the same account in it, or refuses the body.
+func FuzzAccountFromBody(f *testing.F) {
+	for _, s := range []string{`{"username":"a"}`, `{"Username":"a","x":1}`, `{"uſername":"a"}`, `{"\u0055SERNAME":"b"}`,
+		`{"username":"a","username":"b"}`, `{"a":{"username":"x"},"username":"y"}`, `{"username":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		got, aerr := accountFromBody([]byte(body), "application/json", "username")
+		var login struct {
+			Username string `json:"username"`
+		}
+		if json.Unmarshal([]byte(body), &login) != nil || aerr != nil {
+			return
+		}
+		if got != login.Username {
+			t.Fatalf("%q: proxy read %q, encoding/json %q", body, got, login.Username)
+		}
+	})
+}
+
+func TestSameHeaderName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"X-User-Id", "X-User-Id", true}, {"x-user-id", "X-User-Id", true}, {"X_User_Id", "X-User-Id", true},
+		{"X-User-Ids", "X-User-Id", false}, {"X-User-Ix", "X-User-Id", false},
+	} {
+		if got := sameHeaderName(c.a, c.b); got != c.want {
+			t.Errorf("sameHeaderName(%q, %q) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+func TestCanonicalID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ subject, id, want, wantErr string }{
+		{"ip", "2001:DB8::1", "2001:db8::1", ""},
+		{"ip", "::ffff:192.0.2.1", "192.0.2.1", ""},
+		{"ip", "192.0.2.1", "192.0.2.1", ""},
+		{"ip", "fe80::1%eth0", "", "is not an IP address"},
+		{"ip", "example.com", "", "is not an IP address"},
+		{"asn", "AS64500", "64500", ""},
+		{"asn", "as64500", "64500", ""},
+		{"asn", "064500", "64500", ""},
+		{"asn", "4294967296", "", "is not an AS number"},
+		{"asn", "-1", "", "is not an AS number"},
+		{"account", " Alice@Example.COM ", "alice@example.com", ""},
+		{"account", "  ", "", "id is required"},
+		{"user", "U_42", "U_42", ""},
+		{"device", "", "", "id is required"},
+	} {
+		got, aerr := canonicalID(c.subject, c.id)
+		switch {
+		case c.wantErr == "" && aerr != nil:
+			t.Errorf("%s/%s: %v", c.subject, c.id, aerr)
+		case c.wantErr != "" && (aerr == nil || !strings.Contains(aerr.message, c.wantErr)):
+			t.Errorf("%s/%s: %v, want %q", c.subject, c.id, aerr, c.wantErr)
+		case got != c.want:
+			t.Errorf("%s/%s = %q, want %q", c.subject, c.id, got, c.want)
+		}
+	}
+}
+
+// TestAPIToken: with an API token, check and report need it (401, then
+// the admin API's throttle: 429 after 10 failures); the admin token is
+// not it; attestation, health and metrics do not need it.
+func TestAPIToken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "adm1n")
+	var err error
+	f.srv, err = New(Options{Engine: f.srv.o.Engine, AdminToken: "adm1n", APIToken: "ap1", Gatherer: f.reg, Now: func() time.Time { return f.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Handle("/v1/attest/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "attest") }))
+	check := `{"endpoint":"GET /x","ip":"192.0.2.1"}`
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer ap1"), 200, "")
+	expect(t, f.do(t, "POST", "/v1/check", check), 401,
+		`{"error":{"code":"UNAUTHORIZED","message":"missing or wrong api token","details":{},"request_id":"req-1"}}`, "Www-Authenticate", `Bearer realm="tollgate-api"`)
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"a"}`, "Authorization", "Bearer adm1n"), 401, "")
+	expect(t, f.do(t, "POST", "/v1/attest/challenge", `{}`), 200, "attest")
+	expect(t, f.do(t, "GET", "/healthz", ""), 200, "")
+	for i := 0; i < 8; i++ {
+		expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer guess"), 401, "")
+	}
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer ap1"), 429, "", "Retry-After", "60")
+	// the admin API keeps its own count
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/device/d1", "", "Authorization", "Bearer adm1n"), 200, "")
+	f.now = t0.Add(time.Minute)
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer ap1"), 200, "")
+}
+
+// TestPublicListener: in proxy mode the public handler serves health and
+// the attestation endpoints (under a moved prefix too) and forwards every
+// other path, the limiter's API paths and /metrics included, normalised.
+func TestPublicListener(t *testing.T) {
+	t.Parallel()
+	seen := make(chan string, 10)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Method + " " + r.URL.EscapedPath()
+		_, _ = io.WriteString(w, "upstream")
+	}))
+	t.Cleanup(up.Close)
+	p, err := policy.Parse("p.yaml", []byte("version: 1\nlimits:\n  - {name: ip, by: [ip], rate: 100/min}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p },
+		Metrics: engine.NewMetrics(prometheus.NewRegistry())})
+	srv, err := New(Options{Engine: eng, AttestPrefix: "/app/attest/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handle("/v1/attest/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "attest "+r.URL.Path) }))
+	u, _ := url.Parse(up.URL)
+	if err := srv.EnableProxy(ProxyOptions{Upstream: u}); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetState("ready")
+	pub := srv.Public()
+	for _, c := range []struct{ method, path, want, upstream string }{
+		{"GET", "/healthz", `{"status":"ok"}` + "\n", ""},
+		{"GET", "//readyz/", "", ""},
+		{"POST", "/app/attest/challenge", "attest /v1/attest/challenge", ""},
+		{"POST", "/app/./attest//apple/", "attest /v1/attest/apple", ""},
+		{"POST", "/v1/attest/challenge", "upstream", "POST /v1/attest/challenge"},
+		{"POST", "/v1/check", "upstream", "POST /v1/check"},
+		{"GET", "/metrics", "upstream", "GET /metrics"},
+		{"GET", "/v1/admin/offenders", "upstream", "GET /v1/admin/offenders"},
+		{"GET", "/a/%7e/./b//c/", "upstream", "GET /a/~/b/c"},
+		{"GET", "/a%2fb", "upstream", "GET /a%2Fb"},
+	} {
+		w := httptest.NewRecorder()
+		pub.ServeHTTP(w, httptest.NewRequest(c.method, c.path, nil))
+		if w.Code != 200 || (c.want != "" && w.Body.String() != c.want) {
+			t.Errorf("%s %s: %d %q, want 200 %q", c.method, c.path, w.Code, w.Body, c.want)
+		}
+		if c.upstream != "" {
+			if got := <-seen; got != c.upstream {
+				t.Errorf("%s %s: upstream saw %q, want %q", c.method, c.path, got, c.upstream)
+			}
+		}
+	}
+	if _, err := New(Options{Engine: eng, AttestPrefix: "/attest"}); err == nil {
+		t.Error("an attest prefix without its trailing slash was accepted")
+	}
+}
+
+// TestCheckNormalisesAccount (6.4): however the account is spelled, the
+// check API spends one account's budget; a bad one is still refused.
+func TestCheckNormalisesAccount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "")
+	for i, acct := range []string{"alice@example.com", "Alice@Example.com", " ALICE@EXAMPLE.COM", "alice@example.com  ", "ALICE@example.com"} {
+		body := `{"endpoint":"POST /auth/login","ip":"192.0.2.` + itoa(int64(i+1)) + `","account":` + string(AppendJSONString(nil, acct)) + `}`
+		expect(t, f.do(t, "POST", "/v1/check", body), 200, "", "X-RateLimit-Remaining", itoa(int64(4-i)))
+	}
+	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"aLiCe@example.com"}`), 429, "")
+	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"A\u0001"}`), 400,
+		`{"error":{"code":"BAD_REQUEST","message":"field \"account\" contains a control character","details":{},"request_id":"req-1"}}`)
+}

@@ -1,0 +1,67 @@
+package policy
+
+import "testing"
+
+func TestNormalizeAccount(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"alice@example.com", "alice@example.com"},
+		{"Alice@Example.COM", "alice@example.com"},
+		{"  alice\t\n", "alice"},
+		{"Jose\u0301", "jos\u00e9"}, // NFD e + combining acute -> NFC é
+		{"JOS\u00c9", "jos\u00e9"},
+		{"", ""},
+		{"   ", ""},
+	} {
+		if got := NormalizeAccount(c.in); got != c.want {
+			t.Errorf("NormalizeAccount(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestNormalizePath(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want, route string }{
+		{"/auth/login", "/auth/login", "/auth/login"},
+		{"/auth/login/", "/auth/login", "/auth/login"},
+		{"//auth/./login", "/auth/login", "/auth/login"},
+		{"/auth/%6cogin", "/auth/login", "/auth/login"},
+		{"/auth/%6Cogin", "/auth/login", "/auth/login"},
+		{"/auth/x/../login", "/auth/login", "/auth/login"},
+		{"/auth/%2e%2e/auth/login", "/auth/login", "/auth/login"},
+		{"/../../etc", "/etc", "/etc"},
+		{"/a%2fb", "/a%2Fb", "/a/b"},
+		{"/a%2F..%2Fb", "/a%2F..%2Fb", "/b"},
+		{"/caf%C3%A9", "/caf%C3%A9", "/café"},
+		{"/", "/", "/"},
+		{"", "/", "/"},
+		{"/a//", "/a", "/a"},
+		{"/%7Euser", "/~user", "/~user"},
+		{"/100%", "/100%25", "/100%"},
+		{"%7%30", "/%2570", "/%70"},
+	} {
+		if got := NormalizePath(c.in); got != c.want {
+			t.Errorf("NormalizePath(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if got := RoutePath(c.in); got != c.route {
+			t.Errorf("RoutePath(%q) = %q, want %q", c.in, got, c.route)
+		}
+	}
+}
+
+// FuzzNormalizePath: normalising is idempotent and always rooted.
+func FuzzNormalizePath(f *testing.F) {
+	for _, s := range []string{"/auth/login/", "//a/./b/../c", "/%6c%2F%2e", "", "%", "/a%zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := NormalizePath(s)
+		if n == "" || n[0] != '/' {
+			t.Fatalf("NormalizePath(%q) = %q: not rooted", s, n)
+		}
+		if again := NormalizePath(n); again != n {
+			t.Fatalf("NormalizePath not idempotent: %q -> %q -> %q", s, n, again)
+		}
+		_ = RoutePath(s)
+	})
+}

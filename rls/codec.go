@@ -1,0 +1,70 @@
+package rls
+
+import (
+	"sync/atomic"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+// Codec returns the gRPC codec the server should run with
+// (grpc.ForceServerCodecV2): gRPC's proto codec, except that the rate-limit
+// service's request is decoded into pooled storage by a decoder of its
+// plain wire form (anything else goes to proto.Unmarshal), and its
+// pooled response is given back once marshalled. Other messages (the
+// health service's) go through gRPC's codec alone. The wire format is
+// protobuf's either way.
+func (s *Server) Codec() encoding.CodecV2 { return &codec{std: encoding.GetCodecV2(proto.Name), s: s} }
+
+type codec struct {
+	std encoding.CodecV2
+	s   *Server
+	in  atomic.Pointer[internTable]
+}
+
+// internTable is the interner of one envoy section.
+type internTable struct {
+	e  *policy.Envoy
+	in *interner
+}
+
+func (c *codec) Name() string { return proto.Name }
+
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	if p, ok := v.(*pooledResponse); ok {
+		defer putResponse(p) // gRPC is done with the message once it is marshalled
+		return c.std.Marshal(&p.msg)
+	}
+	return c.std.Marshal(v)
+}
+
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	p, ok := v.(*pooledRequest)
+	if !ok {
+		return c.std.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return p.unmarshal(buf.ReadOnlyData(), c.interner())
+}
+
+// interner returns the interner of the envoy section in force.
+func (c *codec) interner() *interner {
+	e := c.s.o.Policy().Envoy
+	if e == nil {
+		return nil
+	}
+	if t := c.in.Load(); t != nil && t.e == e {
+		return t.in
+	}
+	keys := make([]string, 0, len(e.Entries))
+	for k := range e.Entries {
+		keys = append(keys, k)
+	}
+	t := &internTable{e: e, in: newInterner(e.Domain, keys)}
+	c.in.Store(t)
+	return t.in
+}

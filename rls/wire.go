@@ -1,0 +1,236 @@
+package rls
+
+import (
+	"sync"
+	"unicode/utf8"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// pooledRequest is a RateLimitRequest with the storage of its
+// descriptors and entries, reused across calls (see reqPool).
+type pooledRequest struct {
+	msg     rlsv3.RateLimitRequest
+	list    []*commonv3.RateLimitDescriptor // msg.Descriptors' storage
+	descs   []*commonv3.RateLimitDescriptor // decoded descriptors' storage
+	entries [][]*commonv3.RateLimitDescriptor_Entry
+	used    int // descs in use
+	epool   []*commonv3.RateLimitDescriptor_Entry
+	eused   int
+}
+
+// ProtoReflect makes p a proto.Message (its RateLimitRequest), so that
+// any gRPC codec can decode into it.
+func (p *pooledRequest) ProtoReflect() protoreflect.Message { return p.msg.ProtoReflect() }
+
+var reqPool = sync.Pool{New: func() any { return new(pooledRequest) }}
+
+// maxPooled bounds the storage a pooled request keeps between calls.
+const maxPooled = 4 * MaxDescriptors
+
+func getRequest() *pooledRequest { return reqPool.Get().(*pooledRequest) }
+
+func putRequest(p *pooledRequest) {
+	if len(p.descs) > maxPooled || len(p.epool) > maxPooled {
+		return // an unusually large request: let it go
+	}
+	reqPool.Put(p)
+}
+
+// reset empties p, keeping its storage.
+func (p *pooledRequest) reset() {
+	p.msg.Reset()
+	p.msg.Descriptors = p.list[:0]
+	p.used, p.eused = 0, 0
+}
+
+// unmarshal decodes b (a RateLimitRequest in protobuf wire format) into
+// p.msg: the plain form Envoy sends is read directly, reusing p's
+// storage and the interned strings; anything else (unknown fields, a
+// descriptor `limit` override, repeated wrapper fields, invalid UTF-8,
+// a malformed message) goes to proto.Unmarshal, so the result is always
+// proto.Unmarshal's (FuzzUnmarshalRequest checks).
+func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
+	p.reset()
+	if p.decode(b, in) {
+		return nil
+	}
+	p.reset()
+	return proto.Unmarshal(b, &p.msg)
+}
+
+// decode is unmarshal's fast path; false means "not the plain form".
+func (p *pooledRequest) decode(b []byte, in *interner) bool {
+	m := &p.msg
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return false
+			}
+			m.Domain, b = in.str(v), b[n:]
+		case num == 2 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || len(m.Descriptors) == MaxDescriptors {
+				return false
+			}
+			d := p.descriptor()
+			if !p.decodeDescriptor(v, d, in) {
+				return false
+			}
+			m.Descriptors, b = append(m.Descriptors, d), b[n:]
+			p.list = m.Descriptors
+		case num == 3 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			m.HitsAddend, b = uint32(v), b[n:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// descriptor returns an empty descriptor from p's storage.
+func (p *pooledRequest) descriptor() *commonv3.RateLimitDescriptor {
+	if p.used == len(p.descs) {
+		p.descs = append(p.descs, new(commonv3.RateLimitDescriptor))
+		p.entries = append(p.entries, nil)
+	}
+	d := p.descs[p.used]
+	// Only this decoder ever sets the storage's fields: clearing them is a Reset.
+	d.Entries, d.Limit, d.HitsAddend, d.IsNegativeHits = p.entries[p.used][:0], nil, nil, false
+	p.used++
+	return d
+}
+
+// decodeDescriptor decodes one RateLimitDescriptor into d.
+func (p *pooledRequest) decodeDescriptor(b []byte, d *commonv3.RateLimitDescriptor, in *interner) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || len(d.Entries) == MaxEntries {
+				return false
+			}
+			e := p.entry()
+			if !decodeEntry(v, e, in) {
+				return false
+			}
+			d.Entries, b = append(d.Entries, e), b[n:]
+			p.entries[p.used-1] = d.Entries // keep the grown storage
+		case num == 3 && typ == protowire.BytesType && d.HitsAddend == nil:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			h, ok := decodeUInt64Value(v)
+			if !ok {
+				return false
+			}
+			d.HitsAddend, b = h, b[n:]
+		case num == 4 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			d.IsNegativeHits, b = protowire.DecodeBool(v), b[n:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// entry returns an empty entry from p's storage.
+func (p *pooledRequest) entry() *commonv3.RateLimitDescriptor_Entry {
+	if p.eused == len(p.epool) {
+		p.epool = append(p.epool, new(commonv3.RateLimitDescriptor_Entry))
+	}
+	e := p.epool[p.eused]
+	e.Key, e.Value = "", ""
+	p.eused++
+	return e
+}
+
+func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry, in *interner) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
+			return false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 || !utf8.Valid(v) {
+			return false
+		}
+		if num == 1 {
+			e.Key = in.str(v)
+		} else {
+			e.Value = in.str(v)
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// decodeUInt64Value decodes a google.protobuf.UInt64Value.
+func decodeUInt64Value(b []byte) (*wrapperspb.UInt64Value, bool) {
+	var x uint64
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != 1 || typ != protowire.VarintType {
+			return nil, false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return nil, false
+		}
+		x, b = v, b[n:]
+	}
+	return wrapperspb.UInt64(x), true
+}
+
+// interner turns the strings every request repeats (the domain, entry
+// keys, methods) into shared strings instead of new allocations.
+type interner struct{ known map[string]string }
+
+// newInterner interns the strings of the envoy section and the methods.
+func newInterner(domain string, keys []string) *interner {
+	in := &interner{known: map[string]string{domain: domain}}
+	for _, k := range keys {
+		in.known[k] = k
+	}
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+		in.known[m] = m
+	}
+	return in
+}
+
+func (in *interner) str(b []byte) string {
+	if in != nil {
+		if s, ok := in.known[string(b)]; ok { // no allocation for the lookup
+			return s
+		}
+	}
+	return string(b)
+}

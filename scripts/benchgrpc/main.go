@@ -1,0 +1,224 @@
+// Command benchgrpc is the load generator of scripts/bench's gateway
+// section: it sends the same decisions to a running limiter through
+// POST /v1/check (HTTP/1.1, keep-alive) and through Envoy's rate-limit
+// service (gRPC, the generated client, as Envoy sends them: descriptors
+// remote_address; method + path; user_id; device_id), alternating the two
+// paths for -rounds rounds, and prints one line per run:
+//
+//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X
+//
+// cpu_us_per_req is the limiter's own CPU time (user + system, from
+// /proc/PID/stat of -pid) per request: on a shared machine it is the
+// fairer number, since the wall rate moves with everything else running.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type config struct {
+	httpURL, grpcAddr, mode, paths string
+	c, pool, rounds, conns, pid    int
+	d                              time.Duration
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.httpURL, "http", "", "the limiter's /v1/check URL")
+	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
+	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
+	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round")
+	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
+	flag.IntVar(&cfg.pool, "pool", 10000, "distinct (ip, user, device) keys in spread mode")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds; each runs every path once")
+	flag.IntVar(&cfg.conns, "grpc-conns", 2, "gRPC connections (Envoy keeps one per worker thread)")
+	flag.IntVar(&cfg.pid, "pid", 0, "the limiter's PID, for its CPU time (0: not measured)")
+	flag.DurationVar(&cfg.d, "d", 5*time.Second, "length of each run")
+	flag.Parse()
+	if cfg.httpURL == "" || cfg.grpcAddr == "" || cfg.c < 1 || cfg.pool < 1 {
+		log.Fatal("benchgrpc: -http and -grpc are required; -c and -pool must be positive")
+	}
+	if cfg.mode == "hot" {
+		cfg.pool = 1
+	}
+	targets, err := newTargets(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for round := 1; round <= cfg.rounds; round++ {
+		for _, p := range strings.Split(cfg.paths, ",") {
+			do, ok := targets[p]
+			if !ok {
+				log.Fatalf("benchgrpc: unknown path %q (want http or grpc)", p)
+			}
+			res := run(cfg, do)
+			fmt.Printf("BENCH_GW path=%s round=%d %s\n", p, round, res)
+		}
+	}
+}
+
+// doFunc sends request i (a key index) and reports whether it was denied.
+type doFunc func(ctx context.Context, i int) (denied bool, err error)
+
+func newTargets(cfg config) (map[string]doFunc, error) {
+	bodies := make([][]byte, cfg.pool)
+	reqs := make([]*rlsv3.RateLimitRequest, cfg.pool)
+	for i := range bodies {
+		ip, user, dev := key(cfg.mode, i)
+		bodies[i] = []byte(fmt.Sprintf(`{"endpoint":"POST /bench","ip":"%s","user_id":"%s","device_id":"%s","cost":1}`, ip, user, dev))
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+			desc("remote_address", ip), desc("method", "POST", "path", "/bench"), desc("user_id", user), desc("device_id", dev)}}
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.c, MaxConnsPerHost: cfg.c}}
+	clients := make([]rlsv3.RateLimitServiceClient, cfg.conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("benchgrpc: %w", err)
+		}
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	var next atomic.Uint64
+	return map[string]doFunc{
+		"http": func(ctx context.Context, i int) (bool, error) {
+			req, _ := http.NewRequestWithContext(ctx, "POST", cfg.httpURL, bytes.NewReader(bodies[i]))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return false, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 && resp.StatusCode != 429 {
+				return false, fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return resp.StatusCode == 429, nil
+		},
+		"grpc": func(ctx context.Context, i int) (bool, error) {
+			c := clients[next.Add(1)%uint64(len(clients))]
+			resp, err := c.ShouldRateLimit(ctx, reqs[i])
+			if err != nil {
+				return false, err
+			}
+			return resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+		},
+	}, nil
+}
+
+// key is scripts/bench.lua's key i: 10.x.y.z, u_i, d_i (hot: one key).
+func key(mode string, i int) (ip, user, dev string) {
+	if mode == "hot" {
+		return "10.255.255.1", "u_hot", "d_hot"
+	}
+	i++
+	return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), "u_" + strconv.Itoa(i), "d_" + strconv.Itoa(i)
+}
+
+func desc(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// run drives do from cfg.c goroutines for cfg.d and summarises.
+func run(cfg config, do doFunc) string {
+	// No context deadline: gRPC fails calls at once when it thinks a
+	// deadline passed, before ctx.Err() says so, and a worker would spin.
+	ctx := context.Background()
+	cpu0 := cpuTime(cfg.pid)
+	start := time.Now()
+	end := start.Add(cfg.d)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs, denied atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.c; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, 1<<16)
+			for n := w; ; n += cfg.c {
+				t0 := time.Now()
+				if t0.After(end) {
+					break
+				}
+				d, err := do(ctx, (n*7919)%cfg.pool)
+				if err != nil {
+					if errs.Add(1) == 1 {
+						log.Printf("benchgrpc: first error: %v", err)
+					}
+					continue
+				}
+				if d {
+					denied.Add(1)
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	cpu := cpuTime(cfg.pid) - cpu0
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
+	}
+	n := len(lat)
+	cpuPer := "n/a"
+	if cfg.pid > 0 && n > 0 {
+		cpuPer = strconv.FormatFloat(float64(cpu.Microseconds())/float64(n), 'f', 1, 64)
+	}
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s",
+		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer)
+}
+
+// cpuTime is the user + system CPU time of process pid (0 when pid is 0
+// or unreadable), from /proc/PID/stat (fields 14 and 15, in clock ticks
+// of 1/100 s, the USER_HZ of Linux on every common architecture).
+func cpuTime(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
