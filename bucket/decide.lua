@@ -13,10 +13,12 @@
 --   a[2] nl, a[3] ns, a[4] nk, a[5] cost, a[6] expiry slack in ms
 --   a[7] the request's device id ("" when none)
 --   a[8 .. 7+nk] per lock: "1" when a trust set key follows for it, else "0"
---   then per subject: static multiplier, unverified multiplier, cached (""
---     to read the subject's hash, else "mult pen" known to the caller's L1
---     cache)
---   then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub
+--   a[8+nk] the numbers below, as one string of little-endian float64s
+--     (read with one struct.unpack: no per-number ARGV or tonumber):
+--   per subject: static multiplier, unverified multiplier, cached (0 to
+--     read the subject's hash, 1 when the caller's L1 cache knows it), mult,
+--     pen (what the cache knows; 0 0 when not cached)
+--   then per limit: burst, rate, period_us, shadow (1/0), nsub, nsub
 --     subject indexes (1-based)
 -- and its keys: nl bucket keys, then ns multiplier hash keys, then nk lock
 -- keys, then the trust set key of each lock flagged "1".
@@ -39,7 +41,7 @@ local fmt = string.format
 local match = string.match
 local U = 1000000
 local clock = nil
-local packfmts = {} -- struct.pack formats by value count, built once per batch
+local packfmts = {} -- struct formats by value count, built once per batch
 
 -- subject returns a subject's effective multiplier and when its lowest
 -- penalty ends (0 when unknown or none), from its hash and the caller's
@@ -147,39 +149,45 @@ local function decide(kb, ab)
     end
   end
 
-  local argi = ab + 8 + nk
+  local blob = ARGV[ab + 8 + nk]
+  local nv = #blob / 8
+  local uf = packfmts[nv]
+  if not uf then
+    uf = "<" .. string.rep("d", nv)
+    packfmts[nv] = uf
+  end
+  local a = {struct.unpack(uf, blob)}
+  local argi = 1
   local mults = {}
   local pens = {}
   local fresh = {}
   for j = 1, ns do
-    local cached = ARGV[argi + 2]
-    if cached ~= "" then
+    if a[argi + 2] == 1 then
       -- the caller's L1 cache already knows this subject's multiplier
-      local ms, ps = match(cached, "^(%S+) (%S+)$")
-      mults[j] = tonumber(ms)
-      pens[j] = tonumber(ps)
+      mults[j] = a[argi + 3]
+      pens[j] = a[argi + 4]
     else
       fresh[j] = true
-      mults[j], pens[j] = subject(KEYS[kb + nl + j], tonumber(ARGV[argi]), tonumber(ARGV[argi + 1]), now)
+      mults[j], pens[j] = subject(KEYS[kb + nl + j], a[argi], a[argi + 1], now)
     end
-    argi = argi + 3
+    argi = argi + 5
   end
 
   local allowed = 1
   cost = math.floor(cost * U)
   local toks, lasts, effbs, pers, oks, retries = {}, {}, {}, {}, {}, {}
   for i = 1, nl do
-    local burst = tonumber(ARGV[argi])
-    local rate = tonumber(ARGV[argi + 1])
-    local period = tonumber(ARGV[argi + 2])
-    local shadow = ARGV[argi + 3] == "1"
-    local nsub = tonumber(ARGV[argi + 4])
+    local burst = a[argi]
+    local rate = a[argi + 1]
+    local period = a[argi + 2]
+    local shadow = a[argi + 3] == 1
+    local nsub = a[argi + 4]
     argi = argi + 5
     local m = 1
     local pend = 0
     local unknown = false
     for s = 1, nsub do
-      local j = tonumber(ARGV[argi])
+      local j = a[argi]
       argi = argi + 1
       m = m * mults[j]
       if mults[j] < 1 then
