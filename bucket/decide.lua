@@ -31,8 +31,10 @@
 --  read from its hash, 0 when the caller's cache knew it), mult, pen.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
--- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
--- integers: no fraction is ever formatted or parsed. Refill rounds down.
+-- held exactly in Lua's doubles, stored as tokens and last_us packed as
+-- two little-endian float64s (16 bytes; the text "tokens last_us" of
+-- earlier builds is still read) and returned as integers: no number is
+-- ever formatted or parsed. Refill rounds down.
 -- Locks and buckets are read with one MGET per decision.
 --
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
@@ -200,9 +202,15 @@ local function decide(kb, ab)
     local last = now
     local v = got[nk + i]
     if v then
-      local ts, ls = match(v, "^(%d+) (%d+)$")
-      local t = tonumber(ts)
-      local l = tonumber(ls)
+      local t, l
+      if #v == 16 then
+        t, l = struct.unpack("<dd", v)
+      else
+        -- the text form "tokens last_us" of builds before the packed one
+        local ts, ls = match(v, "^(%d+) (%d+)$")
+        t = tonumber(ts)
+        l = tonumber(ls)
+      end
       if t and l then
         local el = 0
         if l > now then last = l else el = now - l end
@@ -235,7 +243,7 @@ local function decide(kb, ab)
     if allowed == 1 and oks[i] and cost > 0 then
       tokens = tokens - cost
       local ttl = math.ceil((effbs[i] - tokens) / pers[i] / 1000) + slack
-      redis.call("SET", KEYS[kb + i], fmt("%d %d", tokens, lasts[i]), "PX", ttl)
+      redis.call("SET", KEYS[kb + i], struct.pack("<dd", tokens, lasts[i]), "PX", ttl)
     end
     local reset = now
     if effbs[i] > tokens and pers[i] > 0 then
