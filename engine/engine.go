@@ -468,10 +468,11 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 // so the store does not read them.
 func (e *Engine) subjectsFromL1(req *bucket.Request, now time.Time) {
 	c := e.o.L1
+	ns := monoNS(now)
 	for j := range req.Subjects {
 		sub := &req.Subjects[j]
-		en, ok := c.get(sub.Key, now)
-		if ok && en.subject && en.static == sub.Static && en.unverified == sub.Unverified {
+		en, ok := c.getSubject(sub.Key, ns)
+		if ok && en.static == sub.Static && en.unverified == sub.Unverified {
 			sub.Cached, sub.Mult, sub.Pen = true, en.mult, en.pen
 		}
 	}
@@ -484,7 +485,7 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	for j, sr := range d.bres.Subjects {
 		if sr.Read && j < len(req.Subjects) && !c.noSubjects {
 			sub := &req.Subjects[j]
-			c.put(sub.Key, l1Entry{until: now.Add(c.ttl), subject: true, mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, now)
+			c.putSubject(sub.Key, l1Subject{until: monoNS(now) + int64(c.ttl), mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, monoNS(now))
 		}
 	}
 	switch d.Outcome {
