@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -182,6 +183,7 @@ type Options struct {
 type Engine struct {
 	o          Options
 	localClock bool // the store keeps time in process: hand it our clock read
+	obs        atomic.Pointer[obsCache]
 }
 
 // New returns an Engine, validating o.
@@ -734,16 +736,17 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	}
 	for i, l := range d.applied {
 		lr := &d.bres.Limits[i]
-		res := ResultAllowed
+		o := e.limitObs(p, l, d.Class)
 		switch {
 		case !lr.Allowed && l.Shadow:
-			res = ResultShadowLimited
+			o.shadowLimited.Inc()
 		case !lr.Allowed:
-			res = ResultLimited
+			o.limited.Inc()
+		default:
+			o.allowed.Inc()
 		}
-		m.Decisions.WithLabelValues(l.Name, d.Class, res).Inc()
 		if !l.Shadow && lr.Burst > 0 {
-			m.Remaining.WithLabelValues(l.Name).Observe(lr.Remaining / lr.Burst)
+			o.remaining.Observe(lr.Remaining / lr.Burst)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func (c *L1) getSubject(key string, now int64) (l1Subject, bool) {
 func (c *L1) putSubject(key string, e l1Subject, now int64) {
 	sh := c.shard(key)
 	sh.mu.Lock()
-	if _, ok := sh.subs[key]; !ok && len(sh.m)+len(sh.subs) >= c.maxPerShard {
+	if len(sh.m)+len(sh.subs) >= c.maxPerShard && !sh.hasSubject(key) {
 		sh.evictSubjects(c.maxPerShard-1, now)
 		if len(sh.m)+len(sh.subs) >= c.maxPerShard {
 			sh.mu.Unlock()
@@ -61,4 +61,10 @@ func (sh *l1Shard) evictSubjects(limit int, now int64) {
 		}
 		n++
 	}
+}
+
+// hasSubject reports whether the shard holds key's subject; sh.mu held.
+func (sh *l1Shard) hasSubject(key string) bool {
+	_, ok := sh.subs[key]
+	return ok
 }
