@@ -177,7 +177,9 @@ local function decide(kb, ab)
 
   local allowed = 1
   cost = math.floor(cost * U)
-  local toks, lasts, effbs, pers, oks, retries = {}, {}, {}, {}, {}, {}
+  -- per limit i, at 6i-5 .. 6i: tokens, last, effb, per, ok, retry (one
+  -- table rather than six: each table costs Redis an allocation and growth)
+  local st = {}
   for i = 1, nl do
     local burst = a[argi]
     local rate = a[argi + 1]
@@ -228,34 +230,36 @@ local function decide(kb, ab)
         retry = math.ceil((cost - tokens) / per)
       end
     end
-    toks[i] = tokens
-    lasts[i] = last
-    effbs[i] = effb
-    pers[i] = per
-    oks[i] = ok
-    retries[i] = retry
+    local o = 6 * i
+    st[o - 5] = tokens
+    st[o - 4] = last
+    st[o - 3] = effb
+    st[o - 2] = per
+    st[o - 1] = ok
+    st[o] = retry
   end
 
   local reply = {allowed, now}
   local r = 2
   for i = 1, nl do
-    local tokens = toks[i]
-    if allowed == 1 and oks[i] and cost > 0 then
+    local o = 6 * i
+    local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
+    if allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
-      local ttl = math.ceil((effbs[i] - tokens) / pers[i] / 1000) + slack
-      redis.call("SET", KEYS[kb + i], struct.pack("<dd", tokens, lasts[i]), "PX", ttl)
+      local ttl = math.ceil((effb - tokens) / per / 1000) + slack
+      redis.call("SET", KEYS[kb + i], struct.pack("<dd", tokens, st[o - 4]), "PX", ttl)
     end
     local reset = now
-    if effbs[i] > tokens and pers[i] > 0 then
-      reset = now + math.ceil((effbs[i] - tokens) / pers[i])
+    if effb > tokens and per > 0 then
+      reset = now + math.ceil((effb - tokens) / per)
     end
     local ok = 0
-    if oks[i] then ok = 1 end
+    if st[o - 1] then ok = 1 end
     reply[r + 1] = ok
     reply[r + 2] = tokens
-    reply[r + 3] = effbs[i]
+    reply[r + 3] = effb
     reply[r + 4] = reset
-    reply[r + 5] = retries[i]
+    reply[r + 5] = st[o]
     r = r + 5
   end
   -- then per subject: read from its hash (1, else 0: the caller's cache
