@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // subjects are the subject kinds multipliers attach to.
@@ -94,7 +95,14 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		return
 	}
 	e.Forget(key)
-	s.o.Logger.Info("admin: multiplier set", "subject", subject, "id", id, "multiplier", m.Value, "ttl", req.TTL, "reason", req.Reason, "request_id", rid)
+	a := &streams.Audit{Action: streams.AuditMultiplierSet, Subject: subject, ID: id, Value: &m.Value, TTL: req.TTL, Reason: req.Reason}
+	if !m.ExpiresAt.IsZero() {
+		exp := m.ExpiresAt.UTC()
+		a.ExpiresAt = &exp
+	}
+	if !s.record(w, r, rid, a) {
+		return
+	}
 	s.writeSubject(w, r, rid, subject, id)
 }
 
@@ -111,7 +119,9 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	e.Forget(key)
-	s.o.Logger.Info("admin: multiplier cleared", "subject", subject, "id", id, "request_id", rid)
+	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditMultiplierClear, Subject: subject, ID: id}) {
+		return
+	}
 	s.writeSubject(w, r, rid, subject, id)
 }
 
@@ -138,19 +148,26 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 		s.storeError(w, rid, err)
 		return
 	}
-	s.o.Logger.Info("admin: lockout cleared", "account", account, "was_locked", was, "request_id", rid)
+	// riskd learns of the lift from the audit event: it resets the
+	// account's velocity counts and never re-asserts the lock (6.5).
+	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: "account", ID: account, Cleared: &was}) {
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"account": account, "cleared": was, "request_id": rid})
 }
 
 // subjectView is the body of GET /v1/admin/subjects/{subject}/{id}.
 type subjectView struct {
-	Subject     string           `json:"subject"`
-	ID          string           `json:"id"`
-	Effective   float64          `json:"effective"`
-	Multipliers []multiplierView `json:"multipliers"`
-	Lockout     *lockView        `json:"lockout"`
-	Attestation any              `json:"attestation"`
-	RequestID   string           `json:"request_id"`
+	Subject   string  `json:"subject"`
+	ID        string  `json:"id"`
+	Effective float64 `json:"effective"`
+	// EffectiveWithToken is the device's effective multiplier for requests
+	// presenting a valid device token (devices with a valid attestation only).
+	EffectiveWithToken *float64         `json:"effective_with_device_token,omitempty"`
+	Multipliers        []multiplierView `json:"multipliers"`
+	Lockout            *lockView        `json:"lockout"`
+	Attestation        any              `json:"attestation"`
+	RequestID          string           `json:"request_id"`
 }
 
 type multiplierView struct {
@@ -174,15 +191,7 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		s.storeError(w, rid, err)
 		return
 	}
-	v := subjectView{Subject: subject, ID: id, Effective: bucket.Effective(ms, s.o.Now()), Multipliers: []multiplierView{}, RequestID: rid}
-	for _, m := range ms {
-		mv := multiplierView{Source: m.Source, Value: m.Value, Reason: m.Reason}
-		if !m.ExpiresAt.IsZero() {
-			t := m.ExpiresAt.UTC().Format(time.RFC3339)
-			mv.ExpiresAt = &t
-		}
-		v.Multipliers = append(v.Multipliers, mv)
-	}
+	v := subjectView{Subject: subject, ID: id, Multipliers: []multiplierView{}, RequestID: rid}
 	if subject == "device" && s.o.Attestation != nil {
 		view, _, err := s.o.Attestation(ctx, id)
 		if err != nil {
@@ -190,6 +199,15 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 			return
 		}
 		v.Attestation = view
+	}
+	v.Effective, v.EffectiveWithToken, ms = s.effective(ms, s.computed(subject, id, v.Attestation))
+	for _, m := range ms {
+		mv := multiplierView{Source: m.Source, Value: m.Value, Reason: m.Reason}
+		if !m.ExpiresAt.IsZero() {
+			t := m.ExpiresAt.UTC().Format(time.RFC3339)
+			mv.ExpiresAt = &t
+		}
+		v.Multipliers = append(v.Multipliers, mv)
 	}
 	if subject == "account" {
 		l, ok, err := e.Store().GetLock(ctx, bucket.LockKey(e.Prefix(), "account", id))

@@ -48,16 +48,15 @@ type AttestOptions struct {
 	// Devices remembers attestations and App Attest keys (default:
 	// in-process, attestation.NewMemoryDevices(0, Now)).
 	Devices attestation.Devices
-	// Store receives the device's multiplier (source "attestation"); nil
-	// writes none.
-	Store bucket.Admin
-	// Prefix is the key prefix of Store's subjects (bucket.MultiplierKey).
-	Prefix string
-	// VerifiedMultiplier is the multiplier of an attested device (policy
-	// verified_multiplier; default 1, which changes no budget).
-	VerifiedMultiplier float64
-	// ValidFor is how long an attestation counts (policy valid_for;
-	// default DefaultAttestValidFor). A verified assertion renews it.
+	// Tokens issues the device token of every successful attestation and
+	// assertion (6.3); nil: a random key of this process
+	// (attestation.RandomTokens). The engine applies the policy's
+	// verified_multiplier to requests presenting a valid token; nothing
+	// is written to the bucket store.
+	Tokens *attestation.Tokens
+	// ValidFor is how long an attestation (and its device token) counts
+	// (policy valid_for; default DefaultAttestValidFor). A verified
+	// assertion renews it and answers a new token.
 	ValidFor time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -90,8 +89,8 @@ func NewAttestHandler(o AttestOptions) http.Handler {
 	if o.Devices == nil {
 		o.Devices = attestation.NewMemoryDevices(0, o.Now)
 	}
-	if !(o.VerifiedMultiplier > 0) {
-		o.VerifiedMultiplier = 1
+	if o.Tokens == nil {
+		o.Tokens = attestation.RandomTokens()
 	}
 	if o.ValidFor <= 0 {
 		o.ValidFor = DefaultAttestValidFor
@@ -162,10 +161,11 @@ type (
 		RequestID string `json:"request_id"`
 	}
 	verifiedResponse struct {
-		Status    string  `json:"status"`
-		Counter   *uint32 `json:"counter,omitempty"`
-		ExpiresAt string  `json:"expires_at"`
-		RequestID string  `json:"request_id"`
+		Status      string  `json:"status"`
+		Counter     *uint32 `json:"counter,omitempty"`
+		ExpiresAt   string  `json:"expires_at"`
+		DeviceToken string  `json:"device_token"`
+		RequestID   string  `json:"request_id"`
 	}
 )
 
@@ -268,7 +268,8 @@ func (h *attestHandler) verified(ctx context.Context, w http.ResponseWriter, rid
 		return aerr
 	}
 	h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation verified", slog.String("platform", st.Platform), slog.String("device_id", id), slog.String("request_id", rid))
-	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
+	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", ExpiresAt: rfc3339(st.ExpiresAt),
+		DeviceToken: h.o.Tokens.Issue(id, st.ExpiresAt), RequestID: rid})
 	return nil
 }
 
@@ -321,12 +322,14 @@ func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid st
 	if aerr := h.record(ctx, rid, id, st, true); aerr != nil {
 		return aerr
 	}
-	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", Counter: &n, ExpiresAt: rfc3339(st.ExpiresAt), RequestID: rid})
+	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", Counter: &n, ExpiresAt: rfc3339(st.ExpiresAt),
+		DeviceToken: h.o.Tokens.Issue(id, st.ExpiresAt), RequestID: rid})
 	return nil
 }
 
 // record stores the device's status (advancing the counter atomically
-// when advance is set) and then its multiplier.
+// when advance is set). No multiplier is stored: the device's bonus is
+// proven per request by its device token (6.3), never claimed by its id.
 func (h *attestHandler) record(ctx context.Context, rid, id string, st attestation.Status, advance bool) *apiError {
 	var err error
 	if advance {
@@ -336,13 +339,6 @@ func (h *attestHandler) record(ctx context.Context, rid, id string, st attestati
 	}
 	if err != nil {
 		return h.failure(ctx, rid, "record", id, err)
-	}
-	if h.o.Store == nil {
-		return nil
-	}
-	m := bucket.Multiplier{Source: "attestation", Value: h.o.VerifiedMultiplier, ExpiresAt: st.ExpiresAt, Reason: st.Reason}
-	if err := h.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(h.o.Prefix, "device", id), m); err != nil {
-		return h.failure(ctx, rid, "multiplier", id, errors.Join(attestation.ErrUnavailable, err))
 	}
 	return nil
 }

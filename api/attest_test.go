@@ -36,6 +36,7 @@ type attEnv struct {
 	keys    *attestationtest.PlayKeys
 	store   *bucket.MemoryStore
 	devices attestation.Devices
+	tokens  *attestation.Tokens
 }
 
 func newAttEnv(t *testing.T, ch attestation.Challenges, dev attestation.Devices) *attEnv {
@@ -47,18 +48,21 @@ func newAttEnv(t *testing.T, ch attestation.Challenges, dev attestation.Devices)
 		store:   bucket.NewMemoryStore(bucket.MemoryOptions{Now: clock}),
 		devices: dev,
 	}
+	tokens, err := attestation.NewTokens([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tokens = tokens
 	play := e.keys.Play(attPackage)
 	play.MaxAge = 5 * time.Minute
 	e.h = NewAttestHandler(AttestOptions{
-		Apple:              e.ca.Apple(attAppID, attestation.EnvironmentProduction),
-		Play:               play,
-		Challenges:         ch,
-		Devices:            dev,
-		Store:              e.store,
-		Prefix:             attPrefix,
-		VerifiedMultiplier: 2,
-		ValidFor:           24 * time.Hour,
-		Now:                clock,
+		Apple:      e.ca.Apple(attAppID, attestation.EnvironmentProduction),
+		Play:       play,
+		Challenges: ch,
+		Devices:    dev,
+		Tokens:     tokens,
+		ValidFor:   24 * time.Hour,
+		Now:        clock,
 	})
 	return e
 }
@@ -69,6 +73,7 @@ type attResponse struct {
 	Challenge string  `json:"challenge"`
 	ExpiresAt string  `json:"expires_at"`
 	Counter   *uint32 `json:"counter"`
+	Token     string  `json:"device_token"`
 	RequestID string  `json:"request_id"`
 	Error     *struct {
 		Code      string         `json:"code"`
@@ -179,9 +184,13 @@ func TestAttestFlow(t *testing.T) {
 			if code != 200 || resp.Status != "verified" || resp.ExpiresAt != "2025-06-02T12:00:00Z" {
 				t.Fatalf("apple: %d %+v", code, resp)
 			}
-			ms, err := e.store.Multipliers(ctx, bucket.MultiplierKey(attPrefix, "device", "d1"))
-			if err != nil || len(ms) != 1 || ms[0].Source != "attestation" || ms[0].Value != 2 ||
-				!ms[0].ExpiresAt.Equal(attNow.Add(24*time.Hour)) || ms[0].Reason != "app attest verified" {
+			// The answer carries a device token of d1 that lives as long as
+			// the attestation (6.3); no multiplier is stored for the id.
+			if !e.tokens.Verify(resp.Token, "d1", attNow.Add(24*time.Hour-time.Second)) ||
+				e.tokens.Verify(resp.Token, "d1", attNow.Add(24*time.Hour)) || e.tokens.Verify(resp.Token, "d2", attNow) {
+				t.Fatalf("apple device token %q: not a token of d1 for 24h", resp.Token)
+			}
+			if ms, err := e.store.Multipliers(ctx, bucket.MultiplierKey(attPrefix, "device", "d1")); err != nil || len(ms) != 0 {
 				t.Fatalf("multipliers = %+v, %v", ms, err)
 			}
 			view, err := AttestationView(ctx, e.devices, "d1")
@@ -213,10 +222,13 @@ func TestAttestFlow(t *testing.T) {
 					t.Fatalf("assertion %d: %d %+v", i, code, resp.Error)
 				}
 				if code == 200 {
-					if resp.Status != "verified" || resp.Counter == nil || *resp.Counter != step.counter {
+					if resp.Status != "verified" || resp.Counter == nil || *resp.Counter != step.counter || !e.tokens.Verify(resp.Token, "d1", attNow) {
 						t.Fatalf("assertion %d: %+v", i, resp)
 					}
 					continue
+				}
+				if resp.Token != "" {
+					t.Fatalf("failed assertion %d answered a token", i)
 				}
 				if resp.Error.Code != CodeAttestationInvalid || !strings.HasPrefix(resp.Error.Message, step.wantMsg) || resp.Error.Details["step"] != "counter" {
 					t.Fatalf("assertion %d: %+v", i, resp.Error)
@@ -232,9 +244,8 @@ func TestAttestFlow(t *testing.T) {
 			if code != 200 || resp.Status != "verified" || resp.ExpiresAt != "2025-06-02T12:00:00Z" || resp.Counter != nil {
 				t.Fatalf("android: %d %+v %+v", code, resp, resp.Error)
 			}
-			ms, _ = e.store.Multipliers(ctx, bucket.MultiplierKey(attPrefix, "device", "a1"))
-			if len(ms) != 1 || ms[0].Value != 2 || ms[0].Reason != "play integrity verified" {
-				t.Fatalf("android multipliers = %+v", ms)
+			if !e.tokens.Verify(resp.Token, "a1", attNow) || e.tokens.Verify(resp.Token, "d1", attNow) {
+				t.Fatalf("android device token %q is not a1's", resp.Token)
 			}
 			if v, _ := AttestationView(ctx, e.devices, "a1"); v.(attestationView).Platform != "android" {
 				t.Fatalf("android view = %+v", v)
@@ -421,8 +432,8 @@ func TestAttestFailures(t *testing.T) {
 				t.Fatalf("details.step %q does not match the message %q", resp.Error.Details["step"], resp.Error.Message)
 			}
 			if c.wantCode >= 400 && c.wantCode < 500 && c.path != PathAttestChallenge {
-				if ms, _ := e.store.Multipliers(context.Background(), bucket.MultiplierKey(attPrefix, "device", "d1")); len(ms) != 0 && !strings.HasPrefix(c.name, "assertion") {
-					t.Fatalf("a failure wrote multipliers %+v", ms)
+				if resp.Token != "" {
+					t.Fatalf("a failure answered a device token")
 				}
 			}
 		})
@@ -466,22 +477,23 @@ func TestAttestNotConfiguredAndStoreDown(t *testing.T) {
 	}
 }
 
-// TestAttestMultiplierStoreDown checks that a failing multiplier write is 503.
-func TestAttestMultiplierStoreDown(t *testing.T) {
+// TestAttestDeviceStoreDown checks that a failing device-status write is
+// 503 and answers no token.
+func TestAttestDeviceStoreDown(t *testing.T) {
 	t.Parallel()
 	e := newAttEnv(t, attestation.NewMemoryChallenges(10), attestation.NewMemoryDevices(10, func() time.Time { return attNow }))
 	h := e.h.(*attestHandler)
-	h.o.Store = failingAdmin{}
+	h.o.Devices = failingDevices{h.o.Devices}
 	ch := e.challenge(t, "d1")
 	code, resp := attDo(t, h, "POST", PathAttestApple, attAppleBody("d1", e.attest(t, ch, attestationtest.Options{}), ch))
-	if code != 503 || resp.Error.Code != CodeLimiterUnavailable {
+	if code != 503 || resp.Error.Code != CodeLimiterUnavailable || resp.Token != "" {
 		t.Fatalf("got %d %+v", code, resp.Error)
 	}
 }
 
-// failingAdmin is a bucket.Admin whose store is down.
-type failingAdmin struct{ bucket.Admin }
+// failingDevices is a device store whose writes fail.
+type failingDevices struct{ attestation.Devices }
 
-func (failingAdmin) SetMultiplier(context.Context, string, bucket.Multiplier) error {
-	return bucket.ErrUnavailable
+func (failingDevices) Put(context.Context, string, attestation.Status) error {
+	return attestation.ErrUnavailable
 }

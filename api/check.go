@@ -40,6 +40,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, aerr)
 		return
 	}
+	st.in.DeviceVerified = s.deviceVerified(st.in.DeviceToken, st.in.DeviceID)
 	if err := s.o.Engine.Decide(r.Context(), &st.in, &st.d); err != nil {
 		s.o.Logger.Error("check: decide", "request_id", rid, "err", err)
 		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
@@ -65,7 +66,8 @@ func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
-		Attributes: in.Attributes,
+		DeviceVerified: in.DeviceVerified,
+		Attributes:     in.Attributes,
 	}
 	switch {
 	case d.Outcome == engine.AllowedList:
@@ -146,7 +148,7 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 			details: `"list":` + string(appendJSONString(nil, d.List.Name))})
 	case engine.Allowed, engine.Degraded, engine.AllowedList:
 		if d.Outcome == engine.Degraded {
-			h["X-Ratelimit-Degraded"] = []string{"1"}
+			h[HeaderDegraded] = []string{"1"}
 		}
 		setLimitHeaders(h, d)
 		return true
@@ -159,9 +161,9 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		}
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
 	case engine.Locked:
-		h["X-Ratelimit-Limit"] = []string{"0"}
-		h["X-Ratelimit-Remaining"] = []string{"0"}
-		h["X-Ratelimit-Reset"] = []string{itoa(ceilUnix(d.Lock.Until))}
+		h[HeaderLimit] = []string{"0"}
+		h[HeaderRemaining] = []string{"0"}
+		h[HeaderReset] = []string{itoa(ceilUnix(d.Lock.Until))}
 		setRetryAfter(h, d.RetryAfter)
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins",
 			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `"`})
@@ -185,9 +187,9 @@ func setLimitHeaders(h http.Header, d *engine.Decision) {
 	reset := ceilUnix(d.Reset)
 	limit := strconv.FormatInt(d.Limit, 10)
 	remaining := strconv.FormatInt(d.Remaining, 10)
-	h["X-Ratelimit-Limit"] = []string{limit}
-	h["X-Ratelimit-Remaining"] = []string{remaining}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+	h[HeaderLimit] = []string{limit}
+	h[HeaderRemaining] = []string{remaining}
+	h[HeaderReset] = []string{strconv.FormatInt(reset, 10)}
 	t := d.Reset.Sub(d.Now)
 	if t < 0 {
 		t = 0
@@ -198,8 +200,8 @@ func setLimitHeaders(h http.Header, d *engine.Decision) {
 	if w < 1 {
 		w = 1
 	}
-	h["Ratelimit-Policy"] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(w, 10)}
-	h["Ratelimit"] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(tsec, 10)}
+	h[HeaderPolicy] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(w, 10)}
+	h[HeaderRateLimit] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(tsec, 10)}
 }
 
 // appendSFString appends s as a structured-field string (RFC 8941).

@@ -35,6 +35,9 @@ type checkRequest struct {
 	DeviceID *string         `json:"device_id"`
 	Account  *string         `json:"account"`
 	Cost     json.RawMessage `json:"cost"`
+	// DeviceToken proves DeviceID attested (6.3); a bad one is no error,
+	// the request is merely unverified.
+	DeviceToken *string `json:"device_token"`
 	// Attributes are the request's attributes (CONTRACT 6.9).
 	Attributes map[string]string `json:"attributes"`
 }
@@ -66,6 +69,9 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
 		return aerr
+	}
+	if req.DeviceToken != nil && len(*req.DeviceToken) <= MaxIDLen {
+		in.DeviceToken = *req.DeviceToken
 	}
 	if len(req.Cost) > 0 && string(req.Cost) != "null" {
 		if c := req.Cost[0]; c != '-' && (c < '0' || c > '9') {
@@ -132,6 +138,8 @@ func scanCheck(body []byte, req *checkRequest) bool {
 			return str(&req.DeviceID)
 		case "account":
 			return str(&req.Account)
+		case "device_token":
+			return str(&req.DeviceToken)
 		case "cost":
 			_, text, ok := s.Integer()
 			req.Cost = json.RawMessage(text)

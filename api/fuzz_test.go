@@ -55,7 +55,7 @@ func FuzzDecodeReport(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var r streams.Report
-		if aerr := decodeReport(body, &r); aerr != nil {
+		if aerr := decodeReport(body, &r, new(string)); aerr != nil {
 			if aerr.status != 400 {
 				t.Fatalf("status %d", aerr.status)
 			}

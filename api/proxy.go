@@ -181,6 +181,13 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 			id.in.DeviceID = dev
 		}
 	}
+	if id.in.DeviceID != "" {
+		th := ident.DeviceTokenHeader
+		if th == "" {
+			th = policy.DefaultDeviceTokenHeader
+		}
+		id.in.DeviceVerified = p.s.deviceVerified(r.Header.Get(th), id.in.DeviceID)
+	}
 	if aerr := attributesFromHeaders(r.Header, ident, &id.in); aerr != nil {
 		return aerr
 	}
@@ -295,7 +302,7 @@ func (p *proxy) outcome(resp *http.Response) error {
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, Attributes: id.in.Attributes}
 	rep.AllowList = p.s.allowList(rep)
 	if typ == streams.ReportLoginSucceeded {
-		rep.Attested = p.s.attested(resp.Request.Context(), id.in.DeviceID)
+		rep.Attested = id.in.DeviceVerified // a proven device, not a claimed id
 	}
 	p.s.reports.Add(1)
 	go func() {

@@ -35,12 +35,16 @@ type reportRequest struct {
 	IP       *string `json:"ip"`
 	DeviceID *string `json:"device_id"`
 	UserID   *string `json:"user_id"`
+	// DeviceToken proves DeviceID attested (6.3): only then can a
+	// login_succeeded enrol the device in the account's trusted devices.
+	DeviceToken *string `json:"device_token"`
 	// Attributes are the request's attributes (CONTRACT 6.9).
 	Attributes map[string]string `json:"attributes"`
 }
 
-// decodeReport parses and validates a report body.
-func decodeReport(body []byte, r *streams.Report) *apiError {
+// decodeReport parses and validates a report body; token receives the
+// device token presented ("" when none).
+func decodeReport(body []byte, r *streams.Report, token *string) *apiError {
 	var req reportRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -58,6 +62,10 @@ func decodeReport(body []byte, r *streams.Report) *apiError {
 		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
 	}
 	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
+	*token = ""
+	if req.DeviceToken != nil && len(*req.DeviceToken) <= MaxIDLen {
+		*token = *req.DeviceToken
+	}
 	if aerr := copyIDs(idField{"account", req.Account, &r.Account}, idField{"device_id", req.DeviceID, &r.DeviceID},
 		idField{"user_id", req.UserID, &r.UserID}); aerr != nil {
 		return aerr
@@ -94,7 +102,8 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rep streams.Report
-	if aerr := decodeReport(body, &rep); aerr != nil {
+	var token string
+	if aerr := decodeReport(body, &rep, &token); aerr != nil {
 		writeError(w, rid, aerr)
 		return
 	}
@@ -105,7 +114,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.ID = ulid.Make().String()
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
-	rep.Attested = s.attested(r.Context(), rep.DeviceID)
+	rep.Attested = s.deviceVerified(token, rep.DeviceID)
 	rep.AllowList = s.allowList(&rep)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
 		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
@@ -116,6 +125,15 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
 }
 
+// deviceVerified reports whether token is a valid device token of
+// deviceID now (6.3). A missing, bad or expired token is simply false.
+func (s *Server) deviceVerified(token, deviceID string) bool {
+	if token == "" || deviceID == "" || s.o.DeviceTokens == nil {
+		return false
+	}
+	return s.o.DeviceTokens().Verify(token, deviceID, s.o.Now())
+}
+
 // allowList returns the allow list the report's identity is on ("" for
 // none; a deny list wins, as for decisions).
 func (s *Server) allowList(rep *streams.Report) string {
@@ -124,15 +142,6 @@ func (s *Server) allowList(rep *streams.Report) string {
 		return l.Name
 	}
 	return ""
-}
-
-// attested reports whether the device holds a valid attestation now.
-func (s *Server) attested(ctx context.Context, deviceID string) bool {
-	if deviceID == "" || s.o.Attestation == nil {
-		return false
-	}
-	_, valid, err := s.o.Attestation(ctx, deviceID)
-	return err == nil && valid
 }
 
 // handleOffenders serves GET /v1/admin/offenders.

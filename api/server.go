@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -45,6 +46,12 @@ type Options struct {
 	// Attestation returns a device's attestation for the admin subject
 	// view (nil when none) and whether it is valid now.
 	Attestation func(ctx context.Context, deviceID string) (view any, valid bool, err error)
+	// Audit publishes every admin change (6.5); nil publishes none (the
+	// change is only logged).
+	Audit Auditor
+	// DeviceTokens returns the device-token verifier in force (6.3); nil,
+	// or a nil result, verifies no token (every device is unverified).
+	DeviceTokens func() *attestation.Tokens
 }
 
 // Server serves the limiter's HTTP API. Its zero value is not usable; use New.
@@ -98,6 +105,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /v1/admin/multipliers/{subject}/{id}", s.adminOnly(s.handleDeleteMultiplier))
 	s.mux.HandleFunc("GET /v1/admin/subjects/{subject}/{id}", s.adminOnly(s.handleGetSubject))
 	s.mux.HandleFunc("DELETE /v1/admin/lockouts/{account}", s.adminOnly(s.handleDeleteLockout))
+	s.mux.HandleFunc("GET /v1/admin/lockouts", s.adminOnly(s.handleListLockouts))
+	s.mux.HandleFunc("GET /v1/admin/multipliers", s.adminOnly(s.handleListMultipliers))
 	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
 	}))

@@ -22,5 +22,11 @@
 // Attest key needed for assertions). Both come as a Redis implementation
 // (shared by every limiter replica) and a bounded in-process one.
 //
+// Tokens issues and verifies device tokens (contract 6.3): after a
+// successful attestation or assertion the app gets a token HMAC-bound to
+// its device id and expiring with the attestation, and presents it with
+// every request. Any limiter host holding the same key verifies it without
+// a store read; a device id without its token proves nothing.
+//
 // Nothing here reads the clock: every check takes now as a parameter.
 package attestation

@@ -19,16 +19,21 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-dev/tollgate/attestation"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
 // samplesDir is the shared, read-only directory of real App Attest samples
-// and Apple's root (see its README). The tests fail when it is missing:
-// they are the only proof that real objects verify.
+// and Apple's root (see its README), beside the checkout and never copied
+// into it. The tests that read it skip with a message naming it when it is
+// missing (a fresh clone), and fail instead under TOLLGATE_REQUIRE_SHARED=1,
+// which CI sets: they are the only proof that real objects verify.
 var samplesDir = filepath.Join("..", "..", "shared", "attestation")
 
-// readSample reads a file of samplesDir, failing the test when it is missing.
+// readSample reads a file of samplesDir; the test skips when samplesDir is
+// missing (see testenv.Shared) and fails when the file is.
 func readSample(t testing.TB, name string) []byte {
 	t.Helper()
+	testenv.Shared(t, samplesDir)
 	b, err := os.ReadFile(filepath.Join(samplesDir, name))
 	if err != nil {
 		t.Fatalf("attestation sample %s (expected at %s, the shared test data): %v", name, samplesDir, err)

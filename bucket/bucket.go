@@ -51,9 +51,10 @@ type Subject struct {
 	// (reputation), combined with the stored ones by the same rule. 1 is
 	// neutral; the zero value blocks, so set it.
 	Static float64
-	// Unverified joins the combination only while the subject has no
-	// unexpired "attestation" multiplier (the policy's
-	// unverified_multiplier for devices). 1 is neutral; set it.
+	// Unverified joins the combination like Static (the policy's
+	// unverified_multiplier for a device without a valid device token; the
+	// caller decides, 6.3). Stored "attestation" multipliers are ignored.
+	// 1 is neutral; set it.
 	Unverified float64
 	// Cached, when true, gives the subject's effective multiplier (Mult)
 	// and penalty end (Pen, Unix µs; 0 when unknown) from the caller's L1

@@ -51,7 +51,6 @@ local packfmts = {} -- struct formats by value count, built once per batch
 local function subject(key, static, unverified, now)
   local lo = static
   local hi = static
-  local attested = false
   local h = redis.call("HGETALL", key)
   if #h == 0 then
     -- no stored multiplier: the common case
@@ -66,21 +65,20 @@ local function subject(key, static, unverified, now)
     local vs, es = match(h[f], "^(%S+) (%S+)")
     local v = tonumber(vs)
     local e = tonumber(es)
-    if v and e and v >= 0 and (e == 0 or e > now) then
+    -- "attestation" entries (written by the first edition) are ignored:
+    -- the caller proves attestation per request (device tokens) and
+    -- passes it in static and unverified
+    if v and e and v >= 0 and (e == 0 or e > now) and h[f - 1] ~= "attestation" then
       vals[#vals + 1] = v
       exps[#exps + 1] = e
       if v < lo then lo = v end
       if v > hi then hi = v end
-      if h[f - 1] == "attestation" then attested = true end
     end
   end
-  -- the unverified multiplier applies while no attestation is in force
   local floor = static
-  if not attested then
-    if unverified < lo then lo = unverified end
-    if unverified > hi then hi = unverified end
-    if unverified < floor then floor = unverified end
-  end
+  if unverified < lo then lo = unverified end
+  if unverified > hi then hi = unverified end
+  if unverified < floor then floor = unverified end
   local pen = 0
   if lo < 1 then
     -- when the lowest penalty ends: the latest expiry among the entries at

@@ -43,6 +43,9 @@ type MemoryStore struct {
 	mults  map[string]map[string]Multiplier
 	locks  map[string]Lock
 	trusts map[string]map[string]time.Time // trust key -> device -> until
+	// setAt is when each lock (by key) and multiplier (key "|" source)
+	// was set, for listings (Lister).
+	setAt map[string]time.Time
 }
 
 // trustedLocked reports whether lock l (the i-th of req) exempts req's
@@ -106,6 +109,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
 		trusts:      make(map[string]map[string]time.Time),
+		setAt:       make(map[string]time.Time),
 	}
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]*memBucket)
@@ -154,6 +158,7 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 		for src, m := range ms {
 			if !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
 				delete(ms, src)
+				delete(s.setAt, k+"|"+src)
 			}
 		}
 		if len(ms) == 0 {
@@ -163,6 +168,7 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 	for k, l := range s.locks {
 		if !l.Until.After(now) {
 			delete(s.locks, k)
+			delete(s.setAt, k)
 		}
 	}
 	for k, set := range s.trusts {
@@ -426,9 +432,10 @@ func limitMultiplier(mask uint32, mults, pens []float64, ns int) (m, pend float6
 }
 
 // combineAt is decide.lua's per-subject rule: the effective multiplier of
-// static, the unexpired stored ones and (while no attestation is in
-// force) unverified, and when the lowest penalty ends (0 when unknown or
-// when nothing is below 1).
+// static, unverified and the unexpired stored ones ("attestation" entries
+// left by the first edition are ignored: attestation is proven per request
+// and comes in static and unverified), and when the lowest penalty ends (0
+// when unknown or when nothing is below 1).
 func combineAt(static, unverified float64, stored map[string]Multiplier, now float64) (mult, pen float64) {
 	if len(stored) == 0 {
 		m := static
@@ -440,30 +447,24 @@ func combineAt(static, unverified float64, stored map[string]Multiplier, now flo
 		return m, 0
 	}
 	lo, hi := static, static
-	attested := false
 	for src, m := range stored {
 		e := expUS(m.ExpiresAt)
-		if m.Value >= 0 && (e == 0 || e > now) {
+		if m.Value >= 0 && (e == 0 || e > now) && src != "attestation" {
 			lo = math.Min(lo, m.Value)
 			hi = math.Max(hi, m.Value)
-			if src == "attestation" {
-				attested = true
-			}
 		}
 	}
 	floor := static
-	if !attested {
-		lo = math.Min(lo, unverified)
-		hi = math.Max(hi, unverified)
-		floor = math.Min(floor, unverified)
-	}
+	lo = math.Min(lo, unverified)
+	hi = math.Max(hi, unverified)
+	floor = math.Min(floor, unverified)
 	if lo >= 1 {
 		return hi, 0
 	}
 	if floor > lo {
-		for _, m := range stored {
+		for src, m := range stored {
 			e := expUS(m.ExpiresAt)
-			if m.Value != lo || !(e == 0 || e > now) {
+			if m.Value != lo || !(e == 0 || e > now) || src == "attestation" {
 				continue
 			}
 			if e == 0 {
@@ -503,6 +504,9 @@ func (s *MemoryStore) SetMultiplier(_ context.Context, subjectKey string, m Mult
 		s.mults[subjectKey] = ms
 	}
 	m.ExpiresAt = truncUS(m.ExpiresAt)
+	if old, ok := ms[m.Source]; !ok || old != m {
+		s.setAt[subjectKey+"|"+m.Source] = s.now()
+	}
 	ms[m.Source] = m
 	return nil
 }
@@ -512,9 +516,13 @@ func (s *MemoryStore) ClearMultiplier(_ context.Context, subjectKey, source stri
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if source == "" {
+		for src := range s.mults[subjectKey] {
+			delete(s.setAt, subjectKey+"|"+src)
+		}
 		delete(s.mults, subjectKey)
 		return nil
 	}
+	delete(s.setAt, subjectKey+"|"+source)
 	if ms := s.mults[subjectKey]; ms != nil {
 		delete(ms, source)
 		if len(ms) == 0 {
@@ -550,6 +558,9 @@ func (s *MemoryStore) SetLock(_ context.Context, key string, l Lock) error {
 		}
 	}
 	l.Until = truncUS(l.Until)
+	if old, ok := s.locks[key]; !ok || old != l {
+		s.setAt[key] = s.now()
+	}
 	s.locks[key] = l
 	return nil
 }
@@ -561,6 +572,7 @@ func (s *MemoryStore) ClearLock(_ context.Context, key string) (bool, error) {
 	defer s.mu.Unlock()
 	l, ok := s.locks[key]
 	delete(s.locks, key)
+	delete(s.setAt, key)
 	return ok && l.Until.After(now), nil
 }
 

@@ -488,8 +488,14 @@ func usAt(v interface{}) (time.Time, error) {
 // SetMultiplier implements Admin.
 func (s *RedisStore) SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error {
 	v := ftoa(m.Value) + " " + strconv.FormatInt(int64(expUS(m.ExpiresAt)), 10) + " " + m.Reason
+	prev := s.c.Pipeline()
+	pc := prev.HGet(ctx, subjectKey, m.Source)
+	_, _ = prev.Exec(ctx)
 	if err := setMultiplierScript.Run(ctx, s.c, []string{subjectKey}, m.Source, v).Err(); err != nil {
 		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
+	}
+	if pc.Val() != v { // a re-assertion of the same value keeps its place in listings
+		s.index(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+m.Source, time.Now())
 	}
 	return nil
 }
@@ -505,6 +511,9 @@ func (s *RedisStore) ClearMultiplier(ctx context.Context, subjectKey, source str
 	if err != nil {
 		return fmt.Errorf("%w: clear multiplier on %s: %w", ErrUnavailable, subjectKey, err)
 	}
+	if source != "" {
+		s.unindex(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+source)
+	} // all sources: the listing drops them when it meets them
 	return nil
 }
 
@@ -532,8 +541,15 @@ func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
 		flags = "x"
 	}
 	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	if err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)}).Err(); err != nil {
+	pipe := s.c.Pipeline() // GET then SET, in order (not SET ... GET: Redis 6.2+)
+	prev := pipe.Get(ctx, key)
+	set := pipe.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)})
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
+	}
+	if prev.Val() != v { // a re-assertion of the same lock keeps its place in listings
+		s.index(ctx, lockIndex(prefixOf(key)), key, time.Now())
 	}
 	return nil
 }
@@ -547,6 +563,7 @@ func (s *RedisStore) ClearLock(ctx context.Context, key string) (bool, error) {
 	if err := s.c.Del(ctx, key).Err(); err != nil {
 		return false, fmt.Errorf("%w: clear lock %s: %w", ErrUnavailable, key, err)
 	}
+	s.unindex(ctx, lockIndex(prefixOf(key)), key)
 	return ok, nil
 }
 

@@ -94,6 +94,16 @@ type Input struct {
 	// while it has no valid attestation (policy unverified_multiplier).
 	Unverified    float64
 	UnverifiedSet bool
+	// DeviceToken is the device token the request presented (6.3), for
+	// the caller to verify; the engine never reads it.
+	DeviceToken string
+	// DeviceVerified reports that the request presented a valid device
+	// token for DeviceID (6.3): only then does the device count as
+	// attested (the policy's verified_multiplier applies to its device
+	// subject, and exempt_attested locks spare it when it is in the
+	// account's trusted devices). Otherwise unverified_multiplier applies,
+	// whatever is stored for the device.
+	DeviceVerified bool
 }
 
 // Decision is the outcome of Decide. It can be reused across calls.
@@ -218,6 +228,14 @@ func (e *Engine) Forget(key string) {
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
 
+// Reputation returns the reputation rules in force (nil when none).
+func (e *Engine) Reputation() *reputation.Rules {
+	if e.o.Reputation == nil {
+		return nil
+	}
+	return e.o.Reputation()
+}
+
 // Prefix returns the key prefix.
 func (e *Engine) Prefix() string { return e.o.Prefix }
 
@@ -274,9 +292,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			}
 		}
 	}
-	if a := p.Risk.Attestation; a != nil && a.UnverifiedSet && !in.UnverifiedSet {
-		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
-	}
+	verified, verifiedDevice := attestation(p, in)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -291,7 +307,11 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	}
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
-	req.Device = in.DeviceID
+	req.Device = ""
+	if verifiedDevice {
+		// only a proven device can be in an account's trusted devices
+		req.Device = in.DeviceID
+	}
 	req.Cost, req.Now = in.Cost, in.Now
 	if req.Now.IsZero() && e.localClock {
 		req.Now = start
@@ -330,6 +350,9 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				if in.StaticSet[part] {
 					static = in.Static[part]
 				}
+				if part == policy.PartDevice && verified != 1 {
+					static = bucket.Combine(static, verified)
+				}
 				unverified := 1.0
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
@@ -351,7 +374,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		if in.Account != "" {
 			d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
 			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
-			if in.DeviceID != "" {
+			if verifiedDevice {
 				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":t"...)
 				d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
 			}
@@ -420,6 +443,25 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	return nil
 }
 
+// attestation returns the multiplier of the request's device subject for
+// its proven attestation (1 when none) and whether the device is proven:
+// a valid device token for DeviceID (6.3). An unproven device gets the
+// policy's unverified_multiplier (set in in), whatever is stored for it.
+func attestation(p *policy.Policy, in *Input) (verified float64, proven bool) {
+	proven = in.DeviceVerified && in.DeviceID != ""
+	a := p.Risk.Attestation
+	switch {
+	case a == nil:
+		return 1, proven
+	case proven:
+		in.UnverifiedSet = false
+		return a.VerifiedMultiplier, true
+	case a.UnverifiedSet && !in.UnverifiedSet:
+		in.Unverified, in.UnverifiedSet = a.UnverifiedMultiplier, true
+	}
+	return 1, false
+}
+
 // fromL1 answers d from the L1 cache when a lock or an empty bucket of
 // this request is known; it reports whether it did.
 func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
@@ -427,7 +469,13 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 	if !c.denials(now) {
 		return false
 	}
-	for _, k := range req.Locks {
+	for i, k := range req.Locks {
+		if req.Device != "" && i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
+			// A proven device may be in this lock's trust set: only the
+			// store knows, so a cached lock never answers for it (it
+			// would deny a request the store exempts).
+			continue
+		}
 		if en, ok := c.get(k, now); ok {
 			d.Outcome, d.Lock, d.LockScope, d.Now = Locked, en.lock, en.scope, now
 			if en.lock.Kind == "step_up" {

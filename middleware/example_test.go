@@ -47,7 +47,7 @@ limits:
 		r.Header.Set("X-Forwarded-For", "198.51.100.7")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"))
+		fmt.Println(w.Code, w.Header()["X-RateLimit-Remaining"][0]) // written in the contract's spelling, not canonicalised
 	}
 	// Output:
 	// 200 1

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 )
@@ -51,6 +52,10 @@ type Identity struct {
 	UserID string
 	// DeviceID is the app install's device id, if the app sends one.
 	DeviceID string
+	// DeviceToken is the device token the app got from attestation
+	// (contract 6.3), if it sends one (e.g. in X-Device-Token): only with
+	// a valid one does the device count as attested.
+	DeviceToken string
 	// Account is the account a login or token request is for (class auth
 	// routes), e.g. the username in the body.
 	Account string
@@ -92,6 +97,10 @@ type Options struct {
 	// request through with X-RateLimit-Degraded: 1; false (the zero
 	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1.
 	FailOpen bool
+	// DeviceTokens verifies Identity.DeviceToken in direct mode (the
+	// limiters' key: attestation.TokensFromPolicy); nil treats every
+	// device as unverified. Remote mode sends the token to the limiter.
+	DeviceTokens *attestation.Tokens
 	// Logger receives failures (default: discarded). Failures of the
 	// remote limiter are logged at most once a second, with a count of the
 	// ones suppressed.
@@ -101,6 +110,7 @@ type Options struct {
 // limiter is a configured middleware.
 type limiter struct {
 	eng      *engine.Engine
+	tokens   *attestation.Tokens
 	checkURL string
 	client   *http.Client
 	identify func(r *http.Request) (Identity, bool)
@@ -120,7 +130,7 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if (o.Engine == nil) == (o.LimiterURL == "") {
 		return nil, ErrMode
 	}
-	l := &limiter{eng: o.Engine, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
+	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -212,6 +222,9 @@ func normalize(id *Identity, in *engine.Input) string {
 		}
 		*f.dst = f.v
 	}
+	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
+		in.DeviceToken = id.DeviceToken // a bad token is no error: the device is unverified
+	}
 	if len(id.Attributes) > policy.MaxAttributes {
 		return fmt.Sprintf("identity: %d attributes, at most %d", len(id.Attributes), policy.MaxAttributes)
 	}
@@ -280,6 +293,7 @@ func cleanPath(p string) bool {
 
 // direct decides in process.
 func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
+	in.DeviceVerified = in.DeviceID != "" && l.tokens.Verify(in.DeviceToken, in.DeviceID, time.Now())
 	d := engine.GetDecision()
 	if err := l.eng.Decide(r.Context(), in, d); err != nil {
 		engine.PutDecision(d)
@@ -298,10 +312,7 @@ func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handl
 // Headers copied from the limiter's answer: passHeaders on every answer,
 // denyHeaders too on a relayed denial.
 var (
-	passHeaders = []string{
-		"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
-		"Ratelimit", "Ratelimit-Policy", "X-Ratelimit-Degraded",
-	}
+	passHeaders = api.LimitHeaders
 	denyHeaders = []string{"Retry-After", "X-Request-Id", "Content-Type"}
 )
 
@@ -385,6 +396,10 @@ func appendCheck(b []byte, in *engine.Input) []byte {
 		b = append(b, `,"account":`...)
 		b = api.AppendJSONString(b, in.Account)
 	}
+	if in.DeviceToken != "" {
+		b = append(b, `,"device_token":`...)
+		b = api.AppendJSONString(b, in.DeviceToken)
+	}
 	if len(in.Attributes) > 0 {
 		b = append(b, `,"attributes":{`...)
 		for i, name := range sortedNames(in.Attributes) {
@@ -415,8 +430,8 @@ func isEnvelope(b []byte) bool {
 // copyHeaders copies the named (canonical) headers from src to dst.
 func copyHeaders(dst, src http.Header, names []string) {
 	for _, k := range names {
-		if v, ok := src[k]; ok {
-			dst[k] = v
+		if v := src.Values(k); len(v) > 0 {
+			dst[k] = v // the name as given: api's spelling, not net/http's canonical one
 		}
 	}
 }
@@ -428,7 +443,7 @@ func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.
 			slog.Bool("fail_open", l.failOpen), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 	}
 	if l.failOpen {
-		w.Header()["X-Ratelimit-Degraded"] = []string{"1"}
+		w.Header()[api.HeaderDegraded] = []string{"1"}
 		next.ServeHTTP(w, r)
 		return
 	}

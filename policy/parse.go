@@ -28,7 +28,7 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "account_body_field", "account_header", "attributes"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
 	ifFields       = []string{"authenticated", "class", "attr"}
@@ -148,6 +148,9 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 	if f, ok := top.get("identity"); ok {
 		p.Identity = ps.identity(f)
 	}
+	if p.Identity.DeviceTokenHeader == "" {
+		p.Identity.DeviceTokenHeader = DefaultDeviceTokenHeader
+	}
 
 	// Routes first: limits and failure_mode name their classes.
 	classes := []string{}
@@ -214,7 +217,7 @@ func (ps *parser) identity(f field) Identity {
 				}
 				id.TrustedProxies = append(id.TrustedProxies, pfx)
 			}
-		case "user_header", "user_signature_header", "device_header", "account_header":
+		case "user_header", "user_signature_header", "device_header", "device_token_header", "account_header":
 			s, ok := ps.str(g)
 			if !ok {
 				continue
@@ -230,6 +233,8 @@ func (ps *parser) identity(f field) Identity {
 				id.UserSignatureHeader = s
 			case "account_header":
 				id.AccountHeader = s
+			case "device_token_header":
+				id.DeviceTokenHeader = s
 			default:
 				id.DeviceHeader = s
 			}

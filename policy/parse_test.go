@@ -110,6 +110,7 @@ func TestLoadContractExample(t *testing.T) {
 		UserSignatureHeader: "X-User-Signature",
 		UserSignatureKeyEnv: "TOLLGATE_USER_KEY",
 		DeviceHeader:        "X-Device-Id",
+		DeviceTokenHeader:   "X-Device-Token",
 		AccountBodyField:    "username",
 	}
 	if !reflect.DeepEqual(p.Identity, wantID) {

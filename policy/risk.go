@@ -15,7 +15,7 @@ var (
 	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration"}
 	reputationFields    = []string{"asn_database", "rules"}
 	reputationRuleField = []string{"asns", "cidrs", "multiplier", "reason"}
-	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "apple", "android"}
+	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "token_key_env", "apple", "android"}
 	appleFields         = []string{"app_id", "environment", "root_ca_file"}
 	androidFields       = []string{"package_name", "decryption_key_env", "verification_key_env", "max_age", "require_strong_integrity"}
 	repeatOffenderField = []string{"per_minute"}
@@ -33,6 +33,8 @@ const (
 	DefaultRepeatOffenderPerMinute = 100
 	// DefaultAttestationValidFor is `attestation.valid_for` when unset.
 	DefaultAttestationValidFor = 24 * time.Hour
+	// DefaultDeviceTokenHeader is `identity.device_token_header` when unset.
+	DefaultDeviceTokenHeader = "X-Device-Token"
 	// DefaultAndroidMaxAge is `attestation.android.max_age` when unset.
 	DefaultAndroidMaxAge = 5 * time.Minute
 	// maxThreshold bounds velocity thresholds and repeat_offender.per_minute.
@@ -351,6 +353,9 @@ func (ps *parser) attestation(f field) *Attestation {
 			a.UnverifiedSet = good
 		case "valid_for":
 			a.ValidFor, good = ps.duration(g)
+		case "token_key_env":
+			a.TokenKeyEnv, good = ps.envName(g)
+			a.TokenKeyEnvLine = g.val.Line
 		case "apple":
 			a.Apple, good = ps.apple(g)
 		case "android":

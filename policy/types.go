@@ -130,6 +130,9 @@ type Identity struct {
 	UserSignatureKeyEnv string
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
+	// DeviceTokenHeader carries the device token of the device id (6.3;
+	// default DefaultDeviceTokenHeader, X-Device-Token).
+	DeviceTokenHeader string
 	// AccountBodyField is the JSON body field holding the account on class
 	// auth routes; "" means none is read.
 	AccountBodyField string
@@ -301,8 +304,15 @@ type Attestation struct {
 	// valid attestation, when UnverifiedSet; 0 when unset (no penalty).
 	UnverifiedMultiplier float64
 	UnverifiedSet        bool
-	// ValidFor is how long an attestation counts (default 24h).
+	// ValidFor is how long an attestation counts (default 24h); device
+	// tokens expire with it.
 	ValidFor time.Duration
+	// TokenKeyEnv names the environment variable holding the device-token
+	// HMAC key (its raw bytes, at least 32); "" means a random key per
+	// process (tokens verify only on the host that issued them).
+	// TokenKeyEnvLine is its line in the policy file (0 when unset).
+	TokenKeyEnv     string
+	TokenKeyEnvLine int
 	// Apple and Android are nil when their platform is not configured.
 	Apple   *AppleAttestation
 	Android *AndroidAttestation

@@ -171,20 +171,20 @@ func readAll(r io.Reader, buf []byte) ([]byte, error) {
 // parse opens and verifies the database in buf. The reader keeps buf.
 func parse(path string, buf []byte) (*dbState, error) {
 	if len(buf) == 0 {
-		return nil, fmt.Errorf("reputation: ASN database %s: %w: empty file", path, ErrInvalidDatabase)
+		return nil, fmt.Errorf("%w %s: empty file", ErrInvalidDatabase, path)
 	}
 	r, err := maxminddb.OpenBytes(buf)
 	if err != nil {
-		return nil, fmt.Errorf("reputation: ASN database %s: %w: %w", path, ErrInvalidDatabase, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalidDatabase, path, err)
 	}
 	if t := r.Metadata.DatabaseType; !asnDatabaseTypes[t] {
-		return nil, fmt.Errorf("reputation: ASN database %s: %w: database type %q, want GeoLite2-ASN or GeoIP2-ISP",
-			path, ErrInvalidDatabase, t)
+		return nil, fmt.Errorf("%w %s: database type %q, want GeoLite2-ASN or GeoIP2-ISP",
+			ErrInvalidDatabase, path, t)
 	}
 	// Verify walks the whole search tree and data section: a truncated or
 	// corrupt file is refused here, not on some later lookup.
 	if err := r.Verify(); err != nil {
-		return nil, fmt.Errorf("reputation: ASN database %s: %w: %w", path, ErrInvalidDatabase, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalidDatabase, path, err)
 	}
 	return &dbState{
 		reader: r,

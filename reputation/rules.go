@@ -181,3 +181,21 @@ func (r *Rules) Rules() []policy.ReputationRule {
 	}
 	return r.rules
 }
+
+// ASN returns the reputation multiplier of the asn subject asn (the
+// combination of the ASN rules naming it) and the reason of the rule that
+// decided it; ok is false when no rule names asn.
+func (r *Rules) ASN(asn uint32) (mult float64, reason string, ok bool) {
+	if r == nil {
+		return 1, "", false
+	}
+	c, found := r.asns[asn]
+	if !found {
+		return 1, "", false
+	}
+	m, i := c.value()
+	if i < 0 {
+		return 1, "", false
+	}
+	return m, r.rules[i].Reason, true
+}

@@ -1,7 +1,12 @@
 // Package risk is the risk daemon's runtime: it consumes decisions and
-// reports from JetStream with durable consumers, feeds them to the signals
-// engine, writes the resulting lockouts and multipliers to the bucket
-// store, publishes alerts, and keeps the repeat-offender list. cmd/riskd
+// reports from JetStream with durable consumers (one subject filter each,
+// which nats-server 2.9 honours too), feeds them to the signals engine,
+// writes the resulting lockouts and multipliers to the bucket store,
+// publishes alerts, and keeps the repeat-offender list. It reads the
+// audit stream of admin changes whole: lifted lockouts reset their counts
+// and are never re-asserted, and admin multipliers are re-applied when the
+// store loses them. A part that fails stops the whole daemon (Run returns
+// its error): it never runs half-deaf. cmd/riskd
 // runs it alone; the limiter embeds it in the one-process default.
 //
 // Delivery is at-least-once; the effect is exactly-once: riskd remembers
@@ -17,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +66,15 @@ type Options struct {
 	// MaxKeys bounds the keys each signal tracks (default 200,000: about
 	// 100 MB per signal at worst; least recently seen keys go first).
 	MaxKeys int
+	// StoreLost, when set, reports whether the store lost its data since
+	// the last call (a Redis that restarted empty); it is asked every
+	// second, and a true answer re-asserts every measure and re-applies
+	// every admin multiplier at once (6.5). nil: only the periodic
+	// re-assertion.
+	StoreLost func(ctx context.Context) (bool, error)
+	// MaxAdmin bounds the admin multipliers remembered for re-application
+	// (default 100,000; expired ones go first, then the oldest).
+	MaxAdmin int
 }
 
 // Daemon is a running risk engine. Use New, then Run.
@@ -72,6 +87,11 @@ type Daemon struct {
 	eng     *signals.Engine
 	polName *policy.Policy
 	last    map[string]uint64 // stream -> last processed sequence
+
+	// execMu serialises re-assertion with admin lifts and clears, so a
+	// re-assertion never writes back what an admin just removed.
+	execMu sync.Mutex
+	admins adminRecord // guarded by execMu
 
 	ready    chan struct{}
 	readyOne sync.Once
@@ -103,6 +123,9 @@ func New(o Options) (*Daemon, error) {
 	if o.TrustFor <= 0 {
 		o.TrustFor = 30 * 24 * time.Hour
 	}
+	if o.MaxAdmin <= 0 {
+		o.MaxAdmin = 100_000
+	}
 	if o.Streams.Prefix == "" {
 		o.Streams.Prefix = streams.DefaultPrefix
 	}
@@ -113,6 +136,7 @@ func New(o Options) (*Daemon, error) {
 		polName: p,
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
+		admins:  adminRecord{max: o.MaxAdmin, m: map[string]adminEntry{}},
 	}
 	return d, nil
 }
@@ -144,34 +168,38 @@ func windows(p *policy.Policy) (decisions, events time.Duration) {
 	return decisions, events
 }
 
-// Run consumes until ctx ends.
+// source is one durable consumer of riskd: a stream and the one subject
+// filter it consumes.
+type source struct {
+	stream, durable, filter string
+	window                  time.Duration
+}
+
+// Run consumes until ctx ends. It returns the error of the first part that
+// fails (a consumer deleted or closed under it, the audit reader): the
+// other parts are stopped with it, so riskd never runs half-deaf.
 func (d *Daemon) Run(ctx context.Context) error {
 	if err := streams.EnsureStreams(ctx, d.js, d.o.Streams); err != nil {
 		return err
 	}
 	decWin, evWin := windows(d.o.Policy())
-	type src struct {
-		stream, durable string
-		filters         []string
-		window          time.Duration
-	}
 	pfx := d.o.Streams.Prefix
-	srcs := []src{
-		{d.o.Streams.Stream(streams.DecisionsStream), d.o.Durable + "-decisions", []string{pfx + "decisions.>"}, decWin},
-		{d.o.Streams.Stream(streams.EventsStream), d.o.Durable + "-reports", []string{pfx + "reports.>"}, evWin},
+	// One consumer per subject filter, with FilterSubject (not
+	// FilterSubjects): nats-server 2.9 ignores FilterSubjects and would
+	// deliver the whole stream (6.7).
+	srcs := []source{
+		{d.o.Streams.Stream(streams.DecisionsStream), d.o.Durable + "-decisions", pfx + "decisions.>", decWin},
+		{d.o.Streams.Stream(streams.EventsStream), d.o.Durable + "-reports", pfx + "reports.>", evWin},
 	}
 	var cons []jetstream.Consumer
 	for _, s := range srcs {
-		c, err := d.consumer(ctx, s.stream, s.durable, s.filters, s.window)
+		c, err := d.consumer(ctx, s)
 		if err != nil {
 			return err
 		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("risk: consumer info %s: %w", s.durable, err)
-		}
+		info := c.CachedInfo()
 		if floor := info.AckFloor.Stream; floor > 0 {
-			n, err := d.replay(ctx, s.stream, s.filters, s.window, floor)
+			n, err := d.replay(ctx, s, floor)
 			if err != nil {
 				return err
 			}
@@ -182,61 +210,112 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mu.Unlock()
 		cons = append(cons, c)
 	}
+	// The audit stream is read whole, then followed: admin multipliers to
+	// re-apply, lifted lockouts never to re-assert.
+	audit, err := d.auditReader(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.readAudit(ctx, audit, true); err != nil {
+		return err
+	}
 	d.readyOne.Do(func() { close(d.ready) })
 
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var wg sync.WaitGroup
-	errs := make(chan error, len(cons))
+	fail := func(err error) {
+		if err != nil && rctx.Err() == nil {
+			d.log.Error("consumer failed; riskd stops consuming", "err", err)
+			cancel(err)
+		}
+	}
 	for i, c := range cons {
 		wg.Add(1)
-		go func(stream string, c jetstream.Consumer) {
+		go func(s source, c jetstream.Consumer) {
 			defer wg.Done()
-			if err := d.consume(ctx, stream, c); err != nil {
-				errs <- err
-			}
-		}(srcs[i].stream, c)
+			fail(d.consume(rctx, s, c))
+		}(srcs[i], c)
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		d.housekeeping(ctx, cons, srcs[0].stream, srcs[1].stream)
+		fail(d.readAudit(rctx, audit, false))
+	}()
+	go func() {
+		defer wg.Done()
+		fail(d.housekeeping(rctx, cons, srcs))
 	}()
 	wg.Wait()
-	close(errs)
-	return <-errs
+	if err := context.Cause(rctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }
 
-// consumer returns the durable consumer, creating it to start at now -
-// window when it does not exist (so a first start sees recent history).
-func (d *Daemon) consumer(ctx context.Context, stream, durable string, filters []string, window time.Duration) (jetstream.Consumer, error) {
-	c, err := d.js.Consumer(ctx, stream, durable)
-	if err == nil {
+// filterOf returns a consumer's single subject filter ("" for none or several).
+func filterOf(c jetstream.ConsumerConfig) string {
+	switch {
+	case c.FilterSubject != "":
+		return c.FilterSubject
+	case len(c.FilterSubjects) == 1:
+		return c.FilterSubjects[0]
+	}
+	return ""
+}
+
+// consumer returns the durable consumer of s, creating it to start at now
+// - window when it does not exist (so a first start sees recent history).
+// A consumer whose filter is not s.filter (left by an older riskd on a
+// server that ignored its FilterSubjects) is recreated at its position.
+func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       s.durable,
+		FilterSubject: s.filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 20000,
+	}
+	c, err := d.js.Consumer(ctx, s.stream, s.durable)
+	switch {
+	case err == nil && filterOf(c.CachedInfo().Config) == s.filter:
 		return c, nil
+	case err == nil:
+		info := c.CachedInfo()
+		d.log.Warn("consumer has the wrong subject filter; recreating it at its position",
+			"consumer", s.durable, "filter", filterOf(info.Config), "want", s.filter, "from_seq", info.AckFloor.Stream+1)
+		if err := d.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil {
+			return nil, fmt.Errorf("risk: delete consumer %s: %w", s.durable, err)
+		}
+		if info.AckFloor.Stream > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
+		} else {
+			start := d.o.Now().Add(-s.window)
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+		}
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		start := d.o.Now().Add(-s.window)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	default:
+		return nil, fmt.Errorf("risk: consumer %s: %w", s.durable, err)
 	}
-	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("risk: consumer %s: %w", durable, err)
-	}
-	start := d.o.Now().Add(-window)
-	c, err = d.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:        durable,
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  20000,
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
-	})
+	c, err = d.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("risk: create consumer %s: %w", durable, err)
+		return nil, fmt.Errorf("risk: create consumer %s: %w", s.durable, err)
+	}
+	if got := filterOf(c.CachedInfo().Config); got != s.filter {
+		return nil, fmt.Errorf("risk: consumer %s: the server applied filter %q, not %q", s.durable, got, s.filter)
 	}
 	return c, nil
 }
 
 // replay feeds messages of the last window up to seq floor into the
 // signals engine with actions suppressed: the state a restarted riskd had.
-func (d *Daemon) replay(ctx context.Context, stream string, filters []string, window time.Duration, floor uint64) (int, error) {
-	start := d.o.Now().Add(-window)
+func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error) {
+	start := d.o.Now().Add(-s.window)
+	stream := s.stream
 	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
+		FilterSubjects: []string{s.filter}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("risk: replay %s: %w", stream, err)
@@ -258,7 +337,7 @@ func (d *Daemon) replay(ctx context.Context, stream string, filters []string, wi
 				return n, nil
 			}
 			d.mu.Lock()
-			_, _ = d.apply(m, nil)
+			_, _, _ = d.apply(m, nil)
 			d.mu.Unlock()
 			n++
 			if meta.Sequence.Stream == floor {
@@ -271,11 +350,14 @@ func (d *Daemon) replay(ctx context.Context, stream string, filters []string, wi
 	}
 }
 
-// consume processes the durable consumer's messages until ctx ends.
-func (d *Daemon) consume(ctx context.Context, stream string, c jetstream.Consumer) error {
+// consume processes the durable consumer's messages until ctx ends. It
+// returns an error when the consumer can no longer deliver (deleted,
+// refused, its iterator closed under it): riskd must not go on without it.
+func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) error {
+	stream := s.stream
 	it, err := c.Messages(jetstream.PullMaxMessages(1000))
 	if err != nil {
-		return fmt.Errorf("risk: consume %s: %w", stream, err)
+		return fmt.Errorf("risk: consume %s: %w", s.durable, err)
 	}
 	go func() {
 		<-ctx.Done()
@@ -285,11 +367,16 @@ func (d *Daemon) consume(ctx context.Context, stream string, c jetstream.Consume
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+				errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrBadRequest) {
+				d.count("consume")
+				return fmt.Errorf("risk: consumer %s: %w", s.durable, err)
+			}
 			d.count("consume")
-			d.log.Warn("consume", "stream", stream, "err", err)
+			d.log.Warn("consume", "stream", stream, "consumer", s.durable, "err", err)
 			continue
 		}
 		meta, err := m.Metadata()
@@ -307,53 +394,57 @@ func (d *Daemon) consume(ctx context.Context, stream string, c jetstream.Consume
 			continue
 		}
 		var n int
-		actions, n = d.apply(m, actions[:0])
+		var typ string
+		actions, n, typ = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
 		d.execute(ctx, actions)
 		_ = m.Ack()
 		if d.o.Metrics != nil && n > 0 {
-			typ := "report"
-			if m.Subject()[len(d.o.Streams.Prefix):][0] == 'd' {
-				typ = "decision"
-			}
 			d.o.Metrics.Events.WithLabelValues(typ).Add(float64(n))
 		}
 	}
 }
 
 // apply decodes one message and runs its events through the engine,
-// returning the actions and the number of events; mu held.
-func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int) {
+// returning the actions, the number of events and their type ("decision"
+// or "report"); a message on any other subject is counted as an error
+// (op "subject") and ignored. mu held.
+func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int, string) {
 	d.refreshPolicy()
 	subj := m.Subject()
 	pfx := d.o.Streams.Prefix
+	rest, ok := strings.CutPrefix(subj, pfx)
 	switch {
-	case len(subj) > len(pfx)+10 && subj[len(pfx):len(pfx)+10] == "decisions.":
+	case ok && strings.HasPrefix(rest, "decisions."):
 		var b streams.DecisionBatch
 		if err := streams.DecodeDecisionBatch(m.Data(), &b); err != nil {
 			d.count("decode")
-			return out, 0
+			return out, 0, ""
 		}
 		for i := range b.Decisions {
 			out = d.eng.ApplyDecision(0, 0, &b.Decisions[i], out)
 		}
-		return out, len(b.Decisions)
-	default:
+		return out, len(b.Decisions), "decision"
+	case ok && strings.HasPrefix(rest, "reports."):
 		var r streams.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			d.count("decode")
-			return out, 0
+			return out, 0, ""
 		}
 		out = d.eng.ApplyReport(0, 0, &r, out)
 		if r.Type == streams.ReportLoginSucceeded && r.Attested && r.Account != "" && r.DeviceID != "" {
-			// an attested device that logged in to the account: exempt from
-			// the account's lockouts of rules with exempt_attested
+			// a device that proved its attestation (device token) and logged
+			// in to the account: exempt from the account's lockouts of rules
+			// with exempt_attested
 			out = append(out, signals.Action{Kind: actionTrust, Subject: "account", ID: r.Account,
 				Lock: bucket.Lock{Rule: r.DeviceID, Until: r.TS.Add(d.o.TrustFor)}})
 		}
-		return out, 1
+		return out, 1, "report"
 	}
+	d.count("subject")
+	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
+	return out, 0, ""
 }
 
 // actionTrust is riskd's own action: add Lock.Rule (a device id) to the
@@ -445,27 +536,35 @@ func (d *Daemon) count(op string) {
 
 // housekeeping publishes offenders every second, re-asserts active
 // measures and samples consumer lag.
-func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, names ...string) {
+// It returns an error when a consumer no longer exists on the server (a
+// deleted consumer need not wake its message iterator).
+func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, srcs []source) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastReassert := d.o.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
 		now := d.o.Now()
 		list := d.eng.Offenders(now)
-		if m := d.o.Metrics; m != nil {
+		m := d.o.Metrics
+		if m != nil {
 			m.Offenders.Reset()
 			for _, o := range list {
 				m.Offenders.WithLabelValues(o.Limit).Inc()
 			}
-			for i, c := range cons {
-				if info, err := c.Info(ctx); err == nil {
-					m.Lag.WithLabelValues(names[i]).Set(float64(info.NumPending))
-				}
+		}
+		for i, c := range cons {
+			info, err := c.Info(ctx)
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerNotFound):
+				d.count("consume")
+				return fmt.Errorf("risk: consumer %s: %w", srcs[i].durable, err)
+			case err == nil && m != nil:
+				m.Lag.WithLabelValues(srcs[i].stream).Set(float64(info.NumPending))
 			}
 		}
 		if d.o.OffenderSink != nil {
@@ -473,11 +572,17 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, na
 				d.count("store")
 			}
 		}
-		if now.Sub(lastReassert) >= d.o.Reassert {
-			lastReassert = now
-			for _, a := range d.eng.Active(now) {
-				_ = d.do(ctx, &a)
+		lost := false
+		if d.o.StoreLost != nil {
+			l, err := d.o.StoreLost(ctx)
+			if err == nil && l {
+				d.log.Warn("the store lost its data (Redis restarted empty?); re-asserting measures and admin multipliers")
+				lost = true
 			}
+		}
+		if lost || now.Sub(lastReassert) >= d.o.Reassert {
+			lastReassert = now
+			d.reassert(ctx, now)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,10 +27,16 @@ type attestState struct {
 	challenges attestation.Challenges
 	devices    attestation.Devices
 	handler    atomic.Pointer[http.Handler]
+	getenv     func(string) string // reads the keys the policy names (default os.Getenv)
+	// random is this process's device-token key when the policy names no
+	// token_key_env; tokens the verifier in force (6.3).
+	random *attestation.Tokens
+	tokens atomic.Pointer[attestation.Tokens]
 }
 
 func newAttestState(log *slog.Logger, store bucket.Admin, rc redis.UniversalClient, prefix string) *attestState {
-	a := &attestState{log: log, store: store, prefix: prefix}
+	a := &attestState{log: log, store: store, prefix: prefix, getenv: os.Getenv, random: attestation.RandomTokens()}
+	a.tokens.Store(a.random)
 	if rc != nil {
 		a.challenges = attestation.NewRedisChallenges(rc, prefix)
 		a.devices = attestation.NewRedisDevices(rc, prefix)
@@ -42,20 +47,35 @@ func newAttestState(log *slog.Logger, store bucket.Admin, rc redis.UniversalClie
 	return a
 }
 
-// apply builds the handler for p.
+// apply builds the handler and the device-token verifier for p.
 func (a *attestState) apply(p *policy.Policy) error {
-	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Store: a.store, Prefix: a.prefix, Logger: a.log}
+	tokens := a.random
+	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Logger: a.log}
 	if pa := p.Risk.Attestation; pa != nil {
-		apple, play, err := attestation.FromPolicy(pa, os.Getenv)
+		apple, play, err := attestation.FromPolicy(pa, a.getenv)
 		if err != nil {
-			return fmt.Errorf("service: attestation: %w", err)
+			return err // attestation's errors name their package, file or variable
 		}
-		o.Apple, o.Play, o.VerifiedMultiplier, o.ValidFor = apple, play, pa.VerifiedMultiplier, pa.ValidFor
+		t, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, a.getenv)
+		if err != nil {
+			return err // "attestation: device token key: environment variable ..."
+		}
+		if t != nil {
+			tokens = t
+		} else if apple != nil || play != nil {
+			a.log.Warn("risk.attestation.token_key_env is not set: device tokens are signed with a random key of this process and verify only on this limiter until it restarts; set it when several limiters serve one app")
+		}
+		o.Apple, o.Play, o.ValidFor = apple, play, pa.ValidFor
 	}
+	o.Tokens = tokens
 	h := api.NewAttestHandler(o)
 	a.handler.Store(&h)
+	a.tokens.Store(tokens)
 	return nil
 }
+
+// Tokens returns the device-token verifier in force.
+func (a *attestState) Tokens() *attestation.Tokens { return a.tokens.Load() }
 
 // ServeHTTP serves the attestation endpoints of the policy in force.
 func (a *attestState) ServeHTTP(w http.ResponseWriter, r *http.Request) {

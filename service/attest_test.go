@@ -54,21 +54,34 @@ risk:
 	att := ca.Attest(t, attestationtest.Options{AppID: appID, ClientDataHash: hash[:]})
 	b64 := base64.StdEncoding.EncodeToString
 	resp, body := post(t, base+"/v1/attest/apple", `{"device_id":"d-good","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
-	if resp.StatusCode != 200 || !strings.Contains(body, `"status":"verified"`) {
+	var verified struct {
+		DeviceToken string `json:"device_token"`
+	}
+	_ = json.Unmarshal([]byte(body), &verified)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"status":"verified"`) || verified.DeviceToken == "" {
 		t.Fatalf("attest: %d %s", resp.StatusCode, body)
 	}
-	limit := func(device string) string {
-		resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1","device_id":"`+device+`"}`)
+	token := verified.DeviceToken
+	limit := func(device, token string) string {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1","device_id":"`+device+`","device_token":"`+token+`"}`)
 		return resp.Header.Get("X-RateLimit-Limit")
 	}
-	if l := limit("d-good"); l != "120" {
+	if l := limit("d-good", token); l != "120" {
 		t.Errorf("attested device limit %s, want 120 (60 x 2)", l)
 	}
-	if l := limit("d-other"); l != "30" {
+	if l := limit("d-other", ""); l != "30" {
 		t.Errorf("unattested device limit %s, want 30 (60 x 0.5)", l)
 	}
-	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-good", "tok"); !strings.Contains(body, `"attestation":{"platform":"apple","verified":true`) {
-		t.Errorf("admin view: %s", body)
+	_, body = adminGet(t, base+"/v1/admin/subjects/device/d-good", "tok")
+	for _, want := range []string{`"effective":0.5,"effective_with_device_token":2,`, `"attestation":{"platform":"apple","verified":true`,
+		`{"source":"unverified","value":0.5,"expires_at":null,"reason":"requests without a valid device token (risk.attestation.unverified_multiplier)"}`,
+		`{"source":"attestation","value":2,"expires_at":"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("admin view of the attested device lacks %s: %s", want, body)
+		}
+	}
+	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-other", "tok"); !strings.Contains(body, `"effective":0.5,"multipliers":[{"source":"unverified"`) || strings.Contains(body, `"source":"attestation"`) {
+		t.Errorf("admin view of an unattested device: %s", body)
 	}
 	// a replayed challenge is refused with its reason
 	resp, body = post(t, base+"/v1/attest/apple", `{"device_id":"d-good","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
@@ -77,24 +90,24 @@ risk:
 	}
 
 	// the real user logs in from the attested device; then an attacker fails 3 times
-	post(t, base+"/v1/report", `{"type":"login_succeeded","account":"alice","device_id":"d-good"}`)
+	post(t, base+"/v1/report", `{"type":"login_succeeded","account":"alice","device_id":"d-good","device_token":"`+token+`"}`)
 	for i := 0; i < 3; i++ {
 		post(t, base+"/v1/report", `{"type":"login_failed","account":"alice","device_id":"d-evil"}`)
 	}
-	login := func(device string) int {
-		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.1","account":"alice","device_id":"`+device+`"}`)
+	login := func(device, token string) int {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.1","account":"alice","device_id":"`+device+`","device_token":"`+token+`"}`)
 		return resp.StatusCode
 	}
 	eventually(t, 5*time.Second, func() string {
-		if c := login("d-evil"); c != 429 {
+		if c := login("d-evil", ""); c != 429 {
 			return "attacker's device not locked out"
 		}
 		return ""
 	})
-	if c := login("d-good"); c != 200 {
+	if c := login("d-good", token); c != 200 {
 		t.Fatalf("the attested device of the real user was locked out: %d", c)
 	}
-	if c := login(""); c != 429 {
+	if c := login("", ""); c != 429 {
 		t.Fatalf("a request without a device must be locked: %d", c)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,9 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 		closers = append(closers, srv.Stop)
 		e.url = srv.URL
 	}
+	// One dial first, for its real cause: the retrying connection below
+	// would only report "outbound buffer limit exceeded" for the streams.
+	reachable := embedded || dialNATSOnce(log, e.url, "decisions and reports are dropped (and counted) until it answers")
 	nc, err := streams.Connect(e.url, "tollgate-limiter")
 	if err != nil {
 		e.close()
@@ -85,9 +89,9 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	}
 	e.publisher = pub
 	closers = append(closers, pub.Close)
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = streams.EnsureStreams(sctx, pub.JetStream(), scfg)
-	cancel()
+	if reachable {
+		err = ensureStreams(ctx, pub, scfg)
+	}
 	if err != nil {
 		// The limiter never waits on NATS: it starts, drops and counts
 		// events, and riskd creates the streams when NATS is back.
@@ -114,20 +118,45 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 		return e, nil
 	}
 
-	d, err := risk.New(risk.Options{
-		Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg,
-		Metrics: risk.NewMetrics(reg), Logger: cfg.Logger.With("component", "riskd"),
-	})
+	metrics := risk.NewMetrics(reg)
+	newDaemon := func() (*risk.Daemon, error) {
+		o := risk.Options{
+			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg,
+			Metrics: metrics, Logger: cfg.Logger.With("component", "riskd"),
+		}
+		if rc != nil {
+			o.StoreLost = storeLost(rc, cfg.KeyPrefix+"riskd:riskd:store-epoch")
+		}
+		return risk.New(o)
+	}
+	d, err := newDaemon()
 	if err != nil {
 		e.close()
 		return nil, err
 	}
+	var cur atomic.Pointer[risk.Daemon]
+	cur.Store(d)
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := d.Run(rctx); err != nil && rctx.Err() == nil {
-			log.Error("risk engine stopped", "err", err)
+		// A daemon that fails (a consumer gone) is started again: the
+		// one-process limiter never keeps a half-deaf risk engine.
+		for d := d; ; {
+			err := d.Run(rctx)
+			if rctx.Err() != nil {
+				return
+			}
+			log.Error("risk engine stopped; restarting it", "err", err)
+			select {
+			case <-rctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if nd, err := newDaemon(); err == nil {
+				d = nd
+				cur.Store(d)
+			}
 		}
 	}()
 	closers = append(closers, func() { stop(); <-done })
@@ -137,6 +166,13 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	case <-time.After(10 * time.Second):
 		log.Warn("risk engine not ready after 10s; continuing")
 	}
-	e.offenders = func(context.Context) ([]signals.Offender, error) { return d.Offenders(), nil }
+	e.offenders = func(context.Context) ([]signals.Offender, error) { return cur.Load().Offenders(), nil }
 	return e, nil
+}
+
+// ensureStreams creates or updates the streams, waiting up to 5s.
+func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Config) error {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return streams.EnsureStreams(sctx, pub.JetStream(), scfg)
 }

@@ -221,7 +221,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		_, _ = w.Write([]byte("late but complete"))
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", Upstream: up, Logger: slog.New(slog.DiscardHandler)})
+	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", Upstream: up, Logger: slog.New(slog.DiscardHandler), Getenv: testGetenv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -57,7 +56,7 @@ func (r *reputationState) apply(p *policy.Policy) error {
 		if rep.ASNDatabase != "" {
 			var err error
 			if db, err = reputation.OpenDB(rep.ASNDatabase); err != nil {
-				return fmt.Errorf("service: reputation: %w", err)
+				return err // "reputation: ... ASN database PATH: ..." already
 			}
 			info := db.Info()
 			r.log.Info("ASN database loaded", "path", rep.ASNDatabase, "build", info.BuildTime, "nodes", info.NodeCount)
@@ -87,8 +86,14 @@ func (r *reputationState) apply(p *policy.Policy) error {
 		}
 	}
 	rules := reputation.New(rep, r.db)
+	// The built-in policy's ASN rule is an example that needs a database
+	// only an operator can supply: not worth a warning on a clean start.
+	level := slog.LevelWarn
+	if p.Source == "" {
+		level = slog.LevelInfo
+	}
 	for _, msg := range rules.Inactive() {
-		r.log.Warn("reputation rule inactive", "rule", msg)
+		r.log.Log(context.Background(), level, "reputation rule inactive", "rule", msg)
 	}
 	r.rules.Store(rules)
 	return nil

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,6 +35,9 @@ type RiskdConfig struct {
 	Listen string
 	// RedisURL is the store riskd writes to (required).
 	RedisURL string
+	// RedisCA is a PEM file of CA certificates for rediss:// ("" trusts the
+	// system roots).
+	RedisCA string
 	// NATSURL is the NATS server (required).
 	NATSURL string
 	// KeyPrefix and SubjectPrefix must match the limiters'.
@@ -53,16 +58,50 @@ type RiskdConfig struct {
 	Logger *slog.Logger
 }
 
+// Validate checks the configuration's values without touching the policy
+// or the network: cmd/riskd exits 2 (a usage error) on its errors.
+func (c *RiskdConfig) Validate() error {
+	if c.RedisURL == "" || c.NATSURL == "" {
+		return errors.New("service: riskd needs --redis and --nats")
+	}
+	if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.DecisionsMaxBytes < 0 {
+		return fmt.Errorf("service: decisions max bytes %d must not be negative", c.DecisionsMaxBytes)
+	}
+	return checkAddr("listen address", c.Listen)
+}
+
+// riskdState is what riskd's /readyz reports: its role and the last
+// failure of its daemon. Safe for concurrent use.
+type riskdState struct {
+	state   atomic.Value // "standby", "starting", "ready"
+	failure atomic.Value // "" or why the daemon last stopped (until it is ready again)
+}
+
+func newRiskdState() *riskdState {
+	s := &riskdState{}
+	s.state.Store("standby")
+	s.failure.Store("")
+	return s
+}
+
 // lead runs the daemon while this instance holds the lease: acquire,
-// replay and consume, and stop consuming the moment the lease is lost.
-func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), state *atomic.Value, metrics *risk.Metrics, log *slog.Logger) error {
+// replay and consume, and stop consuming the moment the lease is lost. A
+// daemon that fails (a consumer gone) is logged at ERROR, makes riskd not
+// ready until a new one is ready, and is started again after a pause.
+func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), st *riskdState, metrics *risk.Metrics, log *slog.Logger) error {
 	for ctx.Err() == nil {
-		state.Store("standby")
+		st.state.Store("standby")
 		metrics.StandBy()
 		if err := lease.Acquire(ctx, 500*time.Millisecond); err != nil {
 			return nil
 		}
-		state.Store("starting")
+		st.state.Store("starting")
 		metrics.Leader.Set(1)
 		log.Info("leadership acquired; replaying state")
 		d, err := newDaemon()
@@ -75,7 +114,8 @@ func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon
 		go func() {
 			select {
 			case <-d.Ready():
-				state.Store("ready")
+				st.state.Store("ready")
+				st.failure.Store("")
 			case <-tctx.Done():
 			}
 		}()
@@ -90,12 +130,123 @@ func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon
 			cancel()
 			<-held
 			if err != nil && ctx.Err() == nil {
-				log.Error("risk daemon stopped; retrying", "err", err)
-				time.Sleep(time.Second)
+				st.failure.Store(err.Error())
+				log.Error("risk daemon stopped; not ready, retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// storeLost returns a risk.Options.StoreLost over rc: it keeps a marker
+// key in Redis and reports true whenever the marker is missing (a Redis
+// that restarted empty, or the first call).
+func storeLost(rc redis.UniversalClient, key string) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		n, err := rc.Exists(ctx, key).Result()
+		if err != nil || n == 1 {
+			return false, err
+		}
+		if err := rc.Set(ctx, key, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
+// watchDeps checks Redis and NATS every second until ctx ends, logging
+// at ERROR each time one becomes unreachable (with the cause) and at INFO
+// when it is back.
+func watchDeps(ctx context.Context, rc redis.UniversalClient, nc *nats.Conn, log *slog.Logger) {
+	var redisDown, natsDown bool
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := rc.Ping(pctx).Err()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && !redisDown:
+			log.Error("redis unreachable: riskd cannot lead, write measures or hold its lease", "err", err)
+		case err == nil && redisDown:
+			log.Info("redis reachable again")
+		}
+		redisDown = err != nil
+		up := nc.IsConnected()
+		switch {
+		case !up && !natsDown:
+			log.Error("nats unreachable: riskd receives no events", "err", natsCause(nc), "status", nc.Status().String())
+		case up && natsDown:
+			log.Info("nats reachable again")
+		}
+		natsDown = !up
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// natsCause is the connection's last error, or a generic one.
+func natsCause(nc *nats.Conn) error {
+	if err := nc.LastError(); err != nil {
+		return err
+	}
+	return errors.New("not connected")
+}
+
+// readyz serves riskd's /readyz: 200 while it leads and consumes ("ready")
+// or stands by with its dependencies up ("standby"); 503 while starting,
+// after its daemon failed, or while Redis or NATS is unreachable. The body
+// names each dependency's state, the role (leader or standby) and the
+// cause of a 503.
+func readyz(rc redis.UniversalClient, nc *nats.Conn, st *riskdState) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		deps := map[string]string{"redis": "up", "nats": "up"}
+		var causes []string
+		if err := rc.Ping(ctx).Err(); err != nil {
+			deps["redis"] = "down"
+			causes = append(causes, "redis unreachable: "+err.Error())
+		}
+		if !nc.IsConnected() {
+			deps["nats"] = "down"
+			causes = append(causes, "nats unreachable: "+natsCause(nc).Error())
+		}
+		status := st.state.Load().(string)
+		role := "standby"
+		if status != "standby" {
+			role = "leader"
+		}
+		if f := st.failure.Load().(string); f != "" {
+			causes = append(causes, "risk daemon failed: "+f)
+		}
+		code := http.StatusOK
+		switch {
+		case len(causes) > 0:
+			status, code = "not_ready", http.StatusServiceUnavailable
+		case status == "starting":
+			code = http.StatusServiceUnavailable
+		}
+		body := map[string]any{"status": status, "role": role, "dependencies": deps}
+		if len(causes) > 0 {
+			body["error"] = strings.Join(causes, "; ")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(body)
+	}
 }
 
 // StartRiskd starts the risk daemon and its HTTP endpoints; it stops when
@@ -116,8 +267,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	if cfg.Durable == "" {
 		cfg.Durable = "riskd"
 	}
-	if cfg.RedisURL == "" || cfg.NATSURL == "" {
-		return nil, errors.New("service: riskd needs --redis and --nats")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger.With("component", "riskd")
 	quietRedis(cfg.Logger)
@@ -126,12 +277,14 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 
-	opts, err := RedisOptions(cfg.RedisURL)
+	opts, err := redisOptions(cfg.RedisURL, cfg.RedisCA)
 	if err != nil {
 		return nil, err
 	}
 	opts.MaxRetries = 2
 	rc := redis.NewUniversalClient(opts)
+	dialRedisOnce(ctx, log, rc, cfg.RedisURL, "riskd is not ready until it answers")
+	dialNATSOnce(log, cfg.NATSURL, "riskd is not ready until it answers")
 	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second})
 
 	reg := prometheus.NewRegistry()
@@ -153,6 +306,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return risk.New(risk.Options{
 			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg, Durable: cfg.Durable,
 			Metrics: metrics, Logger: log, Reassert: cfg.Reassert,
+			StoreLost: storeLost(rc, cfg.KeyPrefix+"riskd:"+cfg.Durable+":store-epoch"),
 			OffenderSink: func(ctx context.Context, list []signals.Offender) error {
 				b, err := json.Marshal(list)
 				if err != nil {
@@ -169,33 +323,14 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	owner := ulid.Make().String()
 	lease := risk.NewLease(rc, cfg.KeyPrefix+"riskd:"+cfg.Durable+":leader", owner, cfg.LeaseTTL)
-	var state atomic.Value // "standby", "starting", "ready"
-	state.Store("standby")
+	st := newRiskdState()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		deps := map[string]string{"redis": "up", "nats": "up"}
-		if rc.Ping(ctx).Err() != nil {
-			deps["redis"] = "down"
-		}
-		if !nc.IsConnected() {
-			deps["nats"] = "down"
-		}
-		// A standby (another riskd holds the lease) is healthy and ready to
-		// take over: 200 with status "standby".
-		status := state.Load().(string)
-		w.Header().Set("Content-Type", "application/json")
-		if status == "starting" {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "dependencies": deps})
-	})
+	mux.HandleFunc("GET /readyz", readyz(rc, nc, st))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -206,12 +341,13 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	run := &Running{Addr: ln.Addr().String(), Done: make(chan struct{})}
-	log.Info("listening", "addr", run.Addr, "nats", cfg.NATSURL, "redis", RedactURL(cfg.RedisURL))
+	log.Info("listening", "addr", run.Addr, "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
 	go func() { _ = hs.Serve(ln) }()
 
 	dctx, stop := context.WithCancel(context.Background())
 	derr := make(chan error, 1)
-	go func() { derr <- lead(dctx, lease, newDaemon, &state, metrics, log) }()
+	go func() { derr <- lead(dctx, lease, newDaemon, st, metrics, log) }()
+	go watchDeps(dctx, rc, nc, log)
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if cfg.ConfigPath != "" {
 		go holder.Watch(watchCtx, 0)

@@ -40,6 +40,9 @@ type Config struct {
 	// comma-separated host:port list or "redis+cluster://h1:p1,h2:p2" for
 	// Cluster. "" uses the in-process memory store.
 	RedisURL string
+	// RedisCA is a PEM file of CA certificates that rediss:// servers'
+	// certificates must chain to ("" trusts the system roots).
+	RedisCA string
 	// NATSURL is the NATS server; "" starts an embedded NATS server
 	// (JetStream in a temp dir, loopback) and the risk engine in process.
 	NATSURL string
@@ -91,6 +94,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger receives JSON logs (default: JSON on stderr).
 	Logger *slog.Logger
+	// Getenv reads the environment variables the policy names: the
+	// user-signature key and the Play Integrity keys (default os.Getenv).
+	Getenv func(string) string
 }
 
 func (c *Config) defaults() {
@@ -112,17 +118,47 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration's values, without looking at the
+// policy or the network: cmd/limiter exits 2 (a usage error) on its errors.
 func (c *Config) Validate() error {
+	if err := checkAddr("listen address", c.Listen); err != nil {
+		return err
+	}
+	if err := checkAddr("pprof listen address", c.PprofListen); err != nil {
+		return err
+	}
+	if c.Upstream != "" {
+		if _, err := upstreamURL(c.Upstream); err != nil {
+			return err
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{{"nats port", int64(c.NATSPort)}, {"redis lanes", int64(c.RedisLanes)}, {"memory max keys", int64(c.MemoryMaxKeys)},
+		{"l1 max entries", int64(c.L1MaxEntries)}, {"decisions max bytes", c.DecisionsMaxBytes},
+		{"store timeout", int64(c.StoreTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
+		if n.v < 0 {
+			return fmt.Errorf("service: %s %d must not be negative", n.name, n.v)
+		}
+	}
+	if c.NATSPort > 65535 {
+		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
+	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
 	if c.RedisURL != "" {
-		if _, err := RedisOptions(c.RedisURL); err != nil {
+		if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
 			return err
 		}
+	} else if c.RedisCA != "" {
+		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
 	}
 	switch c.UpstreamTransport {
 	case "", "lean", "std":
@@ -173,6 +209,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkUserKey(cfg, holder.Current()); err != nil {
+		return nil, err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -203,13 +242,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	var att *attestState // set below, before the policy can reload
 	holder.OnReload = func(np *policy.Policy, err error) {
+		// The Holder logs each attempt once (file, routes, limits or the
+		// error); this counts it.
 		if err != nil {
 			reloads.WithLabelValues("error").Inc()
-			log.Error("policy reload refused; the running policy stays", "err", err.Error())
 			return
 		}
 		reloads.WithLabelValues("ok").Inc()
-		log.Info("policy reloaded", "file", cfg.ConfigPath)
 		// The new limits are in force; a reputation database or attestation
 		// key it names that cannot be read keeps the previous one serving.
 		if err := rep.apply(np); err != nil {
@@ -251,12 +290,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			}
 		}()
 	} else {
-		opts, _ := RedisOptions(cfg.RedisURL)
+		opts, _ := redisOptions(cfg.RedisURL, cfg.RedisCA) // checked by Validate
 		opts.DialTimeout = 2 * cfg.StoreTimeout
 		opts.ReadTimeout = 2 * cfg.StoreTimeout
 		opts.WriteTimeout = 2 * cfg.StoreTimeout
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
+		dialRedisOnce(ctx, log, rclient, cfg.RedisURL, "the limiter serves as each limit's failure mode says until it answers")
 		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode})
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
@@ -290,19 +330,22 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	att = newAttestState(cfg.Logger.With("component", "attestation"), store, rclient, cfg.KeyPrefix)
+	att.getenv = cfg.Getenv
 	if err := att.apply(holder.Current()); err != nil {
 		closeAll()
 		return nil, err
 	}
 	srv, err := api.New(api.Options{
-		Engine:      eng,
-		AdminToken:  cfg.AdminToken,
-		Logger:      log,
-		Gatherer:    reg,
-		Events:      ev.publisher,
-		Reporter:    ev.publisher,
-		Offenders:   ev.offenders,
-		Attestation: att.view,
+		Engine:       eng,
+		AdminToken:   cfg.AdminToken,
+		Logger:       log,
+		Gatherer:     reg,
+		Events:       ev.publisher,
+		Reporter:     ev.publisher,
+		Audit:        ev.publisher,
+		Offenders:    ev.offenders,
+		Attestation:  att.view,
+		DeviceTokens: att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {
 			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
 			if rclient != nil {
@@ -322,17 +365,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	srv.Handle("/v1/attest/", srv.Guard(att))
 
 	if cfg.Upstream != "" {
-		u, err := url.Parse(cfg.Upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			closeAll()
-			return nil, fmt.Errorf("service: upstream %q is not an http(s) URL", cfg.Upstream)
-		}
+		u, _ := upstreamURL(cfg.Upstream) // checked by Validate
 		forged := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_forged_user_total",
 			Help: "Proxied requests whose user header failed its signature (treated as unauthenticated)."})
 		upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
 			Help: "Proxied requests the upstream could not answer (502/504)."})
 		reg.MustRegister(forged, upErrs)
-		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc}
+		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc, Getenv: cfg.Getenv}
 		if cfg.UpstreamTransport == "std" {
 			po.Transport = api.StdUpstreamTransport() // Validate allowed only lean (the default) or std
 		}
@@ -365,7 +404,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if policyName == "" {
 		policyName = "built-in example"
 	}
-	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", ev.url, "upstream", cfg.Upstream,
+	log.Info("listening", "addr", addr, "store", store_, "policy", policyName, "nats", RedactURL(ev.url), "upstream", RedactURL(cfg.Upstream),
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, addr))
 
 	if cfg.PprofListen != "" {
@@ -433,54 +472,35 @@ func loadPolicy(path string, logger *slog.Logger) (*policy.Holder, error) {
 	if path != "" {
 		var err error
 		if p, err = policy.Load(path); err != nil {
-			return nil, fmt.Errorf("service: policy: %w", err)
+			return nil, err // "FILE:LINE: ..." or "policy: read config: ...": no second prefix
 		}
 	}
 	return policy.NewHolder(path, p, logger.With("component", "policy")), nil
 }
 
-// RedisOptions parses a --redis value: "redis://host:port/db" (or
-// rediss://), a comma-separated host:port list, or
-// "redis+cluster://h1:p1,h2:p2" (Cluster).
-func RedisOptions(u string) (*redis.UniversalOptions, error) {
-	switch {
-	case strings.HasPrefix(u, "redis+cluster://"):
-		addrs := strings.Split(strings.TrimPrefix(u, "redis+cluster://"), ",")
-		for _, a := range addrs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
-			}
-		}
-		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
-	case strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://"):
-		o, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
-		}
-		return &redis.UniversalOptions{Addrs: []string{o.Addr}, DB: o.DB, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}, nil
-	case strings.Contains(u, ","):
-		addrs := strings.Split(u, ",")
-		for _, a := range addrs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("service: redis cluster address %q: %w", a, err)
-			}
-		}
-		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}, nil
+// upstreamURL parses the --upstream value: an http(s) URL with a host.
+func upstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("service: upstream %q is not an http(s) URL", RedactURL(s))
 	}
-	if _, _, err := net.SplitHostPort(u); err != nil {
-		return nil, fmt.Errorf("service: redis %q is neither redis://host:port/db nor host:port", RedactURL(u))
-	}
-	return &redis.UniversalOptions{Addrs: []string{u}}, nil
+	return u, nil
 }
 
-// RedactURL hides a password in a URL for logs.
-func RedactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.LastIndexByte(u, '@'); at > i {
-			return u[:i+3] + "***@" + u[at+1:]
-		}
+// checkAddr checks a listen address: "" (unset), or host:port with a
+// numeric port (":0" picks a free one).
+func checkAddr(what, addr string) error {
+	if addr == "" {
+		return nil
 	}
-	return u
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("service: %s %q: want HOST:PORT (%v)", what, addr, err)
+	}
+	return nil
 }
 
 // listEntries exports tollgate_list_entries{list}: the entries in force of

@@ -26,6 +26,12 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Getenv == nil {
+		cfg.Getenv = testGetenv
+	}
+	if os.Getenv("TG_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
 	if err != nil {
@@ -37,6 +43,15 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 		<-r.Done
 	})
 	return r, "http://" + r.Addr
+}
+
+// testGetenv is the tests' environment: the built-in policy's
+// user-signature key is set (proxy mode refuses to start without it).
+func testGetenv(k string) string {
+	if k == "TOLLGATE_USER_KEY" {
+		return "test-user-key"
+	}
+	return os.Getenv(k)
 }
 
 // client is the tests' HTTP client. Not http.DefaultClient: closing an
@@ -223,7 +238,7 @@ func TestRedisOptions(t *testing.T) {
 		{in: "redis+cluster://a:1,b:2", addrs: "a:1,b:2", cluster: true},
 		{in: "redis://:pw@127.0.0.1:6379/x", wantErr: "service: redis url redis://***@127.0.0.1:6379/x: redis: invalid database number: \"x\""},
 		{in: "nonsense", wantErr: `service: redis "nonsense" is neither redis://host:port/db nor host:port`},
-		{in: "a:1,b", wantErr: `service: redis cluster address "b": address b: missing port in address`},
+		{in: "a:1,b", wantErr: `service: redis address "b": address b: missing port in address`},
 	} {
 		o, err := RedisOptions(tt.in)
 		if tt.wantErr != "" {

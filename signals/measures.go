@@ -10,6 +10,7 @@ type measure struct {
 	act  Action // the SetLock or SetMultiplier action
 	rule string // the velocity rule that set it ("anomaly" for anomalies)
 	end  int64  // Until / ExpiresAt, Unix ns
+	set  int64  // the event time it was set at, Unix ns
 	// sweepAt is when, by the engine's clock, the measure has run its
 	// course: the clock when it was set plus its duration.
 	sweepAt int64
@@ -76,5 +77,5 @@ func (e *Engine) record(en *entry[measure], key []byte, act Action, rule string,
 	if en == nil {
 		en = e.meas.addBytes(key)
 	}
-	en.val = measure{act: act, rule: rule, end: end, sweepAt: e.clock + (end - ns)}
+	en.val = measure{act: act, rule: rule, end: end, set: ns, sweepAt: e.clock + (end - ns)}
 }

@@ -53,6 +53,9 @@ type velState struct {
 	last, touched int64
 	// until is when the measure this counter last set ends, Unix ns.
 	until int64
+	// lifted is when an admin last lifted the key's lock (Unix ns; 0:
+	// never): events at or before it no longer count (6.5).
+	lifted int64
 	// fires holds the times of the newest firings, ascending, at most escN.
 	fires []int64
 }
@@ -168,6 +171,9 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		}
 		st := &en.val
 		st.touched = e.clock
+		if ns <= st.lifted {
+			continue // counted before an admin lift: forgiven
+		}
 		count, ok := st.count(ns)
 		if !ok || count < rule.Threshold || st.until > ns {
 			continue
@@ -187,7 +193,7 @@ func (st *velState) reset(rule *velRule) {
 		st.ring.init(rule.nslots)
 	}
 	st.fires = st.fires[:0]
-	st.last, st.touched, st.until = 0, 0, 0
+	st.last, st.touched, st.until, st.lifted = 0, 0, 0, 0
 }
 
 // count adds an event at ns and returns the count in the window ending at
@@ -366,4 +372,60 @@ func (e *Engine) stepUpPassed(r *streams.Report, ns int64, out []Action) []Actio
 		ven.val.until = ns
 	}
 	return append(out, Action{Kind: ClearLock, Subject: "account", ID: r.Account})
+}
+
+// LiftLock records that an admin lifted the lock of account at ts (an
+// audit lockout_lift event, 6.5): the velocity counts of every rule keyed
+// by account are reset to the events after ts (the account is locked
+// again only by the threshold of new failures), and the lock the engine
+// set before ts is forgotten, so it is never re-asserted (Active no longer
+// lists it). It reports whether the engine had such a lock in force. Events
+// that arrive later with a time at or before ts are not counted.
+func (e *Engine) LiftLock(account string, ts time.Time) bool {
+	ns, ok := eventTime(ts)
+	if account == "" || !ok {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceClock(ns)
+	key := e.measureKey("account", account, lockSource)
+	men := e.meas.peekBytes(key)
+	// the lock lifted: the one set at or before ts (not one that new
+	// failures set after it, as when an old lift is replayed at start)
+	lifts := men != nil && men.val.set <= ns
+	for _, rule := range e.vrules {
+		if rule.By != policy.PartAccount {
+			continue
+		}
+		e.buf = append(append(append(e.buf[:0], rule.Name...), 0), account...)
+		en := e.vel.getBytes(e.buf)
+		if en == nil {
+			en = e.vel.addBytes(e.buf)
+			en.val.reset(rule)
+		}
+		st := &en.val
+		st.touched = e.clock
+		if ns > st.lifted {
+			st.lifted = ns
+		}
+		if st.until > ns && (lifts || men == nil && st.last <= ns) {
+			st.until = ns
+		}
+		if rule.exact {
+			j := 0
+			for j < len(st.stamps) && st.stamps[j] <= ns {
+				j++
+			}
+			st.stamps = append(st.stamps[:0], st.stamps[j:]...)
+		} else if st.last <= ns {
+			st.ring.reset() // slot counts cannot be split at ts
+		}
+	}
+	if !lifts {
+		return false
+	}
+	inForce := men.val.end > ns
+	e.meas.remove(men)
+	return inForce
 }

@@ -106,6 +106,10 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		v, ok := d.s.Bool()
 		x.Allowed = v
 		return ok
+	case "device_verified":
+		v, ok := d.s.Bool()
+		x.DeviceVerified = v
+		return ok
 	case "remaining":
 		n, _, ok := d.s.Integer()
 		x.Remaining = n

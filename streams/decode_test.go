@@ -40,6 +40,7 @@ var decodeCases = []string{
 	`{"v":1,"decisions":[{"ts":"2026-11-30T12:00:00.5Z","remaining":-3,"allowed":false}]}`,
 	`{"v":1,"decisions":[{"endpoint":"GET /a\u0026b","user_id":"\u00e9"}]}`,
 	`{"v":1,"decisions":[{"account":"zoë@example.com","device_id":"日本"}]}`,
+	`{"v":1,"decisions":[{"device_id":"d1","device_verified":true},{"device_verified":false}]}`,
 	"{\"v\":1,\"decisions\":[{\"account\":\"bad \xff utf8\"}]}",
 	`{"V":1,"Decisions":[{"IP":"1.2.3.4"}]}`,
 	`{"v":1,"decisions":[{"ip":null,"remaining":null,"ts":null,"allowed":null}]}`,

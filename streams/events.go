@@ -43,6 +43,9 @@ type Decision struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
 	Account  string `json:"account"`
+	// DeviceVerified is true when the request presented a valid device
+	// token for DeviceID (contract 6.3; omitted when false).
+	DeviceVerified bool `json:"device_verified,omitempty"`
 	// Attributes are the request's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
@@ -81,7 +84,9 @@ type Report struct {
 	IP       string `json:"ip,omitempty"`
 	DeviceID string `json:"device_id,omitempty"`
 	UserID   string `json:"user_id,omitempty"`
-	// Attested is true when the device had a valid attestation at the time.
+	// Attested is true when the report presented a valid device token for
+	// DeviceID (contract 6.3): only then does a login_succeeded make the
+	// device a trusted device of the account.
 	Attested bool `json:"attested,omitempty"`
 	// Attributes are the report's attributes (contract 6.9), omitted when
 	// it has none.
@@ -129,4 +134,45 @@ type Alert struct {
 	Reason string `json:"reason"`
 	// Count is the number of events that fired the rule.
 	Count int `json:"count"`
+}
+
+// Audit actions (the last part of the subject <prefix>audit.<action>).
+const (
+	AuditMultiplierSet   = "multiplier_set"
+	AuditMultiplierClear = "multiplier_clear"
+	AuditLockoutLift     = "lockout_lift"
+)
+
+// Audit is one admin change, published by the limiter on
+// <prefix>audit.<action> (contract 6.5) and kept in its own stream
+// (AuditStream). riskd reads the whole audit stream: it keeps the record
+// of admin multipliers (re-applied after Redis loses them) and learns of
+// lifted lockouts (their velocity counts reset, the lock never re-asserted).
+type Audit struct {
+	// V is SchemaVersion.
+	V int `json:"v"`
+	// AuditID is a ULID unique to the change (also the JetStream message id).
+	AuditID string `json:"audit_id"`
+	// TS is when the limiter made the change.
+	TS time.Time `json:"ts"`
+	// Action is multiplier_set, multiplier_clear or lockout_lift.
+	Action string `json:"action"`
+	// Subject is ip, user, device, account or asn; ID the subject's id
+	// (an account for lockout_lift).
+	Subject string `json:"subject"`
+	ID      string `json:"id"`
+	// Value is the multiplier set (multiplier_set; null otherwise).
+	Value *float64 `json:"value"`
+	// TTL is the multiplier's ttl as given ("" when none: it never expires),
+	// ExpiresAt its end (null when none).
+	TTL       string     `json:"ttl"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	// Reason is the operator's reason ("" when none).
+	Reason string `json:"reason"`
+	// RequestID is the admin request's id; RemoteAddr its peer address.
+	RequestID  string `json:"request_id"`
+	RemoteAddr string `json:"remote_addr"`
+	// Cleared reports, for lockout_lift and multiplier_clear, whether
+	// something was in force.
+	Cleared *bool `json:"cleared,omitempty"`
 }

@@ -205,6 +205,25 @@ func (p *Publisher) Report(ctx context.Context, r *Report) error {
 	return nil
 }
 
+// Audit publishes a on <prefix>audit.<action> and waits for JetStream's
+// acknowledgement (bounded by ReportTimeout and ctx). a.AuditID is the
+// message id, so a retried publish is stored once.
+func (p *Publisher) Audit(ctx context.Context, a *Audit) error {
+	if !p.nc.IsConnected() {
+		return ErrNotConnected
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("streams: encode audit: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.o.ReportTimeout)
+	defer cancel()
+	if _, err := p.js.Publish(ctx, p.o.Prefix+"audit."+a.Action, data, jetstream.WithMsgID(a.AuditID)); err != nil {
+		return fmt.Errorf("streams: publish audit %s %s: %w", a.Action, a.AuditID, err)
+	}
+	return nil
+}
+
 // Alert publishes a on <prefix>alerts.<kind> and waits for the ack. a.ID
 // is the message id, so a replayed episode is stored once.
 func (p *Publisher) Alert(ctx context.Context, a *Alert) error {

@@ -16,6 +16,9 @@ import (
 const (
 	DecisionsStream = "_DECISIONS"
 	EventsStream    = "_EVENTS"
+	// AuditStream holds admin changes (<prefix>audit.>), kept for
+	// AuditMaxAge: riskd rebuilds its record of admin overrides from it.
+	AuditStream = "_AUDIT"
 )
 
 // Config names the subjects and retention.
@@ -31,6 +34,12 @@ type Config struct {
 	DecisionsMaxBytes int64
 	// EventsMaxAge is how long reports and alerts are kept (default 48h).
 	EventsMaxAge time.Duration
+	// AuditMaxAge is how long admin changes are kept (default 400 days:
+	// longer than the longest admin multiplier ttl, 365 days);
+	// AuditMaxBytes bounds the audit stream (default 256 MiB; the oldest
+	// changes go first).
+	AuditMaxAge   time.Duration
+	AuditMaxBytes int64
 	// Memory keeps streams in memory instead of files (tests, embedded mode).
 	Memory bool
 }
@@ -50,6 +59,12 @@ func (c *Config) defaults() {
 	}
 	if c.EventsMaxAge <= 0 {
 		c.EventsMaxAge = 48 * time.Hour
+	}
+	if c.AuditMaxAge <= 0 {
+		c.AuditMaxAge = 400 * 24 * time.Hour
+	}
+	if c.AuditMaxBytes <= 0 {
+		c.AuditMaxBytes = 256 << 20
 	}
 }
 
@@ -82,7 +97,7 @@ func Connect(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// EnsureStreams creates the two streams, or updates them to cfg when they
+// EnsureStreams creates the three streams, or updates them to cfg when they
 // exist: calling it again is harmless.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.defaults()
@@ -106,6 +121,16 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Subjects:    []string{cfg.Prefix + "reports.>", cfg.Prefix + "alerts.>"},
 			MaxAge:      cfg.EventsMaxAge,
 			Storage:     storage,
+			Duplicates:  10 * time.Minute,
+		},
+		{
+			Name:        cfg.Name + AuditStream,
+			Description: "Tollgate admin changes (audit), for operators and riskd",
+			Subjects:    []string{cfg.Prefix + "audit.>"},
+			MaxAge:      cfg.AuditMaxAge,
+			MaxBytes:    cfg.AuditMaxBytes,
+			Storage:     storage,
+			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,
 		},
 	} {

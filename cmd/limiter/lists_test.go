@@ -24,7 +24,7 @@ func TestValidateAndBudgetsLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"validate", "--config", cfg}, &out, &errb); code != 1 ||
+	if code := run([]string{"validate", "--config", cfg}, envMap(), &out, &errb); code != 1 ||
 		!strings.HasPrefix(errb.String(), ips+`:3: ip entry "203.0.113.999": not a CIDR prefix or IP address`) {
 		t.Fatalf("bad list: exit %d, stderr %q", code, errb.String())
 	}
@@ -33,7 +33,7 @@ func TestValidateAndBudgetsLists(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	if code := run([]string{"budgets", "--config", cfg}, &out, &errb); code != 0 {
+	if code := run([]string{"budgets", "--config", cfg}, envMap(), &out, &errb); code != 0 {
 		t.Fatalf("budgets: exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"| default | free (plan: free) | ip + attr:plan | 10/min | 10 | open |", "| bad | ip | 1 | deny |"} {

@@ -1,15 +1,14 @@
-// Command limiter is Tollgate's decision service: the check API, admin API
-// and metrics. Run alone it is the whole system in one process.
+// Command limiter is Tollgate's decision service: the check API, reverse
+// proxy, attestation and admin API, and metrics. Run alone it is the whole
+// system in one process. `limiter --help` lists its commands and flags.
 //
-//	limiter [flags]                    run the service
-//	limiter validate --config FILE     check a policy file (exit 0, or FILE:LINE errors and 1)
-//	limiter budgets --config FILE      print every budget as a Markdown table
+// Exit codes: 0 done (and --help, --version), 1 a failure at run time,
+// 2 a usage error (a bad flag, flag value, environment value or argument).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,144 +16,194 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+}
+
+// lookupEnv reads an environment variable (os.LookupEnv; tests pass a map).
+type lookupEnv func(string) (string, bool)
+
+// flags is every flag of the limiter, bound to c: one line per flag, with
+// its environment variable and help text. The commands that start or
+// check the limiter (run, validate) share it.
+func flags(c *service.Config) []cli.Flag {
+	return []cli.Flag{
+		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file (default: the built-in example policy)"),
+		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:8080", "ADDR", "HTTP listen address (:0 picks a free port; the address is logged)"),
+		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "redis[s]://[user:pass@]host:port/db, redis[s]+cluster://[user:pass@]h1:p1,h2:p2 (or h1:p1,h2:p2), redis[s]+sentinel://[user:pass@]h1:p1,h2:p2/MASTER/db (default: in-process memory store)"),
+		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
+		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (default: embedded NATS server and in-process risk engine)"),
+		cli.Int(&c.NATSPort, "nats-port", "TOLLGATE_NATS_PORT", 0, "port of the embedded NATS server (default: a free port)"),
+		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject"),
+		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names"),
+		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.Secret(&c.AdminToken, "admin-token", "TOLLGATE_ADMIN_TOKEN", "TOKEN", "bearer token for /v1/admin/* (default: admin API off)"),
+		cli.String(&c.Upstream, "upstream", "TOLLGATE_UPSTREAM", "", "URL", "reverse-proxy mode: forward allowed requests to this http(s) URL"),
+		cli.String(&c.UpstreamTransport, "upstream-transport", "TOLLGATE_UPSTREAM_TRANSPORT", "lean", "lean|std", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)"),
+		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key"),
+		cli.Duration(&c.StoreTimeout, "store-timeout", "TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond, "deadline of one store round trip"),
+		cli.Int(&c.RedisLanes, "redis-lanes", "TOLLGATE_REDIS_LANES", 4, "Redis round trips in flight at once (concurrent decisions are batched into each)"),
+		cli.Int(&c.MemoryMaxKeys, "memory-max-keys", "TOLLGATE_MEMORY_MAX_KEYS", 1<<20, "bound on buckets held by the memory store"),
+		cli.String(&c.PprofListen, "pprof-listen", "TOLLGATE_PPROF_LISTEN", "", "ADDR", "serve net/http/pprof on this address (keep it on loopback; default off)"),
+		cli.Bool(&c.NoL1, "no-l1", "TOLLGATE_NO_L1", false, "turn off the local L1 cache in front of Redis"),
+		cli.Duration(&c.L1TTL, "l1-ttl", "TOLLGATE_L1_TTL", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound"),
+		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", 100_000, "bound on entries held by the L1 cache"),
+		cli.Bool(&c.L1NoMultipliers, "no-l1-multipliers", "TOLLGATE_NO_L1_MULTIPLIERS", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)"),
+		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM"),
+	}
+}
+
+// command is a subcommand: its --help entry and what runs it (nil: the
+// service itself).
+type command struct {
+	cli.Command
+	run func(args []string, env lookupEnv, stdout, stderr io.Writer) int
+}
+
+// commands lists the limiter's commands for dispatch and --help, one line
+// each (a function, since help, which the commands reach, lists them).
+func commands() []command {
+	return []command{
+		{cli.Command{Args: "[flags]", Summary: "run the service", Example: "limiter --config policy/example.yaml --redis redis://127.0.0.1:6379/0 --nats nats://127.0.0.1:4222"}, nil},
+		{cli.Command{Name: "validate", Args: "--config FILE [flags]", Summary: "run every check a start runs (policy, files and env vars it names) and exit: 0 ok, 1 FILE:LINE errors", Example: "limiter validate --config policy/example.yaml"}, validate},
+		{cli.Command{Name: "budgets", Args: "--config FILE", Summary: "print every budget as a Markdown table, for mobile teams", Example: "limiter budgets --config policy/example.yaml"}, budgets},
+	}
+}
+
+// help writes --help.
+func help(w io.Writer) {
+	var c service.Config
+	var cmds []cli.Command
+	for _, c := range commands() {
+		cmds = append(cmds, c.Command)
+	}
+	cli.WriteHelp(w, cli.Help{
+		Name:     "limiter",
+		Summary:  "Tollgate's decision service: check API, reverse proxy, attestation and admin API, metrics.",
+		Commands: cmds,
+		Flags:    flags(&c),
+		Notes: `Exit codes: 0 done, 1 a failure at run time, 2 a usage error (flag, value, environment variable).
+Without --redis and --nats the limiter is the whole system in one process. Docs: README.md, docs/deploy.md.`,
+	})
 }
 
 // run is main without the exit, for tests.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		switch args[0] {
-		case "validate":
-			return validate(args[1:], stdout, stderr)
-		case "budgets":
-			return budgets(args[1:], stdout, stderr)
+		for _, c := range commands() {
+			if c.Name != "" && c.Name == args[0] {
+				return c.run(args[1:], env, stdout, stderr)
+			}
 		}
 	}
-	cfg, err := parseFlags(args, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	var cfg service.Config
+	if code, ok := parse("limiter", &cfg, args, env, stdout, stderr); !ok {
+		return code
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "limiter:", err)
+		return cli.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := service.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "limiter:", err)
-		return 1
+		return cli.ExitFailure
 	}
 	<-r.Done
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "limiter:", r.Err)
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }
 
-// env returns the environment variable or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
+// parse parses the limiter's flags and environment into cfg. When it
+// returns ok false the command is over with exit code code: --help and
+// --version print and give 0, a usage error prints and gives 2.
+func parse(cmd string, cfg *service.Config, args []string, env lookupEnv, stdout, stderr io.Writer) (code int, ok bool) {
+	rest, err := cli.Parse(cmd, flags(cfg), args, env)
+	if err == nil && len(rest) > 0 {
+		err = cli.Usagef("%s: unexpected argument %q (commands: validate, budgets; see limiter --help)", cmd, rest[0])
 	}
-	return def
+	return finish(err, stdout, stderr)
 }
 
-func parseFlags(args []string, stderr io.Writer) (service.Config, error) {
+// finish maps a parse error to its output and exit code.
+func finish(err error, stdout, stderr io.Writer) (int, bool) {
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, cli.ErrHelp):
+		help(stdout)
+		return cli.ExitOK, false
+	case errors.Is(err, cli.ErrVersion):
+		fmt.Fprintln(stdout, cli.Version("limiter"))
+		return cli.ExitOK, false
+	}
+	fmt.Fprintln(stderr, err)
+	return cli.ExitUsage, false
+}
+
+// getenv adapts a lookupEnv to the func(string) string the service reads
+// the policy's variables with.
+func getenv(env lookupEnv) func(string) string {
+	return func(k string) string { v, _ := env(k); return v }
+}
+
+// validate runs every check a start runs (service.Check) without starting.
+func validate(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	var cfg service.Config
-	fs := flag.NewFlagSet("limiter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.ConfigPath, "config", env("TOLLGATE_CONFIG", ""), "policy file (env TOLLGATE_CONFIG; default: built-in example policy)")
-	fs.StringVar(&cfg.Listen, "listen", env("TOLLGATE_LISTEN", "127.0.0.1:8080"), "HTTP listen address (env TOLLGATE_LISTEN)")
-	fs.StringVar(&cfg.RedisURL, "redis", env("TOLLGATE_REDIS", ""), "redis://host:port/db, host:port,host:port or redis+cluster://... (env TOLLGATE_REDIS; default: in-process memory store)")
-	fs.StringVar(&cfg.NATSURL, "nats", env("TOLLGATE_NATS", ""), "NATS server URL(s) (env TOLLGATE_NATS; default: embedded NATS server and in-process risk engine)")
-	fs.IntVar(&cfg.NATSPort, "nats-port", 0, "port of the embedded NATS server (default: a free port)")
-	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (env TOLLGATE_SUBJECT_PREFIX)")
-	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
-	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
-	fs.StringVar(&cfg.AdminToken, "admin-token", env("TOLLGATE_ADMIN_TOKEN", ""), "bearer token for /v1/admin/* (env TOLLGATE_ADMIN_TOKEN; default: admin API off)")
-	fs.StringVar(&cfg.Upstream, "upstream", env("TOLLGATE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL (env TOLLGATE_UPSTREAM)")
-	fs.StringVar(&cfg.UpstreamTransport, "upstream-transport", "lean", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)")
-	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (env TOLLGATE_KEY_PREFIX)")
-	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", durEnv("TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond), "deadline of one store round trip (env TOLLGATE_STORE_TIMEOUT)")
-	fs.IntVar(&cfg.RedisLanes, "redis-lanes", 4, "Redis round trips in flight at once (concurrent decisions are batched into each)")
-	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", 1<<20, "bound on buckets held by the memory store")
-	fs.StringVar(&cfg.PprofListen, "pprof-listen", env("TOLLGATE_PPROF_LISTEN", ""), "serve net/http/pprof on this address (loopback only; off by default)")
-	fs.BoolVar(&cfg.NoL1, "no-l1", false, "turn off the local L1 cache in front of Redis")
-	fs.DurationVar(&cfg.L1TTL, "l1-ttl", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound")
-	fs.IntVar(&cfg.L1MaxEntries, "l1-max-entries", 100_000, "bound on entries held by the L1 cache")
-	fs.BoolVar(&cfg.L1NoMultipliers, "no-l1-multipliers", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	if code, ok := parse("limiter validate", &cfg, args, env, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "limiter: unexpected argument %q (commands: validate, budgets)\n", fs.Arg(0))
-		return cfg, errors.New("bad arguments")
+	if cfg.ConfigPath == "" {
+		fmt.Fprintln(stderr, "limiter validate: --config FILE (or TOLLGATE_CONFIG) is required")
+		return cli.ExitUsage
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, "limiter:", err)
-		return cfg, err
+		fmt.Fprintln(stderr, "limiter validate:", err)
+		return cli.ExitUsage
 	}
-	return cfg, nil
+	cfg.Getenv = getenv(env)
+	p, err := service.Check(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return cli.ExitFailure
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d routes, %d limits)\n", cfg.ConfigPath, len(p.Routes), len(p.Limits))
+	return cli.ExitOK
 }
 
-func durEnv(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+// budgets prints the policy's budgets as a Markdown table.
+func budgets(args []string, env lookupEnv, stdout, stderr io.Writer) int {
+	var path string
+	rest, err := cli.Parse("limiter budgets", []cli.Flag{
+		cli.String(&path, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file"),
+	}, args, env)
+	if err == nil && len(rest) > 0 {
+		err = cli.Usagef("limiter budgets: unexpected argument %q", rest[0])
 	}
-	return def
-}
-
-// policyFlag parses the --config of validate and budgets.
-func policyFlag(cmd string, args []string, stderr io.Writer) (string, bool) {
-	fs := flag.NewFlagSet("limiter "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", env("TOLLGATE_CONFIG", ""), "policy file")
-	if err := fs.Parse(args); err != nil {
-		return "", false
+	if err == nil && path == "" {
+		err = cli.Usagef("limiter budgets: --config FILE (or TOLLGATE_CONFIG) is required")
 	}
-	if *path == "" {
-		fmt.Fprintf(stderr, "limiter %s: --config FILE is required\n", cmd)
-		return "", false
-	}
-	return *path, true
-}
-
-func validate(args []string, stdout, stderr io.Writer) int {
-	path, ok := policyFlag("validate", args, stderr)
-	if !ok {
-		return 2
+	if code, ok := finish(err, stdout, stderr); !ok {
+		return code
 	}
 	p, err := policy.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: ok (%d routes, %d limits)\n", path, len(p.Routes), len(p.Limits))
-	return 0
-}
-
-func budgets(args []string, stdout, stderr io.Writer) int {
-	path, ok := policyFlag("budgets", args, stderr)
-	if !ok {
-		return 2
-	}
-	p, err := policy.Load(path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return cli.ExitFailure
 	}
 	if err := p.WriteBudgets(stdout); err != nil {
 		fmt.Fprintln(stderr, "limiter budgets:", err)
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }

@@ -1,66 +1,93 @@
 // Command riskd is Tollgate's risk daemon: it consumes decisions and
 // reports from NATS JetStream, computes abuse signals, writes lockouts and
-// multipliers to Redis and publishes alerts.
+// multipliers to Redis and publishes alerts. `riskd --help` lists its
+// flags.
+//
+// Exit codes: 0 done (and --help, --version), 1 a failure at run time,
+// 2 a usage error (a bad flag, flag value, environment value or argument).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
+// flags is every flag of riskd, bound to c: one line per flag, with its
+// environment variable and help text.
+func flags(c *service.RiskdConfig) []cli.Flag {
+	return []cli.Flag{
+		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file, the limiters' (default: the built-in example policy)"),
+		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:9090", "ADDR", "HTTP address of /healthz, /readyz, /metrics"),
+		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "the limiters' Redis, in the same URL forms as the limiter's --redis (required)"),
+		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
+		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (required)"),
+		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key (must match the limiters')"),
+		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject (must match the limiters')"),
+		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names (must match the limiters')"),
+		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", "riskd", "NAME", "name of riskd's durable consumers and of its leadership lease"),
 	}
-	return def
 }
 
-func run(args []string, stderr io.Writer) int {
+// help writes --help.
+func help(w io.Writer) {
+	var c service.RiskdConfig
+	cli.WriteHelp(w, cli.Help{
+		Name:    "riskd",
+		Summary: "Tollgate's risk daemon: abuse signals from NATS events, lockouts and multipliers in Redis, alerts.",
+		Commands: []cli.Command{{Args: "--redis URL --nats URL [flags]", Summary: "run the daemon (several may run: one leads, the others stand by)",
+			Example: "riskd --config policy/example.yaml --redis redis://127.0.0.1:6379/0 --nats nats://127.0.0.1:4222"}},
+		Flags: flags(&c),
+		Notes: "Exit codes: 0 done, 1 a failure at run time, 2 a usage error (flag, value, environment variable).\nDocs: README.md, docs/deploy.md.",
+	})
+}
+
+// run is main without the exit, for tests.
+func run(args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	var cfg service.RiskdConfig
-	fs := flag.NewFlagSet("riskd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.ConfigPath, "config", env("TOLLGATE_CONFIG", ""), "policy file (env TOLLGATE_CONFIG; default: built-in example policy)")
-	fs.StringVar(&cfg.Listen, "listen", env("TOLLGATE_LISTEN", "127.0.0.1:9090"), "HTTP address of /healthz, /readyz, /metrics (env TOLLGATE_LISTEN)")
-	fs.StringVar(&cfg.RedisURL, "redis", env("TOLLGATE_REDIS", ""), "Redis the limiters use (env TOLLGATE_REDIS; required)")
-	fs.StringVar(&cfg.NATSURL, "nats", env("TOLLGATE_NATS", ""), "NATS server URL(s) (env TOLLGATE_NATS; required)")
-	fs.StringVar(&cfg.KeyPrefix, "key-prefix", env("TOLLGATE_KEY_PREFIX", "tg:"), "prefix of every Redis key (must match the limiters')")
-	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", env("TOLLGATE_SUBJECT_PREFIX", "tollgate."), "prefix of every NATS subject (must match the limiters')")
-	fs.StringVar(&cfg.StreamName, "stream-name", env("TOLLGATE_STREAM_NAME", "TOLLGATE"), "prefix of the JetStream stream names (env TOLLGATE_STREAM_NAME)")
-	fs.Int64Var(&cfg.DecisionsMaxBytes, "decisions-max-bytes", 1<<30, "bound on the JetStream decisions stream (reserved on the NATS server)")
-	fs.StringVar(&cfg.Durable, "durable", env("TOLLGATE_DURABLE", "riskd"), "name of riskd's durable consumers")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	rest, err := cli.Parse("riskd", flags(&cfg), args, env)
+	if err == nil && len(rest) > 0 {
+		err = cli.Usagef("riskd: unexpected argument %q (see riskd --help)", rest[0])
 	}
-	if cfg.RedisURL == "" || cfg.NATSURL == "" {
-		fmt.Fprintln(stderr, "riskd: --redis and --nats are required")
-		return 2
+	if err == nil {
+		if verr := cfg.Validate(); verr != nil {
+			err = cli.Usagef("riskd: %v", verr)
+		}
+	}
+	switch {
+	case errors.Is(err, cli.ErrHelp):
+		help(stdout)
+		return cli.ExitOK
+	case errors.Is(err, cli.ErrVersion):
+		fmt.Fprintln(stdout, cli.Version("riskd"))
+		return cli.ExitOK
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		return cli.ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := service.StartRiskd(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "riskd:", err)
-		return 1
+		return cli.ExitFailure
 	}
 	<-r.Done
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "riskd:", r.Err)
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }

@@ -97,7 +97,8 @@ func SharedStreams(t testing.TB) (streamName, subjectPrefix string) {
 	return streamName, subjectPrefix
 }
 
-// DeleteStreams deletes the streams named name+"_DECISIONS" and name+"_EVENTS".
+// DeleteStreams deletes the streams named name+"_DECISIONS", name+"_EVENTS"
+// and name+"_AUDIT".
 func DeleteStreams(url, name string) {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -110,7 +111,7 @@ func DeleteStreams(url, name string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, s := range []string{"_DECISIONS", "_EVENTS"} {
+	for _, s := range []string{"_DECISIONS", "_EVENTS", "_AUDIT"} {
 		_ = js.DeleteStream(ctx, name+s)
 	}
 }

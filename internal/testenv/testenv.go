@@ -131,7 +131,8 @@ func (s *RedisServer) start(bin string) error {
 			_ = c.SetReadDeadline(time.Now().Add(time.Second))
 			n, _ := c.Read(buf)
 			c.Close()
-			if strings.HasPrefix(string(buf[:n]), "+PONG") {
+			// -NOAUTH: up, with --requirepass.
+			if strings.HasPrefix(string(buf[:n]), "+PONG") || strings.HasPrefix(string(buf[:n]), "-NOAUTH") {
 				return nil
 			}
 		}
@@ -174,10 +175,21 @@ type Cluster struct {
 // cluster is ok; they are stopped at cleanup.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return StartClusterAuth(t, "")
+}
+
+// StartClusterAuth is StartCluster with every node requiring password
+// (requirepass and masterauth); "" for none.
+func StartClusterAuth(t testing.TB, password string) *Cluster {
+	t.Helper()
 	c := &Cluster{}
+	var auth []string
+	if password != "" {
+		auth = []string{"--requirepass", password, "--masterauth", password}
+	}
 	for i := 0; i < 3; i++ {
 		dir := t.TempDir()
-		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		n := StartRedis(t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}, auth...)...)
 		c.Nodes = append(c.Nodes, n)
 		c.Addrs = append(c.Addrs, n.Addr)
 	}
@@ -185,7 +197,12 @@ func StartCluster(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("testenv: redis-cli not installed: %v", err)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	var cliAuth []string
+	if password != "" {
+		cliAuth = []string{"--no-auth-warning", "-a", password}
+	}
+	args := append(append([]string{}, cliAuth...), "--cluster", "create")
+	args = append(args, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
@@ -194,7 +211,7 @@ func StartCluster(t testing.TB) *Cluster {
 	for {
 		ok := true
 		for _, a := range c.Addrs {
-			out, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info").Output()
+			out, _ := exec.Command(cli, append(append([]string{}, cliAuth...), "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info")...).Output()
 			ok = ok && strings.Contains(string(out), "cluster_state:ok")
 		}
 		if ok {
@@ -202,6 +219,57 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("testenv: cluster on %v not ok within 20s", c.Addrs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TLSFiles are the PEM files of a TLS-enabled test server.
+type TLSFiles struct{ CA, Cert, Key string }
+
+// StartClusterTLS starts a 3-master Redis Cluster whose client port and
+// cluster bus speak TLS only towards clients that use it (tls-port, with
+// tls-cluster and tls-replication on), every node requiring password.
+// Addrs are the nodes' TLS addresses.
+func StartClusterTLS(t testing.TB, password string, files TLSFiles) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	tlsArgs := []string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-cert-file", files.CA,
+		"--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes"}
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		port := FreePort(t)
+		args := append([]string{"--tls-port", fmt.Sprint(port), "--cluster-port", fmt.Sprint(FreePort(t)), "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--requirepass", password, "--masterauth", password}, tlsArgs...)
+		n := StartRedis(t, args...)
+		c.Nodes = append(c.Nodes, n)
+		c.Addrs = append(c.Addrs, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("testenv: redis-cli not installed: %v", err)
+	}
+	base := []string{"--tls", "--cacert", files.CA, "--no-auth-warning", "-a", password}
+	args := append(append([]string{}, base...), "--cluster", "create")
+	args = append(args, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create (TLS): %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, a := range c.Addrs {
+			out, _ := exec.Command(cli, append(append([]string{}, base...), "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info")...).Output()
+			ok = ok && strings.Contains(string(out), "cluster_state:ok")
+		}
+		if ok {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: TLS cluster on %v not ok within 20s", c.Addrs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

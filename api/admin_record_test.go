@@ -1,0 +1,75 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// auditLog records audit events, or fails them.
+type auditLog struct {
+	mu   sync.Mutex
+	list []streams.Audit
+	fail bool
+}
+
+func (a *auditLog) Audit(_ context.Context, ev *streams.Audit) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail {
+		return errors.New("streams: not connected to NATS")
+	}
+	a.list = append(a.list, *ev)
+	return nil
+}
+
+// TestAdminAudit (6.5): every admin change is published with the
+// contract's fields; a change whose event cannot be published answers 503
+// naming the action; the listings are newest first with ?limit=.
+func TestAdminAudit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	auth := []string{"Authorization", "Bearer tok"}
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/ip/192.0.2.1", `{"multiplier":0.1,"ttl":"10m","reason":"ticket 7"}`, auth...), 200, "")
+	f.now = f.now.Add(time.Second)
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", `{"multiplier":2}`, auth...), 200, "")
+	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u1", "", auth...), 200, "")
+	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "dave"), bucket.Lock{Kind: "lockout", Rule: "r", Until: f.now.Add(time.Hour)})
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/dave", "", auth...), 200, "")
+	if len(audit.list) != 4 {
+		t.Fatalf("audit events %+v", audit.list)
+	}
+	b, _ := json.Marshal(audit.list[0])
+	for _, want := range []string{`"ts":"2024-04-19T10:30:00Z"`, `"action":"multiplier_set"`, `"subject":"ip"`, `"id":"192.0.2.1"`, `"value":0.1`,
+		`"ttl":"10m"`, `"expires_at":"2024-04-19T10:40:00Z"`, `"reason":"ticket 7"`, `"request_id":"req-1"`, `"remote_addr":"192.0.2.1:1234"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("audit event %s lacks %s", b, want)
+		}
+	}
+	if a := audit.list[2]; a.Action != streams.AuditMultiplierClear || a.Subject != "user" || a.ID != "u1" || a.Value != nil {
+		t.Errorf("clear: %+v", a)
+	}
+	if a := audit.list[3]; a.Action != streams.AuditLockoutLift || a.ID != "dave" || a.Cleared == nil || !*a.Cleared {
+		t.Errorf("lift: %+v", a)
+	}
+
+	expect(t, f.do(t, "GET", "/v1/admin/multipliers?limit=1", "", auth...), 200,
+		`[{"subject":"ip","id":"192.0.2.1","source":"admin","value":0.1,"expires_at":"2024-04-19T10:40:00Z","reason":"ticket 7","set_at":"2024-04-19T10:30:00Z"}]`)
+	expect(t, f.do(t, "GET", "/v1/admin/lockouts", "", auth...), 200, "[]")
+	expect(t, f.do(t, "GET", "/v1/admin/lockouts?limit=x", "", auth...), 400, "")
+
+	audit.fail = true
+	w := f.do(t, "PUT", "/v1/admin/multipliers/ip/192.0.2.2", `{"multiplier":0.5}`, auth...)
+	if w.Code != 503 || !strings.Contains(w.Body.String(), "could not be published as audit.multiplier_set; retry it") || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("unpublished change: %d %s", w.Code, w.Body)
+	}
+}

@@ -1,0 +1,272 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxListed bounds the locks and the multipliers a store indexes for
+// listing (the newest are kept).
+const MaxListed = 100_000
+
+// LockEntry is a lock in force, for listing.
+type LockEntry struct {
+	// Key is the lock key (LockKey); Subject and ID the subject it is on.
+	Key, Subject, ID string
+	Lock             Lock
+	// SetAt is when it was set (writing the same lock again keeps it).
+	SetAt time.Time
+}
+
+// MultiplierEntry is one source's multiplier in force on a subject.
+type MultiplierEntry struct {
+	// Key is the subject's multiplier key (MultiplierKey); Subject and ID
+	// the subject.
+	Key, Subject, ID string
+	Multiplier       Multiplier
+	// SetAt is when it was set (writing the same value again keeps it).
+	SetAt time.Time
+}
+
+// Lister lists the locks and multipliers in force under a key prefix,
+// newest first, at most limit entries. RedisStore and MemoryStore
+// implement it.
+type Lister interface {
+	ListLocks(ctx context.Context, prefix string, limit int) ([]LockEntry, error)
+	ListMultipliers(ctx context.Context, prefix string, limit int) ([]MultiplierEntry, error)
+}
+
+// ParseSubjectKey splits a lock, multiplier or trust key
+// (prefix + "{subject:escaped id}:x") into its subject and id.
+func ParseSubjectKey(key string) (subject, id string, ok bool) {
+	i := strings.IndexByte(key, '{')
+	j := strings.LastIndexByte(key, '}')
+	if i < 0 || j < i {
+		return "", "", false
+	}
+	subject, esc, ok := strings.Cut(key[i+1:j], ":")
+	if !ok {
+		return "", "", false
+	}
+	id, err := unescapeID(esc)
+	return subject, id, err == nil
+}
+
+// unescapeID reverses EscapeID.
+func unescapeID(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("bucket: bad escape in %q", s)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("bucket: bad escape in %q", s)
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// prefixOf returns the key prefix of a subject key (what precedes "{").
+func prefixOf(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// Listing indexes: sorted sets of lock keys and of "multiplier key|source",
+// scored by when they were set (Unix ms).
+func lockIndex(prefix string) string { return prefix + "index:locks" }
+func multIndex(prefix string) string { return prefix + "index:multipliers" }
+
+// index records member in the sorted set idx at now and keeps idx at
+// MaxListed members. The index only orders listings: a failure to write
+// it loses no decision and is ignored.
+func (s *RedisStore) index(ctx context.Context, idx, member string, now time.Time) {
+	pipe := s.c.Pipeline()
+	pipe.ZAdd(ctx, idx, redis.Z{Score: float64(now.UnixMilli()), Member: member})
+	pipe.ZRemRangeByRank(ctx, idx, 0, -MaxListed-1)
+	_, _ = pipe.Exec(ctx)
+}
+
+// unindex removes member from idx (ignoring failures, as index does).
+func (s *RedisStore) unindex(ctx context.Context, idx string, members ...string) {
+	if len(members) == 0 {
+		return
+	}
+	g := make([]any, len(members))
+	for i, m := range members {
+		g[i] = m
+	}
+	pipe := s.c.Pipeline()
+	pipe.ZRem(ctx, idx, g...)
+	_, _ = pipe.Exec(ctx)
+}
+
+// ListLocks implements Lister: the locks under prefix, newest first,
+// skipping (and dropping from the index) those no longer in force.
+func (s *RedisStore) ListLocks(ctx context.Context, prefix string, limit int) ([]LockEntry, error) {
+	var out []LockEntry
+	err := s.scanIndex(ctx, lockIndex(prefix), limit, func(members []redis.Z) ([]string, error) {
+		pipe := s.c.Pipeline()
+		keys := make([]string, len(members))
+		cmds := make([]*redis.StringCmd, len(members))
+		for i, z := range members {
+			keys[i], _ = z.Member.(string)
+			cmds[i] = pipe.Get(ctx, keys[i])
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		var gone []string
+		now := time.Now()
+		for i, c := range cmds {
+			l, ok := parseLock(c.Val())
+			subj, id, ok2 := ParseSubjectKey(keys[i])
+			if !ok || !ok2 || !l.Until.After(now) {
+				gone = append(gone, keys[i])
+				continue
+			}
+			if len(out) < limit {
+				out = append(out, LockEntry{Key: keys[i], Subject: subj, ID: id, Lock: l, SetAt: time.UnixMilli(int64(members[i].Score))})
+			}
+		}
+		return gone, nil
+	}, func() int { return len(out) })
+	return out, err
+}
+
+// ListMultipliers implements Lister like ListLocks.
+func (s *RedisStore) ListMultipliers(ctx context.Context, prefix string, limit int) ([]MultiplierEntry, error) {
+	var out []MultiplierEntry
+	err := s.scanIndex(ctx, multIndex(prefix), limit, func(members []redis.Z) ([]string, error) {
+		pipe := s.c.Pipeline()
+		cmds := make([]*redis.StringCmd, len(members))
+		names := make([]string, len(members))
+		for i, z := range members {
+			names[i], _ = z.Member.(string)
+			key, src, _ := strings.Cut(names[i], "|")
+			cmds[i] = pipe.HGet(ctx, key, src)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		var gone []string
+		now := time.Now()
+		for i, c := range cmds {
+			key, src, _ := strings.Cut(names[i], "|")
+			m, ok := parseMultipliers(map[string]string{src: c.Val()})[src]
+			subj, id, ok2 := ParseSubjectKey(key)
+			if !ok || !ok2 || !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
+				gone = append(gone, names[i])
+				continue
+			}
+			if len(out) < limit {
+				out = append(out, MultiplierEntry{Key: key, Subject: subj, ID: id, Multiplier: m, SetAt: time.UnixMilli(int64(members[i].Score))})
+			}
+		}
+		return gone, nil
+	}, func() int { return len(out) })
+	return out, err
+}
+
+// scanIndex walks idx newest first in pages, handing each page to read
+// (which returns the members no longer in force, then removed from idx)
+// until have() reaches limit or idx ends.
+func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read func([]redis.Z) ([]string, error), have func() int) error {
+	const page = 500
+	for start := int64(0); have() < limit && start < MaxListed; start += page {
+		pipe := s.c.Pipeline()
+		zr := pipe.ZRevRangeWithScores(ctx, idx, start, start+page-1)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("%w: list %s: %w", ErrUnavailable, idx, err)
+		}
+		members := zr.Val()
+		if len(members) == 0 {
+			return nil
+		}
+		gone, err := read(members)
+		if err != nil {
+			return fmt.Errorf("%w: list %s: %w", ErrUnavailable, idx, err)
+		}
+		s.unindex(ctx, idx, gone...)
+		start -= int64(len(gone))
+		if len(members) < page {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ListLocks implements Lister.
+func (s *MemoryStore) ListLocks(_ context.Context, prefix string, limit int) ([]LockEntry, error) {
+	now := s.now()
+	s.mu.RLock()
+	var out []LockEntry
+	for k, l := range s.locks {
+		if prefixOf(k) != prefix {
+			continue
+		}
+		subj, id, ok := ParseSubjectKey(k)
+		if ok && l.Until.After(now) {
+			out = append(out, LockEntry{Key: k, Subject: subj, ID: id, Lock: l, SetAt: s.setAt[k]})
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return newer(out[i].SetAt, out[j].SetAt, out[i].Key, out[j].Key) })
+	return out[:min(len(out), max(limit, 0))], nil
+}
+
+// ListMultipliers implements Lister.
+func (s *MemoryStore) ListMultipliers(_ context.Context, prefix string, limit int) ([]MultiplierEntry, error) {
+	now := s.now()
+	s.mu.RLock()
+	var out []MultiplierEntry
+	for k, ms := range s.mults {
+		subj, id, ok := ParseSubjectKey(k)
+		if !ok || prefixOf(k) != prefix {
+			continue
+		}
+		for src, m := range ms {
+			if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
+				out = append(out, MultiplierEntry{Key: k, Subject: subj, ID: id, Multiplier: m, SetAt: s.setAt[k+"|"+src]})
+			}
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		return newer(out[i].SetAt, out[j].SetAt, out[i].Key+"|"+out[i].Multiplier.Source, out[j].Key+"|"+out[j].Multiplier.Source)
+	})
+	return out[:min(len(out), max(limit, 0))], nil
+}
+
+// newer orders listings: later SetAt first, then by key.
+func newer(a, b time.Time, ka, kb string) bool {
+	if !a.Equal(b) {
+		return a.After(b)
+	}
+	return ka < kb
+}
+
+// Compile-time checks.
+var (
+	_ Lister = (*RedisStore)(nil)
+	_ Lister = (*MemoryStore)(nil)
+)

@@ -1,0 +1,204 @@
+package risk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// adminEntry is an admin multiplier as the audit stream recorded it.
+type adminEntry struct {
+	subject, id string
+	m           bucket.Multiplier
+	ts          time.Time // when the admin set it
+}
+
+// adminRecord is riskd's record of the admin multipliers in force, built
+// from the audit stream, so they survive a Redis that lost them (6.5). It
+// holds at most max entries: when full, expired ones go, then the oldest.
+type adminRecord struct {
+	max int
+	m   map[string]adminEntry // subject "\x00" id -> entry
+}
+
+// set records e unless a newer change of the same subject is recorded.
+func (r *adminRecord) set(e adminEntry, now time.Time) {
+	k := e.subject + "\x00" + e.id
+	if old, ok := r.m[k]; ok && old.ts.After(e.ts) {
+		return
+	}
+	if _, ok := r.m[k]; !ok && len(r.m) >= r.max {
+		oldest := ""
+		for key, v := range r.m {
+			if !v.m.ExpiresAt.IsZero() && !v.m.ExpiresAt.After(now) {
+				delete(r.m, key)
+				continue
+			}
+			if oldest == "" || v.ts.Before(r.m[oldest].ts) {
+				oldest = key
+			}
+		}
+		if len(r.m) >= r.max {
+			delete(r.m, oldest)
+		}
+	}
+	r.m[k] = e
+}
+
+// clear forgets the subject's multiplier when the clear at ts is newer
+// than what is recorded; it reports whether one was recorded.
+func (r *adminRecord) clear(subject, id string, ts time.Time) bool {
+	k := subject + "\x00" + id
+	old, ok := r.m[k]
+	if !ok || old.ts.After(ts) {
+		return false
+	}
+	delete(r.m, k)
+	return true
+}
+
+// active returns the recorded multipliers unexpired at now.
+func (r *adminRecord) active(now time.Time) []adminEntry {
+	out := make([]adminEntry, 0, len(r.m))
+	for k, e := range r.m {
+		if !e.m.ExpiresAt.IsZero() && !e.m.ExpiresAt.After(now) {
+			delete(r.m, k)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// auditReader returns an ordered consumer of the whole audit stream.
+func (d *Daemon) auditReader(ctx context.Context) (jetstream.Consumer, error) {
+	oc, err := d.js.OrderedConsumer(ctx, d.o.Streams.Stream(streams.AuditStream), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{d.o.Streams.Prefix + "audit.>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("risk: audit reader: %w", err)
+	}
+	return oc, nil
+}
+
+// readAudit applies audit events: with catchUp, those already in the
+// stream (it returns once it has read them all); otherwise every new one
+// until ctx ends.
+func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp bool) error {
+	if catchUp {
+		st, err := d.js.Stream(ctx, d.o.Streams.Stream(streams.AuditStream))
+		if err != nil {
+			return fmt.Errorf("risk: audit stream: %w", err)
+		}
+		if st.CachedInfo().State.Msgs == 0 {
+			return nil
+		}
+	}
+	n := 0
+	for ctx.Err() == nil {
+		batch, err := oc.Fetch(200, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("risk: read audit: %w", err)
+		}
+		caughtUp := false
+		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
+			d.applyAudit(ctx, m, !catchUp)
+			n++
+			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
+				caughtUp = true
+			}
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !isTimeout(err) {
+			return fmt.Errorf("risk: read audit: %w", err)
+		}
+		if catchUp && caughtUp {
+			d.log.Info("audit record read", "events", n)
+			return nil
+		}
+	}
+	return nil
+}
+
+// isTimeout reports a fetch that merely found nothing within its wait.
+func isTimeout(err error) bool {
+	return errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// applyAudit applies one audit event: it records or forgets an admin
+// multiplier (and, live, writes the change to the store again, so a
+// concurrent re-assertion cannot undo it), or lifts a lockout in the
+// signals engine (its counts reset, the lock never re-asserted) and clears
+// it in the store.
+func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
+	var a streams.Audit
+	if err := json.Unmarshal(m.Data(), &a); err != nil || a.TS.IsZero() || a.ID == "" {
+		d.count("decode")
+		return
+	}
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	now := d.o.Now()
+	switch a.Action {
+	case streams.AuditMultiplierSet:
+		if a.Value == nil {
+			d.count("decode")
+			return
+		}
+		mu := bucket.Multiplier{Source: "admin", Value: *a.Value, Reason: a.Reason}
+		if a.ExpiresAt != nil {
+			mu.ExpiresAt = *a.ExpiresAt
+		}
+		d.admins.set(adminEntry{subject: a.Subject, id: a.ID, m: mu, ts: a.TS}, now)
+		if live && (mu.ExpiresAt.IsZero() || mu.ExpiresAt.After(now)) {
+			if err := d.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, a.Subject, a.ID), mu); err != nil {
+				d.count("store")
+			}
+		}
+	case streams.AuditMultiplierClear:
+		if d.admins.clear(a.Subject, a.ID, a.TS) {
+			if err := d.o.Store.ClearMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, a.Subject, a.ID), "admin"); err != nil {
+				d.count("store")
+			}
+		}
+	case streams.AuditLockoutLift:
+		d.mu.Lock()
+		lifted := d.eng.LiftLock(a.ID, a.TS)
+		d.mu.Unlock()
+		if lifted {
+			if _, err := d.o.Store.ClearLock(ctx, bucket.LockKey(d.o.Prefix, "account", a.ID)); err != nil {
+				d.count("store")
+			}
+			d.log.Info("lockout lifted by an admin; not re-asserted", "account", a.ID, "request_id", a.RequestID)
+		}
+	}
+}
+
+// reassert writes every measure in force and every admin multiplier
+// recorded again (a Redis that restarted empty gets them back).
+func (d *Daemon) reassert(ctx context.Context, now time.Time) {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	for _, a := range d.eng.Active(now) {
+		_ = d.do(ctx, &a)
+	}
+	for _, e := range d.admins.active(now) {
+		if err := d.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, e.subject, e.id), e.m); err != nil {
+			d.count("store")
+			continue
+		}
+		if d.o.Metrics != nil {
+			d.o.Metrics.Multipliers.Inc()
+		}
+	}
+}

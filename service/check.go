@@ -1,0 +1,108 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/attestation"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/reputation"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// Check runs every check Start makes before it serves, without starting
+// anything or touching the network: the configuration (Validate), the
+// policy file, the files it names (the ASN database is opened, Apple's
+// root read) and the environment variables it names, read through
+// cfg.Getenv: the Play Integrity keys (present, non-empty, decodable), the
+// device-token key (token_key_env: present, long enough) and,
+// in proxy mode, the user-signature key (present, non-empty). It returns
+// the policy. `limiter validate` runs it.
+func Check(cfg Config) (*policy.Policy, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := policy.Default()
+	if cfg.ConfigPath != "" {
+		var err error
+		if p, err = policy.Load(cfg.ConfigPath); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkUserKey(cfg, p); err != nil {
+		return nil, err
+	}
+	if pa := p.Risk.Attestation; pa != nil {
+		if _, _, err := attestation.FromPolicy(pa, cfg.Getenv); err != nil {
+			return nil, err
+		}
+		if pa.TokenKeyEnv != "" {
+			// the running limiter refuses to start without the device-token key
+			if _, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, cfg.Getenv); err != nil {
+				return nil, fmt.Errorf("%s:%d: risk.attestation.token_key_env: %w", cfg.ConfigPath, pa.TokenKeyEnvLine, err)
+			}
+		}
+	}
+	if rep := p.Risk.Reputation; rep != nil && rep.ASNDatabase != "" {
+		db, err := reputation.OpenDB(rep.ASNDatabase)
+		if err != nil {
+			return nil, err
+		}
+		_ = db.Close()
+	}
+	return p, nil
+}
+
+// checkUserKey refuses proxy mode with a policy whose
+// identity.user_signature_key_env names an empty variable: every user
+// header would fail its signature and be stripped, making all traffic
+// silently unauthenticated.
+func checkUserKey(cfg Config, p *policy.Policy) error {
+	if cfg.Upstream == "" || p.Identity.UserSignatureKeyEnv == "" {
+		return nil
+	}
+	if name := p.Identity.UserSignatureKeyEnv; cfg.Getenv(name) == "" {
+		return fmt.Errorf("service: proxy mode: environment variable %s (identity.user_signature_key_env of %s) is empty: no user header could be verified; set it, or remove user_signature_key_env to trust the header unsigned",
+			name, policyLabel(cfg.ConfigPath))
+	}
+	return nil
+}
+
+// policyLabel names the policy in messages.
+func policyLabel(path string) string {
+	if path == "" {
+		return "the built-in policy"
+	}
+	return path
+}
+
+// startDialTimeout bounds the one dial of Redis and of NATS at start.
+const startDialTimeout = 2 * time.Second
+
+// dialRedisOnce pings Redis once at start and logs a failure with its
+// cause (a refused dial, NOAUTH, a TLS error): the daemon still starts
+// and the policy's failure modes apply until Redis answers.
+func dialRedisOnce(ctx context.Context, log *slog.Logger, rc redis.UniversalClient, url, consequence string) {
+	ctx, cancel := context.WithTimeout(ctx, startDialTimeout)
+	defer cancel()
+	if err := rc.Ping(ctx).Err(); err != nil {
+		log.Error("redis unreachable at start; "+consequence, "redis", RedactURL(url), "err", err.Error())
+		return
+	}
+	log.Info("redis reachable", "redis", RedactURL(url))
+}
+
+// dialNATSOnce connects to NATS once at start (streams.Dial) and logs a
+// failure with its cause; it reports whether NATS answered.
+func dialNATSOnce(log *slog.Logger, url, consequence string) bool {
+	if err := streams.Dial(url, startDialTimeout); err != nil {
+		log.Error("nats unreachable at start; "+consequence, "nats", RedactURL(url), "err", err.Error())
+		return false
+	}
+	return true
+}

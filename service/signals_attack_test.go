@@ -1,0 +1,531 @@
+package service
+
+// Attack tests of issue 10 ("trustworthy signals"), one per attack, each
+// against a real limiter (contract 6.3, 6.5, 6.7). They failed before the
+// fixes they name.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/attestation/attestationtest"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+const attackAppID = "TEAMID1234.com.example.app"
+
+// attackPolicy is an attestation policy with an exempt_attested lockout
+// after 3 failed logins; root is Apple's root CA file of the test CA.
+func attackPolicy(t *testing.T, root string) string {
+	return writePolicy(t, `version: 1
+routes:
+  - {match: "POST /auth/login", class: auth}
+limits:
+  - {name: device, by: [device], rate: 60/min}
+failure_mode: {default: open}
+risk:
+  velocity:
+    - {name: account-failures, event: login_failed, by: account, threshold: 3, window: 10m,
+       action: lockout, duration: 15m, exempt_attested: true}
+  attestation:
+    verified_multiplier: 2.0
+    unverified_multiplier: 0.5
+    valid_for: 24h
+    apple: {app_id: `+attackAppID+`, environment: production, root_ca_file: `+root+`}
+`)
+}
+
+// testCA returns a test App Attest CA and the path of its root (PEM).
+func testCA(t *testing.T) (*attestationtest.CA, string) {
+	ca := attestationtest.NewCA(t, time.Now())
+	root := filepath.Join(t.TempDir(), "root.pem")
+	if err := os.WriteFile(root, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ca, root
+}
+
+// attestApple attests device through the limiter at base and returns its device token.
+func attestApple(t *testing.T, base string, ca *attestationtest.CA, device string) string {
+	t.Helper()
+	_, body := post(t, base+"/v1/attest/challenge", `{"device_id":"`+device+`"}`)
+	var ch struct{ Challenge string }
+	if err := json.Unmarshal([]byte(body), &ch); err != nil || ch.Challenge == "" {
+		t.Fatalf("challenge: %s", body)
+	}
+	hash := sha256.Sum256([]byte(ch.Challenge))
+	att := ca.Attest(t, attestationtest.Options{AppID: attackAppID, ClientDataHash: hash[:]})
+	b64 := base64.StdEncoding.EncodeToString
+	resp, body := post(t, base+"/v1/attest/apple", `{"device_id":"`+device+`","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
+	var v struct {
+		DeviceToken string `json:"device_token"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil || resp.StatusCode != 200 || v.DeviceToken == "" {
+		t.Fatalf("attest %s: %d %s", device, resp.StatusCode, body)
+	}
+	return v.DeviceToken
+}
+
+// checkBody is a /v1/check body.
+func checkBody(endpoint, account, device, token string) string {
+	return `{"endpoint":"` + endpoint + `","ip":"192.0.2.1","account":"` + account + `","device_id":"` + device + `","device_token":"` + token + `"}`
+}
+
+// TestAttackCopiedDeviceIDIsUnverified (6.3): an attacker who learnt the
+// victim's attested device id, but not its device token, gets the
+// unverified multiplier, cannot enrol the id as a trusted device of
+// another account, and is not exempt from the victim's account lockout;
+// the victim's device, presenting its token, is. Memory store and Redis.
+func TestAttackCopiedDeviceIDIsUnverified(t *testing.T) {
+	t.Parallel()
+	ca, root := testCA(t)
+	path := attackPolicy(t, root)
+	_, keyPrefix := testenv.Redis(t)
+	for name, cfg := range map[string]Config{
+		"memory": {ConfigPath: path},
+		"redis":  {ConfigPath: path, RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, base := start(t, cfg)
+			token := attestApple(t, base, ca, "d-victim")
+			other := attestApple(t, base, ca, "d-other")
+			limit := func(device, token string) string {
+				resp, _ := post(t, base+"/v1/check", checkBody("GET /", "", device, token))
+				return resp.Header.Get("X-RateLimit-Limit")
+			}
+			for _, c := range []struct{ what, device, token, want string }{
+				{"victim with its token", "d-victim", token, "120"},
+				{"copied id, no token", "d-victim", "", "30"},
+				{"copied id, another device's token", "d-victim", other, "30"},
+				{"copied id, forged token", "d-victim", token[:len(token)-2] + "AA", "30"},
+				{"never attested", "d-new", "", "30"},
+			} {
+				if got := limit(c.device, c.token); got != c.want {
+					t.Errorf("%s: X-RateLimit-Limit %s, want %s", c.what, got, c.want)
+				}
+			}
+
+			// The victim logs in to alice from its device with the token; the
+			// attacker "logs in" to bob with the copied id and no token.
+			post(t, base+"/v1/report", `{"type":"login_succeeded","account":"alice","device_id":"d-victim","device_token":"`+token+`"}`)
+			post(t, base+"/v1/report", `{"type":"login_succeeded","account":"bob","device_id":"d-victim"}`)
+			for i := 0; i < 3; i++ {
+				post(t, base+"/v1/report", `{"type":"login_failed","account":"alice"}`)
+				post(t, base+"/v1/report", `{"type":"login_failed","account":"bob"}`)
+			}
+			login := func(account, device, token string) (int, string) {
+				resp, body := post(t, base+"/v1/check", checkBody("POST /auth/login", account, device, token))
+				return resp.StatusCode, body
+			}
+			eventually(t, 5*time.Second, func() string {
+				if c, _ := login("alice", "d-evil", ""); c != 429 {
+					return "alice not locked"
+				}
+				if c, _ := login("bob", "d-evil", ""); c != 429 {
+					return "bob not locked"
+				}
+				return ""
+			})
+			if c, body := login("alice", "d-victim", ""); c != 429 || !strings.Contains(body, "ACCOUNT_LOCKED") {
+				t.Errorf("copied device id without token got past alice's lockout: %d %s", c, body)
+			}
+			if c, body := login("alice", "d-victim", token); c != 200 {
+				t.Errorf("the victim's attested, trusted device was locked out of alice: %d %s", c, body)
+			}
+			if c, body := login("bob", "d-victim", token); c != 429 {
+				t.Errorf("a bare device id enrolled as a trusted device of bob: %d %s", c, body)
+			}
+		})
+	}
+}
+
+// TestAttackL1KeepsAttestedDeviceExempt (6.3, issue 10 item 2): with
+// Redis and the default L1 cache, an attacker failing logins and hitting
+// the locked account at full speed never gets the victim's attested,
+// trusted device denied (the L1 cache used to answer the cached lock
+// without the trust check). Not parallel: the attacker saturates the CPU,
+// which latency tests running beside it would feel.
+func TestAttackL1KeepsAttestedDeviceExempt(t *testing.T) {
+	ca, root := testCA(t)
+	_, keyPrefix := testenv.Redis(t)
+	_, base := start(t, Config{ConfigPath: attackPolicy(t, root), RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix})
+	token := attestApple(t, base, ca, "d-victim")
+	post(t, base+"/v1/report", `{"type":"login_succeeded","account":"carol","device_id":"d-victim","device_token":"`+token+`"}`)
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/report", `{"type":"login_failed","account":"carol"}`)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if resp, _ := post(t, base+"/v1/check", checkBody("POST /auth/login", "carol", "", "")); resp.StatusCode != 429 {
+			return "carol not locked"
+		}
+		return ""
+	})
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var attacks atomic.Int64
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Post(base+"/v1/check", "application/json", strings.NewReader(checkBody("POST /auth/login", "carol", "d-evil", "")))
+				if err == nil {
+					resp.Body.Close()
+					attacks.Add(1)
+				}
+			}
+		}()
+	}
+	denied := 0
+	for i := 0; i < 30; i++ {
+		if resp, body := post(t, base+"/v1/check", checkBody("POST /auth/login", "carol", "d-victim", token)); resp.StatusCode != 200 {
+			denied++
+			t.Logf("victim request %d: %d %s", i, resp.StatusCode, body)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if denied > 0 || attacks.Load() < 100 {
+		t.Fatalf("victim denied %d of 30 times under %d attacker requests", denied, attacks.Load())
+	}
+}
+
+// adminDo sends an admin request and returns its status and body.
+func adminDo(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startRiskdReassert starts a riskd on the shared NATS that re-asserts
+// its measures every second, and waits until it leads.
+func startRiskdReassert(t *testing.T, policyPath, redisURL, keyPrefix, subj, stream string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("TG_DEBUG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second,
+		Reassert: time.Second, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	eventually(t, 10*time.Second, func() string {
+		if _, body := get(t, "http://"+rr.Addr+"/readyz"); !strings.Contains(body, `"status":"ready"`) {
+			return "riskd: " + body
+		}
+		return ""
+	})
+}
+
+// TestAttackLiftedLockoutStaysLifted (6.5): after DELETE
+// /v1/admin/lockouts/dave the account stays unlocked through riskd's
+// re-assertions, and the failures before the lift no longer count: two
+// new failures (threshold 3) do not lock it, the third does. One-process
+// default (riskd re-asserts every 10 s) and split mode on nats-server 2.9
+// (riskd re-asserting every second).
+func TestAttackLiftedLockoutStaysLifted(t *testing.T) {
+	t.Parallel()
+	t.Run("one-process", func(t *testing.T) {
+		t.Parallel()
+		_, base := start(t, Config{ConfigPath: writePolicy(t, loopPolicy), AdminToken: "tok"})
+		liftedStaysLifted(t, base, 11*time.Second)
+	})
+	t.Run("split", func(t *testing.T) {
+		t.Parallel()
+		_, keyPrefix := testenv.Redis(t)
+		stream, subj := testenv.SharedStreams(t)
+		path := writePolicy(t, loopPolicy)
+		redisURL := "redis://" + testenv.RedisAddr() + "/0"
+		_, base := start(t, Config{ConfigPath: path, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+			KeyPrefix: keyPrefix, SubjectPrefix: subj, StreamName: stream, AdminToken: "tok"})
+		startRiskdReassert(t, path, redisURL, keyPrefix, subj, stream)
+		liftedStaysLifted(t, base, 3*time.Second)
+	})
+}
+
+// liftedStaysLifted locks dave with 3 failures, lifts the lock, and checks
+// for hold that it is not re-asserted, then that only 3 new failures lock.
+func liftedStaysLifted(t *testing.T, base string, hold time.Duration) {
+	t.Helper()
+	fail := func() {
+		t.Helper()
+		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"dave"}`); resp.StatusCode != 202 {
+			t.Fatalf("report: %d %s", resp.StatusCode, body)
+		}
+	}
+	locked := func() bool {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"dave"}`)
+		return resp.StatusCode == 429
+	}
+	for i := 0; i < 3; i++ {
+		fail()
+	}
+	eventually(t, 5*time.Second, func() string {
+		if !locked() {
+			return "dave not locked after 3 failures"
+		}
+		return ""
+	})
+	if code, body := adminDo(t, "DELETE", base+"/v1/admin/lockouts/dave", "tok", ""); code != 200 || !strings.Contains(body, `"cleared":true`) {
+		t.Fatalf("lift: %d %s", code, body)
+	}
+	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if locked() {
+			t.Fatal("the lifted lockout came back")
+		}
+	}
+	if _, body := adminDo(t, "GET", base+"/v1/admin/lockouts", "tok", ""); body != "[]\n" {
+		t.Fatalf("lockouts listed after the lift: %s", body)
+	}
+	fail()
+	fail()
+	time.Sleep(500 * time.Millisecond) // riskd has had time to (wrongly) lock
+	if locked() {
+		t.Fatal("locked again by 2 new failures: the failures before the lift still counted")
+	}
+	fail()
+	eventually(t, 5*time.Second, func() string {
+		if !locked() {
+			return "not locked after 3 new failures"
+		}
+		return ""
+	})
+	if _, body := adminDo(t, "GET", base+"/v1/admin/lockouts", "tok", ""); !strings.Contains(body, `"subject":"account","id":"dave","kind":"lockout","rule":"account-failures"`) {
+		t.Fatalf("lockouts: %s", body)
+	}
+}
+
+// TestAttackRedisRestartKeepsAdminMultiplier (6.5): an admin multiplier
+// is back within 15 s after Redis restarts empty, in the one-process
+// limiter with Redis and in split mode (riskd on nats-server 2.9).
+func TestAttackRedisRestartKeepsAdminMultiplier(t *testing.T) {
+	t.Parallel()
+	for _, split := range []bool{false, true} {
+		name := map[bool]string{false: "one-process", true: "split"}[split]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			redisURL := "redis://" + srv.Addr + "/0"
+			path := writePolicy(t, loopPolicy)
+			cfg := Config{ConfigPath: path, RedisURL: redisURL, AdminToken: "tok", StoreTimeout: 100 * time.Millisecond}
+			if split {
+				stream, subj := testenv.SharedStreams(t)
+				cfg.NATSURL, cfg.SubjectPrefix, cfg.StreamName, cfg.KeyPrefix = testenv.NATSURL(), subj, stream, "tg:"
+				startRiskdReassert(t, path, redisURL, "tg:", subj, stream)
+			}
+			_, base := start(t, cfg)
+			limit := func() string {
+				resp, _ := post(t, base+"/v1/check", `{"endpoint":"PUT /x","ip":"192.0.2.7","user_id":"u1","device_id":"d1"}`)
+				return resp.Header.Get("X-RateLimit-Limit")
+			}
+			if code, body := adminDo(t, "PUT", base+"/v1/admin/multipliers/device/d1", "tok", `{"multiplier":0.1,"ttl":"1h","reason":"abuse"}`); code != 200 {
+				t.Fatalf("put: %d %s", code, body)
+			}
+			if l := limit(); l != "60" { // device 600/min x 0.1
+				t.Fatalf("limit with the admin multiplier %s, want 60", l)
+			}
+			srv.Restart(t) // empty: no persistence
+			restarted := time.Now()
+			eventually(t, 15*time.Second, func() string {
+				if _, body := adminDo(t, "GET", base+"/v1/admin/subjects/device/d1", "tok", ""); !strings.Contains(body, `"source":"admin","value":0.1`) {
+					return "admin multiplier not back: " + body
+				}
+				return ""
+			})
+			t.Logf("admin multiplier back %v after Redis restarted empty", time.Since(restarted).Round(time.Millisecond))
+			eventually(t, 2*time.Second, func() string {
+				if l := limit(); l != "60" {
+					return "limit " + l + ", want 60"
+				}
+				return ""
+			})
+			if _, body := adminDo(t, "GET", base+"/v1/admin/multipliers", "tok", ""); !strings.Contains(body, `"subject":"device","id":"d1","source":"admin","value":0.1`) {
+				t.Fatalf("multipliers listing: %s", body)
+			}
+		})
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRiskdTellsTheTruth (6.7): a riskd whose Redis is unreachable logs
+// an ERROR naming the cause and answers /readyz 503 naming redis and its
+// role (standby: it cannot take the lease); with Redis back it leads and
+// is ready; with its NATS (nats-server 2.9) killed it is 503 naming nats,
+// and ready again once NATS is back.
+func TestRiskdTellsTheTruth(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	rs := testenv.StartRedis(t)
+	rs.Stop() // its port, with nothing listening until Restart
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
+		DecisionsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	readyz := func() (int, map[string]any) {
+		code, body := get(t, "http://"+rr.Addr+"/readyz")
+		var v map[string]any
+		_ = json.Unmarshal([]byte(body), &v)
+		return code, v
+	}
+	eventually(t, 5*time.Second, func() string {
+		code, v := readyz()
+		deps, _ := v["dependencies"].(map[string]any)
+		if code != 503 || deps["redis"] != "down" || v["role"] != "standby" || !strings.Contains(fmt.Sprint(v["error"]), "redis unreachable") {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"redis unreachable`) {
+			return "no ERROR log naming redis: " + logs.String()
+		}
+		return ""
+	})
+
+	rs.Restart(t)
+	eventually(t, 10*time.Second, func() string {
+		if code, v := readyz(); code != 200 || v["status"] != "ready" || v["role"] != "leader" {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		return ""
+	})
+
+	ns.Stop()
+	eventually(t, 5*time.Second, func() string {
+		code, v := readyz()
+		deps, _ := v["dependencies"].(map[string]any)
+		if code != 503 || deps["nats"] != "down" || !strings.Contains(fmt.Sprint(v["error"]), "nats unreachable") {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"nats unreachable`) {
+			return "no ERROR log naming nats"
+		}
+		return ""
+	})
+	ns.Restart(t)
+	eventually(t, 15*time.Second, func() string {
+		if code, v := readyz(); code != 200 || v["status"] != "ready" {
+			return fmt.Sprintf("readyz %d %v", code, v)
+		}
+		return ""
+	})
+}
+
+// TestAttackProxyCopiedDeviceID (6.3): in proxy mode the device token comes
+// in identity.device_token_header (default X-Device-Token); a copied
+// X-Device-Id without it is unverified.
+func TestAttackProxyCopiedDeviceID(t *testing.T) {
+	t.Parallel()
+	ca, root := testCA(t)
+	path := writePolicy(t, `version: 1
+identity: {device_header: X-Device-Id}
+limits:
+  - {name: device, by: [device], rate: 60/min}
+risk:
+  attestation:
+    verified_multiplier: 2.0
+    unverified_multiplier: 0.5
+    apple: {app_id: `+attackAppID+`, environment: production, root_ca_file: `+root+`}
+`)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	_, base := start(t, Config{ConfigPath: path, Upstream: up})
+	token := attestApple(t, base, ca, "d-victim")
+	limit := func(device, token string) string {
+		req, _ := http.NewRequest("GET", base+"/feed", nil)
+		req.Header.Set("X-Device-Id", device)
+		if token != "" {
+			req.Header.Set("X-Device-Token", token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-RateLimit-Limit")
+	}
+	if l := limit("d-victim", token); l != "120" {
+		t.Errorf("with its token: limit %s, want 120", l)
+	}
+	if l := limit("d-victim", ""); l != "30" {
+		t.Errorf("copied X-Device-Id without a token: limit %s, want 30", l)
+	}
+	if l := limit("d-victim", "dt1.1.AAAA"); l != "30" {
+		t.Errorf("copied X-Device-Id with a forged token: limit %s, want 30", l)
+	}
+}
+
+// TestSubjectViewComputed (6.5): the subject view lists the multipliers
+// the limiter computes (reputation of ip and asn subjects) with their
+// source, and counts them in "effective".
+func TestSubjectViewComputed(t *testing.T) {
+	t.Parallel()
+	_, base := start(t, Config{AdminToken: "tok"}) // the built-in example policy
+	for _, c := range []struct{ path, want string }{
+		{"ip/203.0.113.5", `"effective":0.1,"multipliers":[{"source":"reputation","value":0.1,"expires_at":null,"reason":"vpn-farm"}]`},
+		{"asn/16509", `"effective":0.25,"multipliers":[{"source":"reputation","value":0.25,"expires_at":null,"reason":"datacenter"}]`},
+		{"ip/198.51.100.7", `"effective":1,"multipliers":[]`},
+		{"device/d1", `"effective":0.5,"multipliers":[{"source":"unverified","value":0.5`},
+	} {
+		if code, body := adminDo(t, "GET", base+"/v1/admin/subjects/"+c.path, "tok", ""); code != 200 || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %s", c.path, code, body, c.want)
+		}
+	}
+	if code, body := adminDo(t, "PUT", base+"/v1/admin/multipliers/ip/203.0.113.5", "tok", `{"multiplier":2}`); code != 200 ||
+		!strings.Contains(body, `"effective":0.1,"multipliers":[{"source":"admin","value":2,"expires_at":null,"reason":""},{"source":"reputation"`) {
+		t.Errorf("admin bonus on a penalised ip: %d %s", code, body)
+	}
+	if code, body := adminDo(t, "GET", base+"/v1/admin/multipliers?limit=0", "tok", ""); code != 400 || !strings.Contains(body, `\"limit\"`) {
+		t.Errorf("limit=0: %d %s", code, body)
+	}
+}

@@ -1,0 +1,30 @@
+package streams
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+// TestDialRealCause: a port nobody listens on gives the dial's own error,
+// not "no servers available" (nor, as Connect's retrying connection would
+// lead to, "outbound buffer limit exceeded").
+func TestDialRealCause(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	err = Dial("nats://"+addr, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Dial(closed port) = %v, want the refused dial", err)
+	}
+	if err := Dial(testenv.NATSURL(), 2*time.Second); err != nil {
+		t.Fatalf("Dial(shared NATS) = %v", err)
+	}
+}
