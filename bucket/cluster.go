@@ -41,13 +41,20 @@ local cost = tonumber(ARGV[1])
 for i = 1, #KEYS do
   local v = redis.call("GET", KEYS[i])
   if v then
-    local t, l = string.match(v, "^(%d+) (%d+)$")
-    t = tonumber(t)
-    if t then
+    -- decide.lua's state: tokens and last_us as two packed float64s, or
+    -- the text "tokens last_us" of earlier builds
+    local t, l
+    if #v == 16 then
+      t, l = struct.unpack("<dd", v)
+    else
+      t, l = string.match(v, "^(%d+) (%d+)$")
+      t, l = tonumber(t), tonumber(l)
+    end
+    if t and l then
       t = t + cost
       local cap = tonumber(ARGV[1 + i])
       if t > cap then t = cap end
-      redis.call("SET", KEYS[i], string.format("%d %s", t, l), "KEEPTTL")
+      redis.call("SET", KEYS[i], struct.pack("<dd", t, l), "KEEPTTL")
     end
   end
 end

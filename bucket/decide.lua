@@ -13,10 +13,12 @@
 --   a[2] nl, a[3] ns, a[4] nk, a[5] cost, a[6] expiry slack in ms
 --   a[7] the request's device id ("" when none)
 --   a[8 .. 7+nk] per lock: "1" when a trust set key follows for it, else "0"
---   then per subject: static multiplier, unverified multiplier, cached (""
---     to read the subject's hash, else "mult pen" known to the caller's L1
---     cache)
---   then per limit: burst, rate, period_us, shadow ("1"/"0"), nsub, nsub
+--   a[8+nk] the numbers below, as one string of little-endian float64s
+--     (read with one struct.unpack: no per-number ARGV or tonumber):
+--   per subject: static multiplier, unverified multiplier, cached (0 to
+--     read the subject's hash, 1 when the caller's L1 cache knows it), mult,
+--     pen (what the cache knows; 0 0 when not cached)
+--   then per limit: burst, rate, period_us, shadow (1/0), nsub, nsub
 --     subject indexes (1-based)
 -- and its keys: nl bucket keys, then ns multiplier hash keys, then nk lock
 -- keys, then the trust set key of each lock flagged "1".
@@ -29,8 +31,10 @@
 --  read from its hash, 0 when the caller's cache knew it), mult, pen.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
--- held exactly in Lua's doubles, stored as "tokens last_us" and returned as
--- integers: no fraction is ever formatted or parsed. Refill rounds down.
+-- held exactly in Lua's doubles, stored as tokens and last_us packed as
+-- two little-endian float64s (16 bytes; the text "tokens last_us" of
+-- earlier builds is still read) and returned as integers: no number is
+-- ever formatted or parsed. Refill rounds down.
 -- Locks and buckets are read with one MGET per decision.
 --
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
@@ -39,7 +43,7 @@ local fmt = string.format
 local match = string.match
 local U = 1000000
 local clock = nil
-local packfmts = {} -- struct.pack formats by value count, built once per batch
+local packfmts = {} -- struct formats by value count, built once per batch
 
 -- subject returns a subject's effective multiplier and when its lowest
 -- penalty ends (0 when unknown or none), from its hash and the caller's
@@ -145,39 +149,47 @@ local function decide(kb, ab)
     end
   end
 
-  local argi = ab + 8 + nk
+  local blob = ARGV[ab + 8 + nk]
+  local nv = #blob / 8
+  local uf = packfmts[nv]
+  if not uf then
+    uf = "<" .. string.rep("d", nv)
+    packfmts[nv] = uf
+  end
+  local a = {struct.unpack(uf, blob)}
+  local argi = 1
   local mults = {}
   local pens = {}
   local fresh = {}
   for j = 1, ns do
-    local cached = ARGV[argi + 2]
-    if cached ~= "" then
+    if a[argi + 2] == 1 then
       -- the caller's L1 cache already knows this subject's multiplier
-      local ms, ps = match(cached, "^(%S+) (%S+)$")
-      mults[j] = tonumber(ms)
-      pens[j] = tonumber(ps)
+      mults[j] = a[argi + 3]
+      pens[j] = a[argi + 4]
     else
       fresh[j] = true
-      mults[j], pens[j] = subject(KEYS[kb + nl + j], tonumber(ARGV[argi]), tonumber(ARGV[argi + 1]), now)
+      mults[j], pens[j] = subject(KEYS[kb + nl + j], a[argi], a[argi + 1], now)
     end
-    argi = argi + 3
+    argi = argi + 5
   end
 
   local allowed = 1
   cost = math.floor(cost * U)
-  local toks, lasts, effbs, pers, oks, retries = {}, {}, {}, {}, {}, {}
+  -- per limit i, at 6i-5 .. 6i: tokens, last, effb, per, ok, retry (one
+  -- table rather than six: each table costs Redis an allocation and growth)
+  local st = {}
   for i = 1, nl do
-    local burst = tonumber(ARGV[argi])
-    local rate = tonumber(ARGV[argi + 1])
-    local period = tonumber(ARGV[argi + 2])
-    local shadow = ARGV[argi + 3] == "1"
-    local nsub = tonumber(ARGV[argi + 4])
+    local burst = a[argi]
+    local rate = a[argi + 1]
+    local period = a[argi + 2]
+    local shadow = a[argi + 3] == 1
+    local nsub = a[argi + 4]
     argi = argi + 5
     local m = 1
     local pend = 0
     local unknown = false
     for s = 1, nsub do
-      local j = tonumber(ARGV[argi])
+      local j = a[argi]
       argi = argi + 1
       m = m * mults[j]
       if mults[j] < 1 then
@@ -190,9 +202,15 @@ local function decide(kb, ab)
     local last = now
     local v = got[nk + i]
     if v then
-      local ts, ls = match(v, "^(%d+) (%d+)$")
-      local t = tonumber(ts)
-      local l = tonumber(ls)
+      local t, l
+      if #v == 16 then
+        t, l = struct.unpack("<dd", v)
+      else
+        -- the text form "tokens last_us" of builds before the packed one
+        local ts, ls = match(v, "^(%d+) (%d+)$")
+        t = tonumber(ts)
+        l = tonumber(ls)
+      end
       if t and l then
         local el = 0
         if l > now then last = l else el = now - l end
@@ -210,34 +228,36 @@ local function decide(kb, ab)
         retry = math.ceil((cost - tokens) / per)
       end
     end
-    toks[i] = tokens
-    lasts[i] = last
-    effbs[i] = effb
-    pers[i] = per
-    oks[i] = ok
-    retries[i] = retry
+    local o = 6 * i
+    st[o - 5] = tokens
+    st[o - 4] = last
+    st[o - 3] = effb
+    st[o - 2] = per
+    st[o - 1] = ok
+    st[o] = retry
   end
 
   local reply = {allowed, now}
   local r = 2
   for i = 1, nl do
-    local tokens = toks[i]
-    if allowed == 1 and oks[i] and cost > 0 then
+    local o = 6 * i
+    local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
+    if allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
-      local ttl = math.ceil((effbs[i] - tokens) / pers[i] / 1000) + slack
-      redis.call("SET", KEYS[kb + i], fmt("%d %d", tokens, lasts[i]), "PX", ttl)
+      local ttl = math.ceil((effb - tokens) / per / 1000) + slack
+      redis.call("SET", KEYS[kb + i], struct.pack("<dd", tokens, st[o - 4]), "PX", ttl)
     end
     local reset = now
-    if effbs[i] > tokens and pers[i] > 0 then
-      reset = now + math.ceil((effbs[i] - tokens) / pers[i])
+    if effb > tokens and per > 0 then
+      reset = now + math.ceil((effb - tokens) / per)
     end
     local ok = 0
-    if oks[i] then ok = 1 end
+    if st[o - 1] then ok = 1 end
     reply[r + 1] = ok
     reply[r + 2] = tokens
-    reply[r + 3] = effbs[i]
+    reply[r + 3] = effb
     reply[r + 4] = reset
-    reply[r + 5] = retries[i]
+    reply[r + 5] = st[o]
     r = r + 5
   end
   -- then per subject: read from its hash (1, else 0: the caller's cache

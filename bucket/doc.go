@@ -29,7 +29,7 @@
 // Redis Cluster hash tag naming its subject, so one subject's buckets,
 // multipliers and lockout share a slot:
 //
-//	tg:{ip:198.51.100.7}:b:login-ip|POST /auth/login   bucket (string "tokens last_us")
+//	tg:{ip:198.51.100.7}:b:login-ip|POST /auth/login   bucket (16 bytes: tokens, last_us as little-endian float64s)
 //	tg:{device:d_1}:m                                 multipliers (hash: source -> "value expires_us reason")
 //	tg:{account:alice}:l                              lockout / step-up (string "kind until_us rule")
 //	tg:{global}:b:global                              a bucket keyed by no subject

@@ -69,6 +69,7 @@ type RedisStore struct {
 type call struct {
 	keys     []string
 	args     []interface{}
+	nums     []byte // the decision's numbers, packed (see build)
 	reply    interface{}
 	err      error
 	done     chan struct{}
@@ -77,7 +78,7 @@ type call struct {
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{keys: make([]string, 0, 16), args: make([]interface{}, 0, 48), done: make(chan struct{}, 1)}
+	return &call{keys: make([]string, 0, 16), args: make([]interface{}, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
 }}
 
 // NewRedisStore returns a RedisStore over c and starts its lanes.
@@ -212,19 +213,23 @@ func (c *call) build(req *Request, slack string) {
 			c.args = append(c.args, "0")
 		}
 	}
+	// Every other number goes as one string of little-endian float64s: the
+	// script reads them with one struct.unpack, and the values are exact
+	// (what tonumber of the shortest decimal form would give).
+	b := c.nums[:0]
 	for i := range req.Subjects {
 		sub := &req.Subjects[i]
-		cached := ""
 		if sub.Cached {
-			cached = ftoa(sub.Mult) + " " + ftoa(sub.Pen)
+			b = appendF64(b, sub.Static, sub.Unverified, 1, sub.Mult, sub.Pen)
+		} else {
+			b = appendF64(b, sub.Static, sub.Unverified, 0, 0, 0)
 		}
-		c.args = append(c.args, num(sub.Static), num(sub.Unverified), cached)
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		shadow := "0"
+		shadow := 0.0
 		if l.Shadow {
-			shadow = "1"
+			shadow = 1
 		}
 		n := 0
 		for j := range req.Subjects {
@@ -232,13 +237,23 @@ func (c *call) build(req *Request, slack string) {
 				n++
 			}
 		}
-		c.args = append(c.args, num(l.Burst), num(l.Rate), num(float64(l.Period.Microseconds())), shadow, n)
+		b = appendF64(b, l.Burst, l.Rate, float64(l.Period.Microseconds()), shadow, float64(n))
 		for j := range req.Subjects {
 			if l.Subjects&(1<<uint(j)) != 0 {
-				c.args = append(c.args, j+1)
+				b = appendF64(b, float64(j+1))
 			}
 		}
 	}
+	c.nums = b
+	c.args = append(c.args, b)
+}
+
+// appendF64 appends each of vs to b as a little-endian float64.
+func appendF64(b []byte, vs ...float64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	_ "embed"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,23 +13,15 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
+// rawBucketSource is testdata/raw_bucket.lua, which scripts/bench runs too.
+//
+//go:embed testdata/raw_bucket.lua
+var rawBucketSource string
+
 // RawBucketScript is the raw one-key token bucket the benchmarks compare
 // decide.lua against: one HMGET, one HSET and a PEXPIRE, no multipliers,
 // no locks (the ratio's denominator; also used by package bucket_test).
-var RawBucketScript = redis.NewScript(`
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate = tonumber(ARGV[1]) / 1000000
-local burst = tonumber(ARGV[2])
-local v = redis.call("HMGET", KEYS[1], "t", "l")
-local tokens = burst
-if v[1] then tokens = math.min(burst, tonumber(v[1]) + (now - tonumber(v[2])) * rate) end
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "t", tostring(tokens), "l", tostring(now))
-redis.call("PEXPIRE", KEYS[1], 60000)
-return ok
-`)
+var RawBucketScript = redis.NewScript(rawBucketSource)
 
 // evalshaUsec reads the server's total microseconds spent in EVALSHA
 // (INFO commandstats), the Redis CPU a script costs.
@@ -54,53 +47,63 @@ func evalshaUsec(tb testing.TB, c *redis.Client) float64 {
 	return 0
 }
 
+// redisCPUUsec reads the server's own CPU so far (INFO cpu, user +
+// system) in microseconds: unlike commandstats it includes reading and
+// parsing the commands, writing the replies and the system calls.
+func redisCPUUsec(tb testing.TB, c *redis.Client) float64 {
+	tb.Helper()
+	s, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	total := 0.0
+	for _, l := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			total += f * 1e6
+		}
+	}
+	return total
+}
+
+// costMeter reports Redis's cost per decision over a benchmark's loop:
+// redis-µs/decision from commandstats (the scripts' own time) and
+// redis-cpu-µs/decision from INFO cpu (everything the server spent).
+type costMeter struct{ usec, cpu float64 }
+
+func startCost(b *testing.B, c *redis.Client) costMeter {
+	m := costMeter{usec: evalshaUsec(b, c), cpu: redisCPUUsec(b, c)}
+	b.ResetTimer()
+	return m
+}
+
+func (m costMeter) stop(b *testing.B, c *redis.Client) {
+	b.StopTimer()
+	b.ReportMetric((evalshaUsec(b, c)-m.usec)/float64(b.N), "redis-µs/decision")
+	b.ReportMetric((redisCPUUsec(b, c)-m.cpu)/float64(b.N), "redis-cpu-µs/decision")
+}
+
 // BenchmarkRedisScriptCost measures what Redis itself spends per decision
-// (its CPU, from INFO commandstats, not the round trip): decide.lua with
-// 4 layers and 4 multiplier subjects over 1,000 keys, in batches of 1 and
-// 8 decisions per EVALSHA, against the one-key raw token bucket script of
-// BenchmarkRawEvalSha. Redis is single-threaded, so this bounds the
-// decisions one Redis can serve whatever the number of limiter hosts.
-// Run it alone: the counters are the server's.
+// (its time in the script from INFO commandstats, and its whole CPU from
+// INFO cpu; not the round trip): decide.lua with 4 layers and 4
+// multiplier subjects over 1,000 keys, in batches of 1 and 8 decisions per
+// EVALSHA, with no multiplier in force and with one on every subject,
+// against the one-key raw token bucket script of BenchmarkRawEvalSha, one
+// call at a time and pipelined 16 deep (the denominator of scripts/bench's
+// ratio). Redis is single-threaded, so this bounds the decisions one Redis
+// can serve whatever the number of limiter hosts. Run it alone, on a Redis
+// of its own (TOLLGATE_TEST_REDIS): the counters are the server's.
 func BenchmarkRedisScriptCost(b *testing.B) {
-	for _, n := range []int{1, 8} {
-		b.Run("decide4-batch"+strconv.Itoa(n), func(b *testing.B) {
-			c, p := testenv.Redis(b)
-			ctx := context.Background()
-			if err := decideScript.Load(ctx, c).Err(); err != nil {
-				b.Fatal(err)
-			}
-			parts := []string{"ip", "user", "device", "account"}
-			calls := make([]*call, 1000)
-			for i := range calls {
-				id := strconv.Itoa(i)
-				req := Request{Cost: 1}
-				for k, part := range parts {
-					req.Subjects = append(req.Subjects, Subject{Key: MultiplierKey(p, part, id), Static: 1, Unverified: 1})
-					req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
-						Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
-				}
-				calls[i] = &call{}
-				calls[i].build(&req, "1000")
-			}
-			var buf batchBuf
-			before := evalshaUsec(b, c)
-			b.ResetTimer()
-			done := 0
-			for done < b.N {
-				k := min(n, b.N-done)
-				batch := make([]*call, k)
-				for j := range batch {
-					batch[j] = calls[(done+j)%len(calls)]
-				}
-				keys, args := buf.fill(batch)
-				if err := c.EvalSha(ctx, decideScript.Hash(), keys, args...).Err(); err != nil {
-					b.Fatal(err)
-				}
-				done += k
-			}
-			b.StopTimer()
-			b.ReportMetric((evalshaUsec(b, c)-before)/float64(b.N), "redis-µs/decision")
-		})
+	for _, bc := range []struct {
+		name string
+		n    int
+		mult bool
+	}{{"decide4-batch1", 1, false}, {"decide4-batch8", 8, false}, {"decide4-batch8-mult", 8, true}} {
+		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, bc.mult) })
 	}
 	b.Run("raw1", func(b *testing.B) {
 		c, p := testenv.Redis(b)
@@ -109,14 +112,79 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 		if err := raw.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)
 		}
-		before := evalshaUsec(b, c)
-		b.ResetTimer()
+		m := startCost(b, c)
 		for i := 0; i < b.N; i++ {
 			if err := raw.EvalSha(ctx, c, []string{p + "raw:" + strconv.Itoa(i%1000)}, 1000000, 1000000).Err(); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.StopTimer()
-		b.ReportMetric((evalshaUsec(b, c)-before)/float64(b.N), "redis-µs/decision")
+		m.stop(b, c)
 	})
+	b.Run("raw-pipe16", func(b *testing.B) {
+		c, p := testenv.Redis(b)
+		ctx := context.Background()
+		raw := RawBucketScript
+		if err := raw.Load(ctx, c).Err(); err != nil {
+			b.Fatal(err)
+		}
+		m := startCost(b, c)
+		for i := 0; i < b.N; i += 16 {
+			pipe := c.Pipeline()
+			for j := i; j < min(i+16, b.N); j++ {
+				pipe.EvalSha(ctx, raw.Hash(), []string{p + "raw:" + strconv.Itoa(j%1000)}, 1000000, 1000000)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m.stop(b, c)
+	})
+}
+
+// benchScriptCost runs decide.lua in batches of n; with mult, every
+// subject has a multiplier in force (2x, never expiring).
+func benchScriptCost(b *testing.B, n int, mult bool) {
+	c, p := testenv.Redis(b)
+	ctx := context.Background()
+	if err := decideScript.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	parts := []string{"ip", "user", "device", "account"}
+	calls := make([]*call, 1000)
+	for i := range calls {
+		id := strconv.Itoa(i)
+		req := Request{Cost: 1}
+		for k, part := range parts {
+			key := MultiplierKey(p, part, id)
+			if mult {
+				if err := c.HSet(ctx, key, "admin", "2 0 bench").Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			req.Subjects = append(req.Subjects, Subject{Key: key, Static: 1, Unverified: 1})
+			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
+				Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
+		}
+		calls[i] = &call{}
+		calls[i].build(&req, "1000")
+	}
+	var buf batchBuf
+	run := func(from, k int) {
+		batch := make([]*call, k)
+		for j := range batch {
+			batch[j] = calls[(from+j)%len(calls)]
+		}
+		keys, args := buf.fill(batch)
+		if err := c.EvalSha(ctx, decideScript.Hash(), keys, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < len(calls); i += n {
+		run(i, n) // every bucket exists, as under load
+	}
+	m := startCost(b, c)
+	for done := 0; done < b.N; done += n {
+		run(done, min(n, b.N-done))
+	}
+	m.stop(b, c)
 }

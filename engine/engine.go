@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -194,6 +195,7 @@ type Options struct {
 type Engine struct {
 	o          Options
 	localClock bool // the store keeps time in process: hand it our clock read
+	obs        atomic.Pointer[obsCache]
 }
 
 // New returns an Engine, validating o.
@@ -531,10 +533,11 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 // so the store does not read them.
 func (e *Engine) subjectsFromL1(req *bucket.Request, now time.Time) {
 	c := e.o.L1
+	ns := monoNS(now)
 	for j := range req.Subjects {
 		sub := &req.Subjects[j]
-		en, ok := c.get(sub.Key, now)
-		if ok && en.subject && en.static == sub.Static && en.unverified == sub.Unverified {
+		en, ok := c.getSubject(sub.Key, ns)
+		if ok && en.static == sub.Static && en.unverified == sub.Unverified {
 			sub.Cached, sub.Mult, sub.Pen = true, en.mult, en.pen
 		}
 	}
@@ -547,7 +550,7 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	for j, sr := range d.bres.Subjects {
 		if sr.Read && j < len(req.Subjects) && !c.noSubjects {
 			sub := &req.Subjects[j]
-			c.put(sub.Key, l1Entry{until: now.Add(c.ttl), subject: true, mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, now)
+			c.putSubject(sub.Key, l1Subject{until: monoNS(now) + int64(c.ttl), mult: sr.Mult, pen: sr.Pen, static: sub.Static, unverified: sub.Unverified}, monoNS(now))
 		}
 	}
 	switch d.Outcome {
@@ -796,16 +799,17 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	}
 	for i, l := range d.applied {
 		lr := &d.bres.Limits[i]
-		res := ResultAllowed
+		o := e.limitObs(p, l, d.Class)
 		switch {
 		case !lr.Allowed && l.Shadow:
-			res = ResultShadowLimited
+			o.shadowLimited.Inc()
 		case !lr.Allowed:
-			res = ResultLimited
+			o.limited.Inc()
+		default:
+			o.allowed.Inc()
 		}
-		m.Decisions.WithLabelValues(l.Name, d.Class, res).Inc()
 		if !l.Shadow && lr.Burst > 0 {
-			m.Remaining.WithLabelValues(l.Name).Observe(lr.Remaining / lr.Burst)
+			o.remaining.Observe(lr.Remaining / lr.Burst)
 		}
 	}
 }

@@ -57,8 +57,9 @@ type L1 struct {
 const l1Shards = 32
 
 type l1Shard struct {
-	mu sync.RWMutex
-	m  map[string]l1Entry
+	mu   sync.RWMutex
+	m    map[string]l1Entry
+	subs map[string]l1Subject // subjects' multipliers (l1subjects.go)
 }
 
 // l1Entry is a cached denial.
@@ -70,11 +71,6 @@ type l1Entry struct {
 	reset time.Time
 	lock  bucket.Lock // set for a lockout or step-up
 	scope string
-	// a subject's multiplier: the store's answer for these static and
-	// unverified inputs
-	subject            bool
-	mult, pen          float64
-	static, unverified float64
 }
 
 // NewL1 returns an empty cache.
@@ -88,6 +84,7 @@ func NewL1(o L1Options) *L1 {
 	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), ttl: o.TTL, noSubjects: o.NoMultipliers, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]l1Entry)
+		c.shards[i].subs = make(map[string]l1Subject)
 	}
 	return c
 }
@@ -115,25 +112,26 @@ func (c *L1) denials(now time.Time) bool {
 
 // put stores e at key, evicting when the shard is full.
 func (c *L1) put(key string, e l1Entry, now time.Time) {
-	if !e.subject {
-		if n := now.UnixNano(); n > c.lastDeny.Load() {
-			c.lastDeny.Store(n)
-		}
+	if n := now.UnixNano(); n > c.lastDeny.Load() {
+		c.lastDeny.Store(n)
 	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.maxPerShard {
+	if _, ok := sh.m[key]; !ok && len(sh.m)+len(sh.subs) >= c.maxPerShard {
 		n := 0
 		for k, old := range sh.m {
 			if !now.Before(old.until) || n >= 8 {
 				delete(sh.m, k)
-				if len(sh.m) < c.maxPerShard {
+				if len(sh.m)+len(sh.subs) < c.maxPerShard {
 					break
 				}
 			}
 			n++
 		}
+		// denials and locks matter more than multipliers: make room among
+		// the subjects when they fill the shard
+		sh.evictSubjects(c.maxPerShard-1, now.UnixNano())
 	}
 	sh.m[key] = e
 }
@@ -144,6 +142,7 @@ func (c *L1) Forget(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)
+	delete(sh.subs, key)
 	sh.mu.Unlock()
 }
 
@@ -154,7 +153,7 @@ func (c *L1) Len() int {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.RLock()
-		n += len(sh.m)
+		n += len(sh.m) + len(sh.subs)
 		sh.mu.RUnlock()
 	}
 	return n

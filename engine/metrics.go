@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // Result labels of tollgate_decisions_total.
@@ -72,4 +76,49 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit, m.L1Hits)
 	}
 	return m
+}
+
+// limitObs are one (limit, class)'s metric children, resolved once (nil
+// where the limit cannot produce the result: limited or remaining for a
+// shadow limit, shadow_limited for an enforced one).
+type limitObs struct {
+	allowed, limited, shadowLimited prometheus.Counter
+	remaining                       prometheus.Observer
+}
+
+type obsKey struct {
+	limit *policy.Limit
+	class string
+}
+
+// obsCache holds the children of the policy in force, so a decision does
+// not hash its labels per limit (a reloaded policy starts a new cache).
+type obsCache struct {
+	p *policy.Policy
+	m sync.Map // obsKey -> *limitObs
+}
+
+// limitObs returns l's metric children for class under policy p.
+func (e *Engine) limitObs(p *policy.Policy, l *policy.Limit, class string) *limitObs {
+	oc := e.obs.Load()
+	if oc == nil || oc.p != p {
+		oc = &obsCache{p: p}
+		e.obs.Store(oc)
+	}
+	k := obsKey{l, class}
+	if v, ok := oc.m.Load(k); ok {
+		return v.(*limitObs)
+	}
+	m := e.o.Metrics
+	// only the series this limit can produce: a shadow limit is never
+	// limited, an enforced one never shadow_limited
+	o := &limitObs{allowed: m.Decisions.WithLabelValues(l.Name, class, ResultAllowed)}
+	if l.Shadow {
+		o.shadowLimited = m.Decisions.WithLabelValues(l.Name, class, ResultShadowLimited)
+	} else {
+		o.limited = m.Decisions.WithLabelValues(l.Name, class, ResultLimited)
+		o.remaining = m.Remaining.WithLabelValues(l.Name)
+	}
+	v, _ := oc.m.LoadOrStore(k, o)
+	return v.(*limitObs)
 }
