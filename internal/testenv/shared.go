@@ -18,13 +18,6 @@ func RequireShared() bool {
 	return v != "" && v != "0"
 }
 
-// InCI reports whether the tests run under CI: CI=true (as CI services set
-// it) or RequireShared. Tests of optional tools fail there instead of
-// skipping.
-func InCI() bool {
-	return os.Getenv("CI") == "true" || RequireShared()
-}
-
 // Shared checks that path (data outside the repository, such as
 // ../../shared/attestation) exists. When it does not, the test is skipped
 // with a message naming the path, or fails when RequireShared.
