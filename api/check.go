@@ -77,12 +77,20 @@ func routeOf(d *engine.Decision) string {
 
 // publish hands the decision to the event sink (never blocks).
 func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
-	ev := streams.Decision{
+	var ev streams.Decision
+	DecisionEvent(&ev, rid, in, d)
+	s.o.Events.Decision(&ev)
+}
+
+// DecisionEvent fills ev with the event of decision d on request in, as
+// the limiter publishes it (`limiter replay` builds the same events for
+// the risk engine from the decisions it re-runs).
+func DecisionEvent(ev *streams.Decision, rid string, in *engine.Input, d *engine.Decision) {
+	*ev = streams.Decision{
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
-		DeviceVerified: in.DeviceVerified,
-		Attributes:     in.Attributes,
+		Cost: in.Cost, Attributes: in.Attributes, DeviceVerified: in.DeviceVerified,
 	}
 	switch {
 	case d.Outcome == engine.AllowedList:
@@ -94,7 +102,6 @@ func (s *Server) publish(rid string, in *engine.Input, d *engine.Decision) {
 	case d.Binding != nil:
 		ev.Limit = d.Binding.Name
 	}
-	s.o.Events.Decision(&ev)
 }
 
 // readBody reads at most MaxBody bytes of the request body into buf.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,6 +47,10 @@ type Breaker struct {
 	now      func() time.Time
 	onChange func(BreakerState)
 
+	// healthy is true while the circuit is closed with no failure counted:
+	// Allow and a successful Done then need no lock (the hot path).
+	healthy atomic.Bool
+
 	mu       sync.Mutex
 	state    BreakerState
 	fails    int
@@ -65,12 +70,17 @@ func NewBreaker(o BreakerOptions, now func() time.Time, onChange func(BreakerSta
 	if now == nil {
 		now = time.Now
 	}
-	return &Breaker{failures: o.Failures, cooldown: o.Cooldown, now: now, onChange: onChange}
+	b := &Breaker{failures: o.Failures, cooldown: o.Cooldown, now: now, onChange: onChange}
+	b.healthy.Store(true)
+	return b
 }
 
 // Allow reports whether a call may go to the store now. A true answer
 // must be followed by Done.
 func (b *Breaker) Allow() bool {
+	if b.healthy.Load() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -93,8 +103,14 @@ func (b *Breaker) Allow() bool {
 
 // Done records the outcome of a call that Allow let through.
 func (b *Breaker) Done(ok bool) {
+	if ok && b.healthy.Load() {
+		return
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer func() {
+		b.healthy.Store(b.state == BreakerClosed && b.fails == 0)
+		b.mu.Unlock()
+	}()
 	if b.state == BreakerHalfOpen {
 		b.probing = false
 		if ok {

@@ -138,6 +138,8 @@ func TestParseBrokenFiles(t *testing.T) {
 			`p.yaml:9: duplicate velocity rule name "v" (first at line 8)`},
 		{"velocity exempt not bool", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: lockout, duration: 1m,\n       exempt_attested: sometimes}\n"),
 			`p.yaml:9: exempt_attested: want true or false, got "sometimes"`},
+		{"velocity shadow not bool", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: lockout, duration: 1m,\n       shadow: maybe}\n"),
+			`p.yaml:9: shadow: want true or false, got "maybe"`},
 
 		// risk.anomaly.
 		{"anomaly factor 1", withRisk("  anomaly: {by: device, factor: 1, short_window: 10s, long_window: 10m, min_baseline: 1/s, multiplier: 0.5, duration: 1m}\n"),
@@ -150,6 +152,8 @@ func TestParseBrokenFiles(t *testing.T) {
 			`p.yaml:7: by "route": want device, ip, user or account`},
 		{"anomaly missing duration", withRisk("  anomaly: {by: ip, factor: 10, short_window: 10s, long_window: 10m, min_baseline: 1/s, multiplier: 0.5}\n"),
 			`p.yaml:7: anomaly: missing required field "duration"`},
+		{"anomaly shadow not bool", withRisk("  anomaly:\n    by: ip\n    factor: 10\n    short_window: 10s\n    long_window: 10m\n    min_baseline: 1/min\n    multiplier: 0.5\n    duration: 1m\n    shadow: 1\n"),
+			`p.yaml:15: shadow: want true or false, got "1"`},
 
 		// risk.reputation.
 		{"asn database missing", withRisk("  reputation:\n    asn_database: /nonexistent/GeoLite2-ASN.mmdb\n"),

@@ -398,3 +398,27 @@ func TestParseAliasBomb(t *testing.T) {
 		t.Errorf("err = %.300v, want too many values", err)
 	}
 }
+
+func TestParseShadowRiskRules(t *testing.T) {
+	t.Parallel()
+	text := `version: 1
+limits:
+  - {name: a, by: [ip], rate: 10/s}
+risk:
+  velocity:
+    - {name: on, event: login_failed, by: account, threshold: 3, window: 1m, action: lockout, duration: 1m}
+    - {name: off, event: login_failed, by: ip, threshold: 3, window: 1m, action: step_up, duration: 1m, shadow: true}
+  anomaly: {by: device, factor: 10, short_window: 10s, long_window: 10m, min_baseline: 1/s,
+            multiplier: 0.5, duration: 1m, shadow: true}
+`
+	p, err := Parse("s.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if v := p.Risk.Velocity; v[0].Shadow || !v[1].Shadow {
+		t.Errorf("velocity shadow = %v, %v; want false, true", v[0].Shadow, v[1].Shadow)
+	}
+	if !p.Risk.Anomaly.Shadow {
+		t.Error("anomaly shadow = false, want true")
+	}
+}

@@ -10,9 +10,9 @@ import (
 // The keys of the `risk` section's mappings.
 var (
 	riskFields          = []string{"velocity", "anomaly", "reputation", "attestation", "repeat_offender"}
-	velocityFields      = []string{"name", "event", "by", "threshold", "window", "action", "duration", "multiplier", "escalate", "exempt_attested"}
+	velocityFields      = []string{"name", "event", "by", "threshold", "window", "action", "duration", "multiplier", "escalate", "exempt_attested", "shadow"}
 	escalateFields      = []string{"factor", "max"}
-	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration"}
+	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration", "shadow"}
 	reputationFields    = []string{"asn_database", "rules"}
 	reputationRuleField = []string{"asns", "cidrs", "multiplier", "reason"}
 	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "token_key_env", "apple", "android"}
@@ -134,6 +134,8 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 			rule.Escalate, good = ps.escalate(g)
 		case "exempt_attested":
 			rule.ExemptAttested, good = ps.boolean(g)
+		case "shadow":
+			rule.Shadow, good = ps.boolean(g)
 		}
 		ok = ok && good
 	}
@@ -222,6 +224,8 @@ func (ps *parser) anomaly(f field) *Anomaly {
 			a.Multiplier, good = ps.fraction(g)
 		case "duration":
 			a.Duration, good = ps.duration(g)
+		case "shadow":
+			a.Shadow, good = ps.boolean(g)
 		}
 		ok = ok && good
 	}

@@ -246,6 +246,10 @@ type VelocityRule struct {
 	// ExemptAttested spares a device that attested and logged in to the
 	// account before.
 	ExemptAttested bool
+	// Shadow evaluates the rule without enforcing it: its alerts are
+	// published with "shadow": true and counted, and no lock or multiplier
+	// is set.
+	Shadow bool
 	// Line is the line of the rule in the policy file.
 	Line int
 }
@@ -273,6 +277,8 @@ type Anomaly struct {
 	// Multiplier in [0, 1] is applied to the subject for Duration.
 	Multiplier float64
 	Duration   time.Duration
+	// Shadow evaluates the rule without enforcing it, as VelocityRule.Shadow.
+	Shadow bool
 }
 
 // Reputation is `risk.reputation`.

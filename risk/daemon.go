@@ -77,6 +77,14 @@ type Options struct {
 	MaxAdmin int
 }
 
+// Defaults of Options.
+const (
+	// DefaultMaxKeys is Options.MaxKeys when unset.
+	DefaultMaxKeys = 200_000
+	// DefaultTrustFor is Options.TrustFor when unset: 30 days.
+	DefaultTrustFor = 30 * 24 * time.Hour
+)
+
 // Daemon is a running risk engine. Use New, then Run.
 type Daemon struct {
 	o   Options
@@ -118,10 +126,10 @@ func New(o Options) (*Daemon, error) {
 		o.Now = time.Now
 	}
 	if o.MaxKeys <= 0 {
-		o.MaxKeys = 200_000
+		o.MaxKeys = DefaultMaxKeys
 	}
 	if o.TrustFor <= 0 {
-		o.TrustFor = 30 * 24 * time.Hour
+		o.TrustFor = DefaultTrustFor
 	}
 	if o.MaxAdmin <= 0 {
 		o.MaxAdmin = 100_000
@@ -436,23 +444,28 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		if r.Type == streams.ReportLoginSucceeded && r.Attested && r.Account != "" && r.DeviceID != "" {
-			// a device that proved its attestation (device token) and logged
-			// in to the account: exempt from the account's lockouts of rules
-			// with exempt_attested
-			out = append(out, signals.Action{Kind: actionTrust, Subject: "account", ID: r.Account,
-				Lock: bucket.Lock{Rule: r.DeviceID, Until: r.TS.Add(d.o.TrustFor)}})
-		}
-		return out, 1, "report"
+		return TrustAction(&r, d.o.TrustFor, out), 1, "report"
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
 	return out, 0, ""
 }
 
-// actionTrust is riskd's own action: add Lock.Rule (a device id) to the
+// ActionTrust is riskd's own action: add Lock.Rule (a device id) to the
 // account's trust set until Lock.Until.
-const actionTrust signals.ActionKind = 200
+const ActionTrust signals.ActionKind = 200
+
+// TrustAction appends to out the ActionTrust a report causes, if any: a
+// device that proved its attestation (device token) and logged in to the
+// account is exempt from the account's lockouts of rules with
+// exempt_attested for trustFor.
+func TrustAction(r *streams.Report, trustFor time.Duration, out []signals.Action) []signals.Action {
+	if r.Type == streams.ReportLoginSucceeded && r.Attested && r.Account != "" && r.DeviceID != "" {
+		out = append(out, signals.Action{Kind: ActionTrust, Subject: "account", ID: r.Account,
+			Lock: bucket.Lock{Rule: r.DeviceID, Until: r.TS.Add(trustFor)}})
+	}
+	return out
+}
 
 // refreshPolicy hands a reloaded policy to the engine; mu held.
 func (d *Daemon) refreshPolicy() {
@@ -483,50 +496,56 @@ func (d *Daemon) execute(ctx context.Context, actions []signals.Action) {
 // do applies one action.
 func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 	m := d.o.Metrics
-	switch a.Kind {
-	case actionTrust:
-		if err := d.o.Store.Trust(ctx, bucket.TrustKey(d.o.Prefix, a.Subject, a.ID), a.Lock.Rule, a.Lock.Until); err != nil {
-			d.count("store")
-			return err
-		}
-	case signals.SetLock:
-		for _, v := range d.o.Policy().Risk.Velocity {
-			if v.Name == a.Lock.Rule && v.ExemptAttested {
-				a.Lock.Exempt = true
-			}
-		}
-		if err := d.o.Store.SetLock(ctx, bucket.LockKey(d.o.Prefix, a.Subject, a.ID), a.Lock); err != nil {
-			d.count("store")
-			return err
-		}
-		if m != nil {
-			m.Locks.Inc()
-		}
-	case signals.ClearLock:
-		if _, err := d.o.Store.ClearLock(ctx, bucket.LockKey(d.o.Prefix, a.Subject, a.ID)); err != nil {
-			d.count("store")
-			return err
-		}
-		if m != nil {
-			m.Locks.Inc()
-		}
-	case signals.SetMultiplier:
-		if err := d.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, a.Subject, a.ID), a.Multiplier); err != nil {
-			d.count("store")
-			return err
-		}
-		if m != nil {
-			m.Multipliers.Inc()
-		}
-	case signals.Alert:
+	if a.Kind == signals.Alert {
 		if err := d.o.Publisher.Alert(ctx, &a.Alert); err != nil {
 			d.count("alert")
 			return err
 		}
-		if m != nil {
+		switch {
+		case m != nil && a.Alert.Shadow:
+			m.ShadowAlerts.WithLabelValues(a.Alert.Kind, a.Alert.Rule).Inc()
+		case m != nil:
 			m.Alerts.WithLabelValues(a.Alert.Kind).Inc()
 		}
-		d.log.Info("alert", "kind", a.Alert.Kind, "subject", a.Alert.Subject, "id", a.Alert.SubjectID, "rule", a.Alert.Rule, "reason", a.Alert.Reason)
+		d.log.Info("alert", "kind", a.Alert.Kind, "subject", a.Alert.Subject, "id", a.Alert.SubjectID, "rule", a.Alert.Rule,
+			"shadow", a.Alert.Shadow, "reason", a.Alert.Reason)
+		return nil
+	}
+	if err := WriteAction(ctx, d.o.Store, d.o.Prefix, d.o.Policy(), a); err != nil {
+		d.count("store")
+		return err
+	}
+	if m != nil {
+		switch a.Kind {
+		case signals.SetLock, signals.ClearLock:
+			m.Locks.Inc()
+		case signals.SetMultiplier:
+			m.Multipliers.Inc()
+		}
+	}
+	return nil
+}
+
+// WriteAction applies a lock, multiplier or trust action (SetLock,
+// ClearLock, SetMultiplier, ActionTrust) to store, keys under prefix, as
+// riskd does; a lock of a rule with exempt_attested in p is marked Exempt.
+// Alerts and other kinds are ignored. `limiter replay` runs it too.
+func WriteAction(ctx context.Context, store bucket.Admin, prefix string, p *policy.Policy, a *signals.Action) error {
+	switch a.Kind {
+	case ActionTrust:
+		return store.Trust(ctx, bucket.TrustKey(prefix, a.Subject, a.ID), a.Lock.Rule, a.Lock.Until)
+	case signals.SetLock:
+		for _, v := range p.Risk.Velocity {
+			if v.Name == a.Lock.Rule && v.ExemptAttested {
+				a.Lock.Exempt = true
+			}
+		}
+		return store.SetLock(ctx, bucket.LockKey(prefix, a.Subject, a.ID), a.Lock)
+	case signals.ClearLock:
+		_, err := store.ClearLock(ctx, bucket.LockKey(prefix, a.Subject, a.ID))
+		return err
+	case signals.SetMultiplier:
+		return store.SetMultiplier(ctx, bucket.MultiplierKey(prefix, a.Subject, a.ID), a.Multiplier)
 	}
 	return nil
 }

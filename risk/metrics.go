@@ -8,11 +8,14 @@ type Metrics struct {
 	Multipliers prometheus.Counter     // tollgate_riskd_multipliers_written_total
 	Locks       prometheus.Counter     // tollgate_riskd_locks_written_total
 	Alerts      *prometheus.CounterVec // tollgate_riskd_alerts_total{kind}
-	Lag         *prometheus.GaugeVec   // tollgate_riskd_consumer_lag{stream}
-	Errors      *prometheus.CounterVec // tollgate_riskd_errors_total{op}
-	Offenders   *prometheus.GaugeVec   // tollgate_repeat_offenders{limit}
-	Skipped     prometheus.Counter     // tollgate_riskd_redelivered_total
-	Leader      prometheus.Gauge       // tollgate_riskd_leader
+	// ShadowAlerts counts the alerts of shadow risk rules, apart from
+	// Alerts so dashboards and alert rules on enforcement stay true.
+	ShadowAlerts *prometheus.CounterVec // tollgate_riskd_shadow_alerts_total{kind,rule}
+	Lag          *prometheus.GaugeVec   // tollgate_riskd_consumer_lag{stream}
+	Errors       *prometheus.CounterVec // tollgate_riskd_errors_total{op}
+	Offenders    *prometheus.GaugeVec   // tollgate_repeat_offenders{limit}
+	Skipped      prometheus.Counter     // tollgate_riskd_redelivered_total
+	Leader       prometheus.Gauge       // tollgate_riskd_leader
 }
 
 // NewMetrics creates riskd's metrics and registers them on reg (when not nil).
@@ -26,6 +29,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Lockouts and step-up requirements riskd wrote or cleared."}),
 		Alerts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_alerts_total",
 			Help: "Alerts riskd published, by kind."}, []string{"kind"}),
+		ShadowAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_shadow_alerts_total",
+			Help: "Alerts of shadow risk rules (shadow: true), by kind and rule: fired, published with \"shadow\": true, not enforced."}, []string{"kind", "rule"}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_riskd_consumer_lag",
 			Help: "Messages in the stream not yet delivered to riskd's durable consumer."}, []string{"stream"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_errors_total",
@@ -38,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this riskd holds the leadership lease and consumes, 0 while it stands by."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.Lag, m.Errors, m.Offenders, m.Skipped, m.Leader)
+		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Skipped, m.Leader)
 	}
 	return m
 }

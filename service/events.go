@@ -81,7 +81,8 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	}
 	e.nc = nc
 	closers = append(closers, nc.Close)
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
+		DecisionsMaxAge: cfg.DecisionsMaxAge, EventsMaxBytes: cfg.EventsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg, OnDrop: func(n int) { dropped.Add(float64(n)) }})
 	if err != nil {
 		e.close()

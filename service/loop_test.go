@@ -438,3 +438,54 @@ func TestNATSDownNeverFailsRequests(t *testing.T) {
 		}
 	})
 }
+
+// TestShadowRiskRules: shadow velocity and anomaly rules fire, their alerts
+// are published with "shadow": true and counted apart, and nothing is
+// enforced: the account is not locked, the device not throttled.
+func TestShadowRiskRules(t *testing.T) {
+	t.Parallel()
+	text := strings.Replace(loopPolicy, "duration: 15m}\n  anomaly", "duration: 15m, shadow: true}\n  anomaly", 1)
+	text = strings.Replace(text, "multiplier: 0.05, duration: 15m}", "multiplier: 0.05, duration: 15m, shadow: true}", 1)
+	if strings.Count(text, "shadow: true") != 2 {
+		t.Fatalf("policy not rewritten:\n%s", text)
+	}
+	r, base := start(t, Config{ConfigPath: writePolicy(t, text), AdminToken: "tok"})
+	alerts := watchAlerts(t, r.NATSURL, "tollgate.")
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/report", `{"type":"login_failed","account":"erin"}`)
+	}
+	for i := 0; i < 60; i++ {
+		post(t, base+"/v1/check", `{"endpoint":"POST /x","ip":"203.0.113.1","device_id":"d-shadow"}`)
+	}
+	eventually(t, 5*time.Second, func() string {
+		_, m := get(t, base+"/metrics")
+		if !strings.Contains(m, `tollgate_riskd_shadow_alerts_total{kind="lockout",rule="account-failures"} 1`) ||
+			!strings.Contains(m, `tollgate_riskd_shadow_alerts_total{kind="anomaly",rule="anomaly"} 1`) {
+			return "shadow alerts not counted"
+		}
+		if strings.Contains(m, `tollgate_riskd_alerts_total{kind="lockout"}`) || strings.Contains(m, `tollgate_riskd_alerts_total{kind="anomaly"}`) {
+			return "shadow alerts counted as enforced"
+		}
+		return ""
+	})
+	eventually(t, 5*time.Second, func() string {
+		alerts.mu.Lock()
+		defer alerts.mu.Unlock()
+		n := 0
+		for _, a := range alerts.list {
+			if (a.Kind == "lockout" || a.Kind == "anomaly") && a.Shadow && strings.HasSuffix(a.Reason, "; shadow rule: not enforced") {
+				n++
+			}
+		}
+		if n != 2 {
+			return "shadow alerts on NATS: " + toJSON(alerts.list)
+		}
+		return ""
+	})
+	if resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"erin"}`); resp.StatusCode != 200 {
+		t.Fatalf("shadow lockout enforced: %d %s", resp.StatusCode, body)
+	}
+	if _, body := adminGet(t, base+"/v1/admin/subjects/device/d-shadow", "tok"); !strings.Contains(body, `"effective":1,`) {
+		t.Fatalf("shadow anomaly enforced: %s", body)
+	}
+}

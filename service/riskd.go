@@ -46,6 +46,10 @@ type RiskdConfig struct {
 	StreamName    string
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB).
 	DecisionsMaxBytes int64
+	// DecisionsMaxAge is how long the decisions stream keeps decisions
+	// (default 1h; raise it to replay older traffic, see docs/tuning.md).
+	// Must match the limiters'.
+	DecisionsMaxAge time.Duration
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
 	// give it the limiters' value.
 	EventsMaxBytes int64
@@ -298,7 +302,8 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes}
+	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
+		DecisionsMaxAge: cfg.DecisionsMaxAge, EventsMaxBytes: cfg.EventsMaxBytes}
 	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
 	if err != nil {
 		nc.Close()

@@ -84,6 +84,10 @@ type Config struct {
 	// DecisionsMaxBytes bounds the decisions stream (default 1 GiB; JetStream
 	// reserves it on the server).
 	DecisionsMaxBytes int64
+	// DecisionsMaxAge is how long the decisions stream keeps decisions
+	// (default 1h; raise it to replay older traffic with `limiter replay`,
+	// see docs/tuning.md). riskd's must be the same.
+	DecisionsMaxAge time.Duration
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
 	// JetStream reserves it on the server).
 	EventsMaxBytes int64

@@ -154,7 +154,8 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 	return e.fireAnomaly(a, st, value, d.TS, ns, short, rate, baseline, out)
 }
 
-// fireAnomaly sets the anomaly multiplier on (a.By, value) and appends the actions.
+// fireAnomaly sets the anomaly multiplier on (a.By, value) and appends the
+// actions; a shadow rule appends only its alert, marked shadow.
 func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts time.Time, ns int64,
 	count uint64, rate, baseline float64, out []Action) []Action {
 	until := ts.Add(a.Duration)
@@ -167,13 +168,16 @@ func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts 
 		Reason: "anomaly: " + fmtFloat(rate) + "/s over " + window + ", baseline " + fmtFloat(baseline) +
 			"/s (factor " + fmtFloat(a.Factor) + ")",
 	}
-	if e.setMultiplier(ns, a.subject, value, m, anomalyRuleName) {
+	if !a.Shadow && e.setMultiplier(ns, a.subject, value, m, anomalyRuleName) {
 		out = append(out, Action{Kind: SetMultiplier, Subject: a.subject, ID: value, Multiplier: m})
 	}
 	reason := a.subject + " " + value + ": " + strconv.FormatUint(count, 10) + " decisions in the last " + window +
 		" (" + fmtFloat(rate) + "/s), " + fmtFloat(rate/baseline) + " times its baseline of " + fmtFloat(baseline) +
 		"/s (fires at " + fmtFloat(a.Factor) + "x); limits tightened to x" + fmtFloat(a.Multiplier) +
 		" for " + fmtDuration(a.Duration)
+	if a.Shadow {
+		reason += "; shadow rule: not enforced"
+	}
 	al := streams.Alert{
 		V:          streams.SchemaVersion,
 		ID:         alertID(streams.AlertAnomaly, anomalyRuleName, a.subject, value, ts),
@@ -188,6 +192,7 @@ func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts 
 		ExpiresAt:  until,
 		Reason:     reason,
 		Count:      int(count),
+		Shadow:     a.Shadow,
 	}
 	return append(out, Action{Kind: Alert, Subject: a.subject, ID: value, Alert: al})
 }

@@ -298,7 +298,9 @@ func (st *velState) escalated(ns int64) (time.Duration, int) {
 }
 
 // fireVelocity applies rule's action on (rule.By, value) at ts: it records
-// the measure, clears the window and appends the actions.
+// the measure, clears the window and appends the actions. A shadow rule
+// clears its window and keeps quiet for the measure's duration like any
+// other, but appends only its alert (marked shadow) and records no measure.
 func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time.Time, ns int64, count int, out []Action) []Action {
 	d, repeats := st.escalated(ns)
 	until := ts.Add(d)
@@ -320,7 +322,7 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 			what = "step-up required"
 		}
 		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
-		if e.setLock(ns, rule.subject, value, lock, rule.Name) {
+		if !rule.Shadow && e.setLock(ns, rule.subject, value, lock, rule.Name) {
 			out = append(out, Action{Kind: SetLock, Subject: rule.subject, ID: value, Lock: lock})
 		}
 	case actionTighten:
@@ -329,7 +331,7 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		what = "limits tightened to x" + fmtFloat(rule.Multiplier)
 		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
 			Reason: rule.Name + ": " + summary}
-		if e.setMultiplier(ns, rule.subject, value, m, rule.Name) {
+		if !rule.Shadow && e.setMultiplier(ns, rule.subject, value, m, rule.Name) {
 			out = append(out, Action{Kind: SetMultiplier, Subject: rule.subject, ID: value, Multiplier: m})
 		}
 	}
@@ -337,6 +339,9 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		", rule " + rule.Name + "); " + what + " for " + fmtDuration(d)
 	if repeats > 0 {
 		reason += " (escalated: " + ordinal(repeats+1) + " firing within 24h)"
+	}
+	if rule.Shadow {
+		reason += "; shadow rule: not enforced"
 	}
 	secs := rule.Window.Seconds()
 	a := streams.Alert{
@@ -353,6 +358,7 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		ExpiresAt:  until,
 		Reason:     reason,
 		Count:      count,
+		Shadow:     rule.Shadow,
 	}
 	return append(out, Action{Kind: Alert, Subject: rule.subject, ID: value, Alert: a})
 }

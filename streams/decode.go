@@ -79,7 +79,7 @@ func (d *decoder) batch(b *DecisionBatch, reuse []Decision) bool {
 				return true
 			}
 			for {
-				b.Decisions = append(b.Decisions, Decision{})
+				b.Decisions = append(b.Decisions, Decision{Cost: 1})
 				x := &b.Decisions[len(b.Decisions)-1]
 				if !d.s.Object(func(key []byte) bool { return d.field(x, key) }) {
 					return false
@@ -114,6 +114,15 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		n, _, ok := d.s.Integer()
 		x.Remaining = n
 		return ok
+	case "cost":
+		n, text, ok := d.s.Integer()
+		if !ok || n == 0 && text[0] == '-' {
+			return false // a fraction, an exponent or -0: encoding/json's
+		}
+		x.Cost = float64(n)
+		return true
+	case "attributes":
+		return d.attributes(x)
 	case "request_id":
 		dst, f = &x.RequestID, fRequestID
 	case "endpoint":
@@ -148,4 +157,19 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	}
 	*dst = d.last[f]
 	return true
+}
+
+// attributes reads a decision's attributes, merging into the map already
+// there as encoding/json does.
+func (d *decoder) attributes(x *Decision) bool {
+	if x.Attributes == nil {
+		x.Attributes = make(map[string]string, 4)
+	}
+	return d.s.Object(func(key []byte) bool {
+		v, ok := d.s.String()
+		if ok {
+			x.Attributes[string(key)] = string(v)
+		}
+		return ok
+	})
 }

@@ -21,7 +21,11 @@ func sampleBatch(tb testing.TB, n int) []byte {
 			TS: ts.Add(time.Duration(i) * time.Millisecond), RequestID: "01JDQ7Z3K4" + id, Endpoint: "POST /auth/login",
 			Class: "auth", Route: "POST /auth/login", Limit: "login-ip", Allowed: i%3 != 0, Result: "limited",
 			Remaining: int64(i - 2), IP: "198.51.100." + id, ASN: "64500", UserID: "u_" + id, DeviceID: "d_" + id, Account: "alice@example.com",
+			Cost: float64(i % 4), DeviceVerified: i%2 == 0,
 		})
+		if i%5 == 0 {
+			b.Decisions[i].Attributes = map[string]string{"plan": "free", "app_version": "5.2." + id}
+		}
 	}
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -63,6 +67,22 @@ var decodeCases = []string{
 	`[]`,
 	``,
 	`{"v":1,"decisions":[{"ip":"1"}`,
+	`{"v":1,"decisions":[{"ip":"1","cost":0}]}`,
+	`{"v":1,"decisions":[{"cost":5,"attributes":{"plan":"free","tenant":"acme"}}]}`,
+	`{"v":1,"decisions":[{"cost":-0}]}`,
+	`{"v":1,"decisions":[{"cost":2.5}]}`,
+	`{"v":1,"decisions":[{"cost":1e3}]}`,
+	`{"v":1,"decisions":[{"cost":null}]}`,
+	`{"v":1,"decisions":[{"attributes":{}}]}`,
+	`{"v":1,"decisions":[{"attributes":null}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":"1","a":"2"}}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":"1"},"attributes":{"b":"2"}}]}`,
+	`{"v":1,"decisions":[{"attributes":{"a":1}}]}`,
+	`{"v":1,"decisions":[{"attributes":{"\u0061":"x"}}]}`,
+	`{"v":1,"decisions":[{"attributes":["a"]}]}`,
+	`{"v":1,"decisions":[null]}`,
+	`{"v":1,"decisions":[{"device_verified":true,"cost":3}]}`,
+	`{"v":1,"decisions":[{"device_verified":"yes"}]}`,
 }
 
 func decodeBoth(t *testing.T, data []byte) {
@@ -138,4 +158,29 @@ func BenchmarkDecodeDecisionBatch(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/decision")
 	})
+}
+
+// TestDecisionWithoutCost: a decision recorded before events carried a
+// cost decodes with cost 1, on both paths; a recorded cost 0 stays 0.
+func TestDecisionWithoutCost(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want float64
+	}{
+		{`{"v":1,"decisions":[{"ip":"1.2.3.4"}]}`, 1},
+		{`{"v":1,"decisions":[{"ip":"1.2.3.4","cost":0}]}`, 0},
+		{`{"v":1,"decisions":[{"ip":"1.2.3.4","cost":7}]}`, 7},
+		{`{"v":1,"decisions":[{"ip":"1.2\u002e3.4"}]}`, 1}, // slow path
+	} {
+		var fast, std streams.DecisionBatch
+		if err := streams.DecodeDecisionBatch([]byte(c.data), &fast); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(c.data), &std); err != nil {
+			t.Fatal(err)
+		}
+		if fast.Decisions[0].Cost != c.want || std.Decisions[0].Cost != c.want {
+			t.Errorf("%s: cost %v (encoding/json %v), want %v", c.data, fast.Decisions[0].Cost, std.Decisions[0].Cost, c.want)
+		}
+	}
 }

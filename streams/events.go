@@ -4,7 +4,10 @@
 // publishing with acknowledgement.
 package streams
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // SchemaVersion is the version of every event body ("v").
 const SchemaVersion = 1
@@ -49,6 +52,22 @@ type Decision struct {
 	// Attributes are the request's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
+	// Cost is the tokens the request asked for. A decision recorded before
+	// events carried it (no "cost" member) decodes as 1, the check API's
+	// default.
+	Cost float64 `json:"cost"`
+}
+
+// UnmarshalJSON decodes a decision as encoding/json would, except that a
+// missing "cost" is 1 (decisions recorded before events carried a cost).
+func (d *Decision) UnmarshalJSON(data []byte) error {
+	type plain Decision
+	p := plain{Cost: 1}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	*d = Decision(p)
+	return nil
 }
 
 // DecisionBatch is the body of a decisions message.
@@ -134,6 +153,9 @@ type Alert struct {
 	Reason string `json:"reason"`
 	// Count is the number of events that fired the rule.
 	Count int `json:"count"`
+	// Shadow is true for an alert of a rule with `shadow: true`: the rule
+	// fired, and nothing was enforced.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Audit actions (the last part of the subject <prefix>audit.<action>).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/replay"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -42,6 +43,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject"),
 		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names"),
 		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", time.Hour, "how long the decisions stream keeps decisions; raise it to replay older traffic (limiter replay); riskd's must be the same"),
 		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", 1<<30, "bound on the JetStream reports-and-alerts stream, in bytes; the oldest go first (reserved on the NATS server)"),
 		cli.Secret(&c.AdminToken, "admin-token", "TOLLGATE_ADMIN_TOKEN", "TOKEN", "bearer token for /v1/admin/* (default: admin API off)"),
 		cli.String(&c.GRPCListen, "grpc-listen", "TOLLGATE_GRPC_LISTEN", "", "ADDR", "serve Envoy's rate-limit service (gRPC, envoy.service.ratelimit.v3) on this address (default: off)"),
@@ -78,6 +80,9 @@ func commands() []command {
 		{cli.Command{Args: "[flags]", Summary: "run the service", Example: "limiter --config policy/example.yaml --redis redis://127.0.0.1:6379/0 --nats nats://127.0.0.1:4222"}, nil},
 		{cli.Command{Name: "validate", Args: "--config FILE [flags]", Summary: "run every check a start runs (policy, files and env vars it names) and exit: 0 ok, 1 FILE:LINE errors", Example: "limiter validate --config policy/example.yaml"}, validate},
 		{cli.Command{Name: "budgets", Args: "--config FILE", Summary: "print every budget as a Markdown table, for mobile teams", Example: "limiter budgets --config policy/example.yaml"}, budgets},
+		{cli.Command{Name: "replay", Args: "--nats URL --config CANDIDATE.yaml [--baseline CURRENT.yaml] [--since 1h | --from-seq N] [--json]",
+			Summary: "re-run recorded traffic under a candidate policy and a baseline; report what changed and for whom (docs/tuning.md; flags: limiter replay --help)",
+			Example: "limiter replay --nats nats://127.0.0.1:4222 --config stricter.yaml --baseline policy.yaml --since 24h"}, replayCmd},
 	}
 }
 
@@ -136,7 +141,7 @@ func run(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 func parse(cmd string, cfg *service.Config, args []string, env lookupEnv, stdout, stderr io.Writer) (code int, ok bool) {
 	rest, err := cli.Parse(cmd, flags(cfg), args, env)
 	if err == nil && len(rest) > 0 {
-		err = cli.Usagef("%s: unexpected argument %q (commands: validate, budgets; see limiter --help)", cmd, rest[0])
+		err = cli.Usagef("%s: unexpected argument %q (commands: validate, budgets, replay; see limiter --help)", cmd, rest[0])
 	}
 	return finish(err, stdout, stderr)
 }
@@ -188,6 +193,13 @@ func validate(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 }
 
 // budgets prints the policy's budgets as a Markdown table.
+// replayCmd runs `limiter replay`; its flags and logic are package replay's.
+func replayCmd(args []string, env lookupEnv, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return replay.Command(ctx, args, env, stdout, stderr)
+}
+
 func budgets(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	var path string
 	rest, err := cli.Parse("limiter budgets", []cli.Flag{

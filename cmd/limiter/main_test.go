@@ -256,6 +256,21 @@ func TestRuntimeFailureExit1(t *testing.T) {
 	}
 }
 
+// TestReplayDispatch: `limiter replay` reaches package replay: usage errors
+// exit 2, a broken candidate policy is a run-time failure (exit 1, FILE:LINE).
+func TestReplayDispatch(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := run([]string{"replay", "--config", "x.yaml"}, envMap(), &out, &errb); code != 2 || !strings.Contains(errb.String(), "--nats URL is required") {
+		t.Fatalf("no --nats: exit %d, stderr %q", code, errb.String())
+	}
+	bad := write(t, "bad.yaml", "version: 1\nlimits:\n  - {name: b, by: [ip], rate: fast}\n")
+	errb.Reset()
+	if code := run([]string{"replay", "--nats", "nats://127.0.0.1:1", "--config", bad}, envMap(), &out, &errb); code != 1 || !strings.HasPrefix(errb.String(), "limiter replay: "+bad+":3: ") {
+		t.Fatalf("broken candidate: exit %d, stderr %q", code, errb.String())
+	}
+}
+
 // TestBadGRPCListen: a --grpc-listen that is not host:port is a usage error.
 func TestBadGRPCListen(t *testing.T) {
 	t.Parallel()

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/service"
@@ -37,6 +38,7 @@ func flags(c *service.RiskdConfig) []cli.Flag {
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject (must match the limiters')"),
 		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names (must match the limiters')"),
 		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", time.Hour, "how long the decisions stream keeps decisions (for limiter replay); must match the limiters'"),
 		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", 1<<30, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)"),
 		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", "riskd", "NAME", "name of riskd's durable consumers and of its leadership lease"),
 	}

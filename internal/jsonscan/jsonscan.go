@@ -24,6 +24,10 @@ type Scanner struct {
 func New(data []byte) Scanner { return Scanner{data: data} }
 
 func (s *Scanner) ws() {
+	// Fast path: documents from encoding/json have no whitespace.
+	if s.i < len(s.data) && s.data[s.i] > ' ' {
+		return
+	}
 	for s.i < len(s.data) {
 		switch s.data[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -61,6 +65,9 @@ func (s *Scanner) String() ([]byte, bool) {
 	ascii := true
 	for j := start; j < len(s.data); j++ {
 		c := s.data[j]
+		if plain[c] {
+			continue
+		}
 		switch {
 		case c == '"':
 			v := s.data[start:j]
@@ -71,12 +78,21 @@ func (s *Scanner) String() ([]byte, bool) {
 			return v, true
 		case c == '\\' || c < 0x20:
 			return nil, false
-		case c >= 0x80:
+		default: // c >= 0x80
 			ascii = false
 		}
 	}
 	return nil, false
 }
+
+// plain marks the bytes a string's scan passes over without a second
+// look: printable ASCII other than the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // Quoted reads a string as String does and returns it with its quotes.
 func (s *Scanner) Quoted() ([]byte, bool) {

@@ -1,0 +1,111 @@
+package replay
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// Event ranks: at the same time, a decision replays before a report (the
+// check comes before the login's outcome).
+const (
+	rankDecision uint8 = iota
+	rankReport
+)
+
+// event is one recorded event.
+type event struct {
+	ns   int64  // event time, Unix ns
+	seq  uint64 // arrival order within its stream
+	rank uint8
+	d    *streams.Decision
+	r    *streams.Report
+}
+
+// DefaultReorderWindow is how far out of order (by event time) events of
+// one stream may arrive and still be replayed in order: limiter hosts
+// publish their batches independently (every 20 ms at most), and reports
+// are stamped before they are published.
+const DefaultReorderWindow = 2 * time.Second
+
+// reorder puts the events of one stream into event-time order, holding
+// back those within window of the newest event seen. It is a function of
+// the sequence of events alone, so the order it produces is deterministic;
+// an event later than window is released at its place in the sequence.
+type reorder struct {
+	window int64
+	n      uint64 // events added
+	buf    []event
+	maxNs  int64
+}
+
+// add takes ev and returns the events now released (valid until the next
+// call), oldest first.
+func (o *reorder) add(ev event, out []event) []event {
+	o.n++
+	ev.seq = o.n
+	o.buf = append(o.buf, ev)
+	if ev.ns > o.maxNs {
+		o.maxNs = ev.ns
+	}
+	// Release in bulk, once the buffer spans two windows, so each event
+	// is sorted about twice.
+	if o.maxNs-o.buf[0].ns < 2*o.window && len(o.buf) < 1<<20 {
+		return out
+	}
+	o.sort()
+	cut := len(o.buf)
+	for cut > 0 && o.buf[cut-1].ns > o.maxNs-o.window {
+		cut--
+	}
+	if cut == 0 && len(o.buf) >= 1<<20 {
+		cut = len(o.buf) / 2 // a burst: bound the buffer
+	}
+	out = append(out, o.buf[:cut]...)
+	n := copy(o.buf, o.buf[cut:])
+	clear(o.buf[n:])
+	o.buf = o.buf[:n]
+	return out
+}
+
+// flush returns every event held, oldest first.
+func (o *reorder) flush(out []event) []event {
+	o.sort()
+	out = append(out, o.buf...)
+	clear(o.buf)
+	o.buf = o.buf[:0]
+	return out
+}
+
+// sort orders the buffer by time; equal times keep arrival order. A
+// buffer already in order (one publisher) costs one pass.
+func (o *reorder) sort() {
+	if slices.IsSortedFunc(o.buf, byTime) {
+		return
+	}
+	slices.SortFunc(o.buf, byTime)
+}
+
+// byTime orders by event time, then arrival.
+func byTime(a, b event) int {
+	switch {
+	case a.ns < b.ns:
+		return -1
+	case a.ns > b.ns:
+		return 1
+	case a.seq < b.seq:
+		return -1
+	case a.seq > b.seq:
+		return 1
+	}
+	return 0
+}
+
+// before reports whether a replays before b when merging streams.
+func before(a, b *event) bool {
+	if a.ns != b.ns {
+		return a.ns < b.ns
+	}
+	return a.rank < b.rank
+}

@@ -1,0 +1,280 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// Range selects the part of the record to replay. With neither field set,
+// everything the decisions stream holds is replayed.
+type Range struct {
+	// Since replays the decisions and reports of the last Since (by the
+	// time JetStream stored them).
+	Since time.Duration
+	// FromSeq replays the decisions stream from this sequence on, and the
+	// reports stored since that decision.
+	FromSeq uint64
+}
+
+// streamReader reads one stream's messages in a range with an ephemeral
+// ordered consumer (nothing durable is created or acknowledged: riskd's
+// consumers are untouched) and hands their events on in event-time order.
+type streamReader struct {
+	name    string
+	filter  string
+	rank    uint8
+	last    uint64 // the stream's last sequence when the replay started
+	deliver jetstream.OrderedConsumerConfig
+	window  time.Duration
+
+	// batchCap is the largest batch seen: the capacity to decode into.
+	batchCap int
+
+	// progress, read by the progress printer
+	first, seq atomic.Uint64
+	msgs, evs  atomic.Int64
+	skipped    atomic.Int64
+}
+
+// reportMargin is how much earlier than the first decision's storage time
+// reports are read.
+const reportMargin = time.Minute
+
+// chunkSize is how many events a reader hands over at once.
+const chunkSize = 4096
+
+// run reads until the range ends and sends chunks of ordered events on
+// out, then closes it.
+func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan<- []event) error {
+	defer close(out)
+	if s.last == 0 {
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, s.name, s.deliver)
+	if err != nil {
+		return fmt.Errorf("replay: read %s: %w", s.name, err)
+	}
+	ord := reorder{window: int64(s.window)}
+	chunk := make([]event, 0, chunkSize)
+	send := func(force bool) error {
+		if len(chunk) == 0 || !force && len(chunk) < chunkSize {
+			return nil
+		}
+		select {
+		case out <- chunk:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		chunk = make([]event, 0, chunkSize)
+		return nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxBytes(8 << 20))
+	if err != nil {
+		return fmt.Errorf("replay: read %s: %w", s.name, err)
+	}
+	defer it.Stop()
+	idle := s.watch(ctx, cons, it)
+	defer idle.stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if idle.fired.Load() {
+				break // nothing (more) of ours in the range
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("replay: read %s: %w", s.name, err)
+		}
+		idle.seen.Store(true)
+		meta, err := m.Metadata()
+		if err != nil {
+			continue
+		}
+		seq := meta.Sequence.Stream
+		if seq > s.last {
+			break
+		}
+		s.first.CompareAndSwap(0, seq)
+		s.seq.Store(seq)
+		s.msgs.Add(1)
+		chunk = s.decode(m.Data(), &ord, chunk)
+		if err := send(false); err != nil {
+			return err
+		}
+		// NumPending counts the messages of ours after this one.
+		if seq == s.last || meta.NumPending == 0 {
+			break
+		}
+	}
+	chunk = ord.flush(chunk)
+	return send(true)
+}
+
+// decode appends the message's events to chunk through the reorder buffer.
+func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event {
+	if s.rank == rankDecision {
+		b := streams.DecisionBatch{Decisions: make([]streams.Decision, 0, s.batchCap)}
+		if err := streams.DecodeDecisionBatch(data, &b); err != nil {
+			s.skipped.Add(1)
+			return chunk
+		}
+		s.evs.Add(int64(len(b.Decisions)))
+		s.batchCap = max(s.batchCap, len(b.Decisions))
+		for i := range b.Decisions {
+			d := &b.Decisions[i]
+			if d.Account != "" {
+				// one account however spelled (6.4), as riskd reads it
+				d.Account = policy.NormalizeAccount(d.Account)
+			}
+			ns, ok := eventNs(d.TS)
+			if !ok {
+				s.skipped.Add(1)
+				continue
+			}
+			chunk = ord.add(event{ns: ns, rank: rankDecision, d: d}, chunk)
+		}
+		return chunk
+	}
+	r := new(streams.Report)
+	if err := json.Unmarshal(data, r); err != nil {
+		s.skipped.Add(1)
+		return chunk
+	}
+	r.Account = policy.NormalizeAccount(r.Account)
+	ns, ok := eventNs(r.TS)
+	if !ok {
+		s.skipped.Add(1)
+		return chunk
+	}
+	s.evs.Add(1)
+	return ord.add(event{ns: ns, rank: rankReport, r: r}, chunk)
+}
+
+// eventNs returns t in Unix ns, false for a zero time or one outside
+// 1970-2223 (as the risk engine accepts).
+func eventNs(t time.Time) (int64, bool) {
+	if t.IsZero() {
+		return 0, false
+	}
+	if s := t.Unix(); s < 0 || s > 8_000_000_000 {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// openReaders prepares the readers of the decisions and reports streams
+// for rng, at now; reports are read from warmup before the range.
+func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config, rng Range, now time.Time, window, warmup time.Duration) (dec, rep *streamReader, err error) {
+	pfx := cfg.Prefix
+	if pfx == "" {
+		pfx = streams.DefaultPrefix
+	}
+	dec = &streamReader{name: cfg.Stream(streams.DecisionsStream), filter: pfx + "decisions.>", rank: rankDecision, window: window}
+	rep = &streamReader{name: cfg.Stream(streams.EventsStream), filter: pfx + "reports.>", rank: rankReport, window: window}
+	ds, err := js.Stream(ctx, dec.name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", dec.name, err)
+	}
+	dinfo, err := ds.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", dec.name, err)
+	}
+	es, err := js.Stream(ctx, rep.name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", rep.name, err)
+	}
+	einfo, err := es.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", rep.name, err)
+	}
+	dec.last, rep.last = dinfo.State.LastSeq, einfo.State.LastSeq
+	if dinfo.State.Msgs == 0 {
+		dec.last = 0
+	}
+	// The server drops the ephemeral consumers soon after the replay.
+	dec.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{dec.filter}, InactiveThreshold: 5 * time.Second}
+	rep.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{rep.filter}, InactiveThreshold: 5 * time.Second}
+	var from time.Time
+	switch {
+	case rng.Since > 0:
+		from = now.Add(-rng.Since)
+		start := from
+		dec.deliver.DeliverPolicy, dec.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	default:
+		seq := max(rng.FromSeq, dinfo.State.FirstSeq)
+		if rng.FromSeq > 0 && rng.FromSeq > dinfo.State.LastSeq {
+			return nil, nil, fmt.Errorf("replay: --from-seq %d is after the last decision in %s (sequence %d)", rng.FromSeq, dec.name, dinfo.State.LastSeq)
+		}
+		if dec.last == 0 {
+			break
+		}
+		m, err := ds.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(dec.filter))
+		if err != nil {
+			return nil, nil, fmt.Errorf("replay: decision at sequence %d: %w", seq, err)
+		}
+		from = m.Time
+		dec.deliver.DeliverPolicy, dec.deliver.OptStartSeq = jetstream.DeliverByStartSequencePolicy, m.Sequence
+	}
+	if dec.last == 0 {
+		rep.last = 0 // no decisions: nothing to compare
+		return dec, rep, nil
+	}
+	// Reports of the warm-up before the first decision count (velocity
+	// windows reach back), and decisions are stored up to a batch interval
+	// after they were made, reports at once: read the reports from a
+	// margin earlier still; the merge drops those before the warm-up.
+	repFrom := from.Add(-warmup - reportMargin)
+	rep.deliver.DeliverPolicy, rep.deliver.OptStartTime = jetstream.DeliverByStartTimePolicy, &repFrom
+	if einfo.State.Msgs == 0 {
+		rep.last = 0
+	}
+	return dec, rep, nil
+}
+
+// idleWatch stops a message iterator that receives nothing at all while
+// the consumer has nothing pending: the range holds no message of the
+// reader's subjects. Once a message arrives, its metadata tells how many
+// more are pending, and the watch ends.
+type idleWatch struct {
+	seen, fired atomic.Bool
+	done        chan struct{}
+}
+
+func (w *idleWatch) stop() { close(w.done) }
+
+// watch starts an idleWatch on it.
+func (s *streamReader) watch(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) *idleWatch {
+	w := &idleWatch{done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-ctx.Done():
+				it.Stop()
+				return
+			case <-t.C:
+			}
+			if w.seen.Load() {
+				return
+			}
+			if info, err := cons.Info(ctx); err == nil && info.NumPending == 0 && info.Delivered.Consumer == 0 {
+				w.fired.Store(true)
+				it.Stop()
+				return
+			}
+		}
+	}()
+	return w
+}
