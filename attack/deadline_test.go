@@ -30,32 +30,38 @@ import (
 // takes the upstream's time on top; its status is checked, not its time.
 //
 // The bound is wall-clock time, measured by the client, on a machine other
-// tests share. So each trial also times GET /healthz on the API listener,
-// which never touches the store: answers late by no more than the slowest
-// of those (the machine's own delay at that moment) are the machine's, and
-// the trial is run again, up to three times (the third is then accepted,
-// and logged). Answers late by more than that, or with a wrong status,
-// fail at once. The old code was late in every trial by 40-150 ms, with
-// health answers in a few milliseconds.
+// tests share (go test runs packages side by side, under -race). So each
+// trial also times GET /healthz on the API listener, which never touches
+// the store. A trial with every answer in bound passes at once. One with
+// late answers is run again, up to five trials in all: a stall of the
+// machine (a GC or a scheduler pause of the whole test process, which a
+// health probe may miss) hits one trial, while the old code was late in
+// every trial, by 40-150 ms. The test fails when no trial was in bound and
+// at least one was late by more than the machine explains (its slowest
+// health answer); when every late trial is within that, it is accepted and
+// logged. A wrong status fails at once.
 func TestAttackRedisPausedSlowsEveryAnswer(t *testing.T) {
+	const trials = 5
 	for _, timeout := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
-			for attempt := 1; ; attempt++ {
+			var unexplained []string
+			for attempt := 1; attempt <= trials; attempt++ {
 				r := pausedUnderLoad(t, timeout)
 				t.Logf("trial %d, --store-timeout %v, Redis paused: %d answers, worst check %v (forwarded reads %v), worst health answer %v",
 					attempt, timeout, r.answers, r.worst, r.forwarded, r.noise)
 				excess := r.worst - (timeout + 10*time.Millisecond)
-				switch {
-				case t.Failed() || excess <= 0:
-					return
-				case excess > r.noise:
-					t.Fatalf("%s: later than the machine explains (health answers took at most %v)", r.late, r.noise)
-				case attempt == 3:
-					t.Logf("%s, within the machine's own delay (health answers took up to %v): accepted after three trials", r.late, r.noise)
+				if t.Failed() || excess <= 0 {
 					return
 				}
-				t.Logf("%s, within the machine's own delay: once more", r.late)
+				if excess > r.noise {
+					unexplained = append(unexplained, fmt.Sprintf("trial %d: %s (health answers took at most %v)", attempt, r.late, r.noise))
+				}
+				t.Logf("trial %d: %s: once more", attempt, r.late)
 			}
+			if len(unexplained) > 0 {
+				t.Fatalf("late in all %d trials, later than the machine explains:\n%s", trials, strings.Join(unexplained, "\n"))
+			}
+			t.Logf("late in all %d trials, each within the machine's own delay: accepted", trials)
 		})
 	}
 }
