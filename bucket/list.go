@@ -97,13 +97,17 @@ func lockIndex(prefix string) string { return prefix + "index:locks" }
 func multIndex(prefix string) string { return prefix + "index:multipliers" }
 
 // index records member in the sorted set idx at now and keeps idx at
-// MaxListed members. The index only orders listings: a failure to write
-// it loses no decision and is ignored.
-func (s *RedisStore) index(ctx context.Context, idx, member string, now time.Time) {
+// MaxListed members. Callers write the index before the entry it lists,
+// so an entry a reader can see is always listed (a listing drops members
+// whose entry is gone).
+func (s *RedisStore) index(ctx context.Context, idx, member string, now time.Time) error {
 	pipe := s.c.Pipeline()
 	pipe.ZAdd(ctx, idx, redis.Z{Score: float64(now.UnixMilli()), Member: member})
 	pipe.ZRemRangeByRank(ctx, idx, 0, -MaxListed-1)
-	_, _ = pipe.Exec(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("%w: index %s in %s: %w", ErrUnavailable, member, idx, err)
+	}
+	return nil
 }
 
 // unindex removes member from idx (ignoring failures, as index does).

@@ -531,14 +531,20 @@ func usAt(v interface{}) (time.Time, error) {
 // SetMultiplier implements Admin.
 func (s *RedisStore) SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error {
 	v := ftoa(m.Value) + " " + strconv.FormatInt(int64(expUS(m.ExpiresAt)), 10) + " " + m.Reason
-	prev := s.c.Pipeline()
-	pc := prev.HGet(ctx, subjectKey, m.Source)
-	_, _ = prev.Exec(ctx)
-	if err := setMultiplierScript.Run(ctx, s.c, []string{subjectKey}, m.Source, v).Err(); err != nil {
+	pipe := s.c.Pipeline()
+	pc := pipe.HGet(ctx, subjectKey, m.Source)
+	_, err := pipe.Exec(ctx)
+	prev := pc.Val()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
 	}
-	if pc.Val() != v { // a re-assertion of the same value keeps its place in listings
-		s.index(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+m.Source, time.Now())
+	if prev != v { // a re-assertion of the same value keeps its place in listings
+		if err := s.index(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+m.Source, time.Now()); err != nil {
+			return err
+		}
+	}
+	if err := setMultiplierScript.Run(ctx, s.c, []string{subjectKey}, m.Source, v).Err(); err != nil {
+		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
 	}
 	return nil
 }
@@ -584,15 +590,23 @@ func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
 		flags = "x"
 	}
 	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	pipe := s.c.Pipeline() // GET then SET, in order (not SET ... GET: Redis 6.2+)
-	prev := pipe.Get(ctx, key)
+	pipe := s.c.Pipeline()
+	pg := pipe.Get(ctx, key)
+	_, err := pipe.Exec(ctx)
+	prev := pg.Val()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
+	}
+	if prev != v { // a re-assertion of the same lock keeps its place in listings
+		if err := s.index(ctx, lockIndex(prefixOf(key)), key, time.Now()); err != nil {
+			return err
+		}
+	}
+	pipe = s.c.Pipeline()
 	set := pipe.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)})
 	_, _ = pipe.Exec(ctx)
 	if err := set.Err(); err != nil {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
-	}
-	if prev.Val() != v { // a re-assertion of the same lock keeps its place in listings
-		s.index(ctx, lockIndex(prefixOf(key)), key, time.Now())
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package rls
 import (
 	"sync/atomic"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -36,9 +37,30 @@ func (c *codec) Name() string { return proto.Name }
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	if p, ok := v.(*pooledResponse); ok {
 		defer putResponse(p) // gRPC is done with the message once it is marshalled
+		if data, ok := marshalResponse(&p.msg); ok {
+			return data, nil
+		}
 		return c.std.Marshal(&p.msg)
 	}
 	return c.std.Marshal(v)
+}
+
+// marshalResponse writes m with appendResponse into a buffer of gRPC's
+// pool (gRPC frees it once written); false: use protobuf-go.
+func marshalResponse(m *rlsv3.RateLimitResponse) (mem.BufferSlice, bool) {
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(responseSize(m))
+	out, ok := appendResponse((*buf)[:0], m)
+	switch {
+	case !ok:
+		pool.Put(buf)
+		return nil, false
+	case cap(out) != cap(*buf): // outgrew the estimate: a buffer of its own
+		pool.Put(buf)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, true
+	}
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, true
 }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -354,10 +354,15 @@ func (p *pooledResponse) headers() {
 	p.msg.ResponseHeadersToAdd = p.hvp
 }
 
-// lowerNames spares a strings.ToLower per header of every answer.
-var lowerNames = map[string]string{
-	"X-Ratelimit-Limit": "x-ratelimit-limit", "X-Ratelimit-Remaining": "x-ratelimit-remaining",
-	"X-Ratelimit-Reset": "x-ratelimit-reset", "X-Ratelimit-Degraded": "x-ratelimit-degraded",
-	"Ratelimit-Policy": "ratelimit-policy", "Ratelimit": "ratelimit", "Retry-After": "retry-after",
-	"Content-Type": "content-type", "X-Request-Id": "x-request-id", api.HeaderTollgateStatus: "x-tollgate-status",
-}
+// lowerNames spares a strings.ToLower per header of every answer: the
+// names as the check path sets them (api's constants, not always in
+// canonical form) and canonically.
+var lowerNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{api.HeaderLimit, api.HeaderRemaining, api.HeaderReset, api.HeaderDegraded,
+		api.HeaderPolicy, api.HeaderRateLimit, "Retry-After", "Content-Type", "X-Request-Id", api.HeaderTollgateStatus} {
+		m[k] = strings.ToLower(k)
+		m[http.CanonicalHeaderKey(k)] = strings.ToLower(k)
+	}
+	return m
+}()
