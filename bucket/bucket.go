@@ -278,7 +278,20 @@ func EscapeID(id string) string {
 	return b.String()
 }
 
-func needsEscape(c byte) bool {
+func needsEscape(c byte) bool { return escapeTable[c] }
+
+// escapeTable holds escapes for every byte: EscapeID runs for every
+// identity of every bucket key, and a table look-up is cheaper than the
+// comparisons.
+var escapeTable = func() (t [256]bool) {
+	for c := range t {
+		t[c] = escapes(byte(c))
+	}
+	return t
+}()
+
+// escapes reports whether EscapeID escapes c.
+func escapes(c byte) bool {
 	return c <= ' ' || c == 0x7f || c == '{' || c == '}' || c == '%' || c == ':' || c == '|'
 }
 

@@ -38,6 +38,9 @@ type reorder struct {
 	n      uint64 // events added
 	buf    []event
 	maxNs  int64
+	// sorted is how many of buf's first events are in order.
+	sorted  int
+	scratch []event
 }
 
 // add takes ev and returns the events now released (valid until the next
@@ -66,6 +69,7 @@ func (o *reorder) add(ev event, out []event) []event {
 	n := copy(o.buf, o.buf[cut:])
 	clear(o.buf[n:])
 	o.buf = o.buf[:n]
+	o.sorted = n
 	return out
 }
 
@@ -75,16 +79,43 @@ func (o *reorder) flush(out []event) []event {
 	out = append(out, o.buf...)
 	clear(o.buf)
 	o.buf = o.buf[:0]
+	o.sorted = 0
 	return out
 }
 
 // sort orders the buffer by time; equal times keep arrival order. A
-// buffer already in order (one publisher) costs one pass.
+// buffer already in order (one publisher) costs one pass. The events held
+// back by the last release are in order already: only those added since
+// are sorted, then merged with them.
 func (o *reorder) sort() {
-	if slices.IsSortedFunc(o.buf, byTime) {
-		return
+	k := min(o.sorted, len(o.buf))
+	tail := o.buf[k:]
+	if !slices.IsSortedFunc(tail, byTime) {
+		slices.SortFunc(tail, byTime)
 	}
-	slices.SortFunc(o.buf, byTime)
+	if k > 0 && len(tail) > 0 && byTime(o.buf[k-1], tail[0]) > 0 {
+		o.merge(k)
+	}
+	o.sorted = len(o.buf)
+}
+
+// merge merges the ordered runs buf[:k] and buf[k:] in place.
+func (o *reorder) merge(k int) {
+	o.scratch = append(o.scratch[:0], o.buf[:k]...)
+	a, i, j := o.scratch, 0, k
+	for n := range o.buf {
+		if i < len(a) && (j == len(o.buf) || byTime(a[i], o.buf[j]) <= 0) {
+			o.buf[n] = a[i]
+			i++
+		} else {
+			o.buf[n] = o.buf[j]
+			j++
+		}
+		if i == len(a) {
+			break // the rest of buf[j:] is in place
+		}
+	}
+	clear(o.scratch)
 }
 
 // byTime orders by event time, then arrival.

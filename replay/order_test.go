@@ -46,3 +46,28 @@ func TestReorder(t *testing.T) {
 		t.Fatalf("late event: %d events, sorted %v", len(late), slices.IsSortedFunc(late, byTime))
 	}
 }
+
+// TestReorderSortMerge: sorting only the events added since the last
+// release and merging them with those held gives the full sort's order.
+func TestReorderSortMerge(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 200 {
+		n, k := 1+rng.IntN(300), 0
+		o := reorder{}
+		for i := range n {
+			o.buf = append(o.buf, event{ns: rng.Int64N(50), seq: uint64(i + 1)})
+		}
+		if round%4 != 0 {
+			k = rng.IntN(n + 1)
+			slices.SortFunc(o.buf[:k], byTime)
+		}
+		o.sorted = k
+		want := slices.Clone(o.buf)
+		slices.SortFunc(want, byTime)
+		o.sort()
+		if !slices.Equal(o.buf, want) {
+			t.Fatalf("round %d (n %d, sorted %d): merge differs from a full sort", round, n, k)
+		}
+	}
+}

@@ -37,6 +37,8 @@ type streamReader struct {
 
 	// batchCap is the largest batch seen: the capacity to decode into.
 	batchCap int
+	// dec decodes the decisions, reading only what a replay re-runs.
+	dec streams.ReplayDecoder
 
 	// progress, read by the progress printer
 	first, seq atomic.Uint64
@@ -123,7 +125,7 @@ func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan
 func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event {
 	if s.rank == rankDecision {
 		b := streams.DecisionBatch{Decisions: make([]streams.Decision, 0, s.batchCap)}
-		if err := streams.DecodeDecisionBatch(data, &b); err != nil {
+		if err := s.dec.Decode(data, &b); err != nil {
 			s.skipped.Add(1)
 			return chunk
 		}

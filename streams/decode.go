@@ -18,13 +18,52 @@ import (
 // UTF-8) it starts over with json.Unmarshal, so it never disagrees with it
 // (FuzzDecodeDecisionBatch checks).
 func DecodeDecisionBatch(data []byte, b *DecisionBatch) error {
+	var d decoder
+	return d.decode(data, b)
+}
+
+// ReplayDecoder decodes decisions messages for a replay, which re-runs
+// each decision and so reads only its request: as DecodeDecisionBatch,
+// except that the outcome fields (request_id, class, route, limit,
+// result, remaining, allowed) are left zero and the identity strings (ip,
+// user_id, device_id, account, asn, endpoint) equal to one seen in an
+// earlier message are shared with it, up to a bound. The fields read are
+// exactly DecodeDecisionBatch's. The zero value is ready to use; it is not
+// safe for concurrent use.
+type ReplayDecoder struct {
+	d decoder
+}
+
+// maxInterned bounds a ReplayDecoder's shared strings; when full, it
+// starts over.
+const maxInterned = 1 << 17
+
+// Decode decodes data into b (reset first; its Decisions array is reused).
+func (r *ReplayDecoder) Decode(data []byte, b *DecisionBatch) error {
+	r.d.skipOutcome = true
+	if r.d.intern == nil || len(r.d.intern) >= maxInterned {
+		r.d.intern = make(map[string]string, 1024)
+	}
+	err := r.d.decode(data, b)
+	if err == nil && r.d.fallback {
+		for i := range b.Decisions {
+			x := &b.Decisions[i]
+			x.RequestID, x.Class, x.Route, x.Limit, x.Result, x.Remaining, x.Allowed = "", "", "", "", "", 0, false
+		}
+	}
+	return err
+}
+
+// decode decodes data into b, falling back to encoding/json.
+func (d *decoder) decode(data []byte, b *DecisionBatch) error {
 	reuse := b.Decisions[:0]
 	*b = DecisionBatch{}
-	d := decoder{s: jsonscan.New(data)}
+	d.s, d.fallback, d.last = jsonscan.New(data), false, [numStringFields]string{}
 	if d.batch(b, reuse) && d.s.End() {
 		return nil
 	}
 	*b = DecisionBatch{}
+	d.fallback = true
 	return json.Unmarshal(data, b)
 }
 
@@ -35,6 +74,12 @@ type decoder struct {
 	// share their class and often their endpoint, route, limit and result,
 	// so a value equal to the last one is reused instead of allocated.
 	last [numStringFields]string
+	// skipOutcome leaves the outcome fields zero (ReplayDecoder).
+	skipOutcome bool
+	// intern, when set, shares identity strings across messages.
+	intern map[string]string
+	// fallback: the message was decoded by encoding/json.
+	fallback bool
 }
 
 // String fields of a Decision, indexes into decoder.last.
@@ -104,7 +149,9 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		return ok && x.TS.UnmarshalJSON(q) == nil
 	case "allowed":
 		v, ok := d.s.Bool()
-		x.Allowed = v
+		if !d.skipOutcome {
+			x.Allowed = v
+		}
 		return ok
 	case "device_verified":
 		v, ok := d.s.Bool()
@@ -112,7 +159,9 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		return ok
 	case "remaining":
 		n, _, ok := d.s.Integer()
-		x.Remaining = n
+		if !d.skipOutcome {
+			x.Remaining = n
+		}
 		return ok
 	case "cost":
 		n, text, ok := d.s.Integer()
@@ -152,8 +201,20 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	if !ok {
 		return false
 	}
+	outcome := f != fEndpoint && f <= fResult // request_id, class, route, limit, result
+	if d.skipOutcome && outcome {
+		return true
+	}
 	if string(v) != d.last[f] {
-		d.last[f] = string(v)
+		if d.intern == nil || outcome {
+			d.last[f] = string(v)
+		} else if sv, ok := d.intern[string(v)]; ok {
+			d.last[f] = sv
+		} else {
+			sv := string(v)
+			d.intern[sv] = sv
+			d.last[f] = sv
+		}
 	}
 	*dst = d.last[f]
 	return true

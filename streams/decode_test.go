@@ -147,6 +147,18 @@ func BenchmarkDecodeDecisionBatch(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/decision")
 	})
+	b.Run("replay", func(b *testing.B) {
+		var rd streams.ReplayDecoder
+		var batch streams.DecisionBatch
+		b.ReportAllocs()
+		b.SetBytes(int64(len(data)))
+		for i := 0; i < b.N; i++ {
+			if err := rd.Decode(data, &batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/decision")
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
@@ -183,4 +195,51 @@ func TestDecisionWithoutCost(t *testing.T) {
 			t.Errorf("%s: cost %v (encoding/json %v), want %v", c.data, fast.Decisions[0].Cost, std.Decisions[0].Cost, c.want)
 		}
 	}
+}
+
+// replayView is d with the outcome fields a ReplayDecoder leaves zero.
+func replayView(d streams.Decision) streams.Decision {
+	d.RequestID, d.Class, d.Route, d.Limit, d.Result, d.Remaining, d.Allowed = "", "", "", "", "", 0, false
+	return d
+}
+
+// replayDecodeBoth checks that a ReplayDecoder, fresh and after decoding
+// other messages, reads exactly what encoding/json reads, but the outcome.
+func replayDecodeBoth(t *testing.T, rd *streams.ReplayDecoder, data []byte) {
+	t.Helper()
+	var std streams.DecisionBatch
+	errStd := json.Unmarshal(data, &std)
+	got := streams.DecisionBatch{V: 9, Decisions: make([]streams.Decision, 2, 4)}
+	err := rd.Decode(data, &got)
+	if (err == nil) != (errStd == nil) {
+		t.Fatalf("%q: error %v, encoding/json says %v", data, err, errStd)
+	}
+	if errStd != nil {
+		return
+	}
+	if got.V != std.V || len(got.Decisions) != len(std.Decisions) || (got.Decisions == nil) != (std.Decisions == nil) {
+		t.Fatalf("%q:\n got %+v\nwant %+v", data, got, std)
+	}
+	for i := range std.Decisions {
+		if want := replayView(std.Decisions[i]); !reflect.DeepEqual(got.Decisions[i], want) {
+			t.Fatalf("%q decision %d:\n got %+v\nwant %+v", data, i, got.Decisions[i], want)
+		}
+	}
+}
+
+// FuzzReplayDecoder: the replay's decoder agrees with encoding/json on
+// every field it reads, with its shared strings warm from other messages.
+func FuzzReplayDecoder(f *testing.F) {
+	f.Add(sampleBatch(f, 2))
+	for _, c := range decodeCases {
+		f.Add([]byte(c))
+	}
+	warm := sampleBatch(f, 8)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var rd streams.ReplayDecoder
+		replayDecodeBoth(t, &rd, data)
+		var b streams.DecisionBatch
+		_ = rd.Decode(warm, &b)
+		replayDecodeBoth(t, &rd, data)
+	})
 }
