@@ -163,14 +163,7 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if value == "" {
 			continue
 		}
-		e.buf = append(append(append(e.buf[:0], rule.Name...), 0), value...)
-		en := e.vel.getBytes(e.buf)
-		if en == nil {
-			en = e.vel.addBytes(e.buf)
-			en.val.reset(rule)
-		}
-		st := &en.val
-		st.touched = e.clock
+		st := e.velocity(rule, value)
 		if ns <= st.lifted {
 			continue // counted before an admin lift: forgiven
 		}
@@ -181,6 +174,21 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		out = e.fireVelocity(rule, st, value, r.TS, ns, count, out)
 	}
 	return out
+}
+
+// velocity returns the state of rule for value, created fresh when it is
+// not held, and marks it touched at the engine's clock (the LRU bound
+// evicts the least recently touched). Callers hold e.mu.
+func (e *Engine) velocity(rule *velRule, value string) *velState {
+	e.buf = append(append(append(e.buf[:0], rule.Name...), 0), value...)
+	en := e.vel.getBytes(e.buf)
+	if en == nil {
+		en = e.vel.addBytes(e.buf)
+		en.val.reset(rule)
+	}
+	st := &en.val
+	st.touched = e.clock
+	return st
 }
 
 // reset re-initialises st for rule, keeping its buffers.
@@ -404,14 +412,7 @@ func (e *Engine) LiftLock(account string, ts time.Time) bool {
 		if rule.By != policy.PartAccount {
 			continue
 		}
-		e.buf = append(append(append(e.buf[:0], rule.Name...), 0), account...)
-		en := e.vel.getBytes(e.buf)
-		if en == nil {
-			en = e.vel.addBytes(e.buf)
-			en.val.reset(rule)
-		}
-		st := &en.val
-		st.touched = e.clock
+		st := e.velocity(rule, account)
 		if ns > st.lifted {
 			st.lifted = ns
 		}
