@@ -379,24 +379,6 @@ func TestAttackRedisRestartKeepsAdminMultiplier(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRiskdTellsTheTruth (6.7): a riskd whose Redis is unreachable logs
 // an ERROR naming the cause and answers /readyz 503 naming redis and its
 // role (standby: it cannot take the lease); with Redis back it leads and
@@ -407,7 +389,7 @@ func TestRiskdTellsTheTruth(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	rs := testenv.StartRedis(t)
 	rs.Stop() // its port, with nothing listening until Restart
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
 		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})

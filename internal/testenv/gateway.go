@@ -18,7 +18,7 @@ type Gateway struct {
 	// Addr is its loopback listen address, host:port.
 	Addr string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 }
 
 // Output returns what the gateway printed so far (for failure messages).
@@ -88,7 +88,7 @@ func startGateway(t testing.TB, name string, cmd func(port int) *exec.Cmd) *Gate
 	var last string
 	for attempt := 0; attempt < 4; attempt++ {
 		port := FreePort(t)
-		g := &Gateway{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd(port), out: &syncBuffer{}}
+		g := &Gateway{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd(port), out: &SyncBuffer{}}
 		g.cmd.Stdout, g.cmd.Stderr = g.out, g.out
 		// A process group of its own: stopping it stops NGINX's workers too.
 		g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -136,19 +136,22 @@ func waitListening(addr string, exited chan struct{}, d time.Duration) bool {
 	return false
 }
 
-// syncBuffer is a bytes.Buffer safe for a process's two output streams.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (a process's
+// two output streams, a daemon's logger); the zero value is ready to use.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
