@@ -248,16 +248,8 @@ func TestRiskdRestartLosesNothing(t *testing.T) {
 	startRiskd := func() (context.CancelFunc, *Running) {
 		return startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, true)
 	}
-	report := func() {
-		t.Helper()
-		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"dave"}`); resp.StatusCode != 202 {
-			t.Fatalf("report: %d %s", resp.StatusCode, body)
-		}
-	}
-	locked := func() bool {
-		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"dave"}`)
-		return resp.StatusCode == 429
-	}
+	report := func() { t.Helper(); reportFailedLogins(t, base, "dave", 1) }
+	locked := func() bool { t.Helper(); return loginLocked(t, base, "dave") }
 	stop, rr := startRiskd()
 	report()
 	report()
@@ -335,13 +327,7 @@ func TestTwoRiskdOneVerdict(t *testing.T) {
 	stopA, a := startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, true)
 	stopB, b := startRiskdFor(t, policyPath, redisURL, keyPrefix, subj, stream, false)
 	defer func() { stopB(); <-b.Done }()
-	fail := func(account string, n int) {
-		for i := 0; i < n; i++ {
-			if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"`+account+`"}`); resp.StatusCode != 202 {
-				t.Fatalf("report: %d %s", resp.StatusCode, body)
-			}
-		}
-	}
+	fail := func(account string, n int) { t.Helper(); reportFailedLogins(t, base, account, n) }
 	locked := func(account string) string {
 		resp, body := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"`+account+`"}`)
 		if resp.StatusCode != 429 {

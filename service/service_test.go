@@ -76,6 +76,25 @@ func post(t *testing.T, url, body string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// reportFailedLogins reports n failed logins of account to base's
+// /v1/report, each of which must be accepted (202).
+func reportFailedLogins(t *testing.T, base, account string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"`+account+`"}`); resp.StatusCode != 202 {
+			t.Fatalf("report: %d %s", resp.StatusCode, body)
+		}
+	}
+}
+
+// loginLocked reports whether a login check of account from 198.51.100.7
+// is answered 429.
+func loginLocked(t *testing.T, base, account string) bool {
+	t.Helper()
+	resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"`+account+`"}`)
+	return resp.StatusCode == 429
+}
+
 func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := client.Get(url)

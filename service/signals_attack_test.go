@@ -280,16 +280,8 @@ func TestAttackLiftedLockoutStaysLifted(t *testing.T) {
 // for hold that it is not re-asserted, then that only 3 new failures lock.
 func liftedStaysLifted(t *testing.T, base string, hold time.Duration) {
 	t.Helper()
-	fail := func() {
-		t.Helper()
-		if resp, body := post(t, base+"/v1/report", `{"type":"login_failed","account":"dave"}`); resp.StatusCode != 202 {
-			t.Fatalf("report: %d %s", resp.StatusCode, body)
-		}
-	}
-	locked := func() bool {
-		resp, _ := post(t, base+"/v1/check", `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"dave"}`)
-		return resp.StatusCode == 429
-	}
+	fail := func() { t.Helper(); reportFailedLogins(t, base, "dave", 1) }
+	locked := func() bool { t.Helper(); return loginLocked(t, base, "dave") }
 	for i := 0; i < 3; i++ {
 		fail()
 	}
