@@ -236,3 +236,28 @@ func TestForwardAuthInProxyMode(t *testing.T) {
 	default:
 	}
 }
+
+// TestForwardAuthReadsKeyThroughGetenv: outside proxy mode, forward auth
+// verifies user signatures with the key Options.Getenv gives (the daemon's
+// environment, as the limiter reads it), not the process environment.
+func TestForwardAuthReadsKeyThroughGetenv(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse("proxy.yaml", []byte(proxyPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p }})
+	srv, _ := New(Options{Engine: eng, Getenv: func(k string) string {
+		if k == "TEST_USER_KEY" {
+			return "k3y"
+		}
+		return ""
+	}})
+	f := &fixture{srv: srv}
+	fa := func(sig string) *httptest.ResponseRecorder {
+		return f.do(t, "GET", "/v1/forward-auth", "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/feed",
+			"X-User-Id", "u_1", "X-User-Signature", sig)
+	}
+	expect(t, fa(sign("u_1")), 200, "", "RateLimit-Policy", `"user";q=100;w=60`)
+	expect(t, fa("00"), 200, "", "RateLimit-Policy", `"ip-unauth";q=3;w=60`)
+}

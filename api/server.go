@@ -32,6 +32,10 @@ type Options struct {
 	// AdminToken is the bearer token of /v1/admin/*; empty disables the
 	// admin API (it answers 404).
 	AdminToken string
+	// Getenv reads the user-signature key the policy names, for
+	// /v1/forward-auth outside proxy mode (default os.Getenv; in proxy
+	// mode ProxyOptions.Getenv serves both).
+	Getenv func(string) string
 	// APIToken, when set, is the bearer token /v1/check and /v1/report
 	// (and /v1/forward-auth) require, with the admin API's throttle on
 	// failed attempts (6.2); empty leaves them open.
@@ -113,7 +117,11 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now), apiGuard: newAdminGuard(o.Now)}
 	s.tokenSum = sha256.Sum256([]byte(o.AdminToken))
 	s.apiSum = sha256.Sum256([]byte(o.APIToken))
-	s.fwd = &proxy{s: s, o: ProxyOptions{Getenv: os.Getenv}}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s.fwd = &proxy{s: s, o: ProxyOptions{Getenv: getenv}}
 	s.routes()
 	return s, nil
 }

@@ -400,6 +400,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	srv, err := api.New(api.Options{
 		Engine:       eng,
 		AdminToken:   cfg.AdminToken,
+		Getenv:       cfg.Getenv,
 		APIToken:     cfg.APIToken,
 		AttestPrefix: cfg.AttestPrefix,
 		BodyTimeout:  cfg.BodyTimeout,
