@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +56,7 @@ type RedisStore struct {
 	c       Client
 	timeout time.Duration
 	max     int
-	slack   string
+	slack   float64 // ExpirySlack in ms
 	cluster bool
 	queue   chan *call
 	stop    chan struct{}
@@ -97,7 +96,7 @@ func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
 	}
 	s := &RedisStore{
 		c:       c,
-		slack:   strconv.FormatInt(opts.ExpirySlack.Milliseconds(), 10),
+		slack:   float64(opts.ExpirySlack.Milliseconds()),
 		cluster: opts.Cluster,
 		timeout: opts.Timeout,
 		max:     opts.MaxBatch,
@@ -185,15 +184,19 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	return nil
 }
 
-// build fills c's keys and args for req (see decide.lua for the layout).
-func (c *call) build(req *Request, slack string) {
+// build fills c's keys and args for req (see decide.lua for the layout):
+// its keys, and two arguments, its numbers as one string of
+// little-endian float64s and its device.
+func (c *call) build(req *Request, slack float64) {
 	c.keys = c.keys[:0]
 	c.args = c.args[:0]
 	for i := range req.Limits {
 		c.keys = append(c.keys, req.Limits[i].Key)
 	}
 	for i := range req.Subjects {
-		c.keys = append(c.keys, req.Subjects[i].Key)
+		if !req.Subjects[i].Cached {
+			c.keys = append(c.keys, req.Subjects[i].Key)
+		}
 	}
 	c.keys = append(c.keys, req.Locks...)
 	for _, k := range req.TrustKeys {
@@ -201,22 +204,22 @@ func (c *call) build(req *Request, slack string) {
 			c.keys = append(c.keys, k)
 		}
 	}
-	now := "0"
+	now := 0.0
 	if !req.Now.IsZero() {
-		now = strconv.FormatInt(req.Now.UnixMicro(), 10)
+		now = float64(req.Now.UnixMicro())
 	}
-	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), num(req.Cost), slack, req.Device)
+	// The numbers go as one string of little-endian float64s: the script
+	// reads them with one struct.unpack, and the values are exact (what
+	// tonumber of the shortest decimal form would give).
+	b := appendF64(c.nums[:0], float64(len(c.keys)), now, float64(len(req.Limits)), float64(len(req.Subjects)),
+		float64(len(req.Locks)), req.Cost, slack)
 	for i := range req.Locks {
 		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
-			c.args = append(c.args, "1")
+			b = appendF64(b, 1)
 		} else {
-			c.args = append(c.args, "0")
+			b = appendF64(b, 0)
 		}
 	}
-	// Every other number goes as one string of little-endian float64s: the
-	// script reads them with one struct.unpack, and the values are exact
-	// (what tonumber of the shortest decimal form would give).
-	b := c.nums[:0]
 	for i := range req.Subjects {
 		sub := &req.Subjects[i]
 		if sub.Cached {
@@ -245,7 +248,7 @@ func (c *call) build(req *Request, slack string) {
 		}
 	}
 	c.nums = b
-	c.args = append(c.args, b)
+	c.args = append(c.args, b, req.Device)
 }
 
 // appendF64 appends each of vs to b as a little-endian float64.
@@ -257,29 +260,6 @@ func appendF64(b []byte, vs ...float64) []byte {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-// numCache holds formatted, boxed script arguments: a decision's numbers
-// are mostly the policy's bursts, rates and periods and a few multipliers,
-// so most are formatted and allocated once. Direct-mapped and lock-free:
-// a collision replaces the entry.
-var numCache [256]atomic.Pointer[numEntry]
-
-type numEntry struct {
-	bits uint64
-	arg  interface{} // ftoa(f), boxed
-}
-
-// num returns ftoa(f) as a script argument, from numCache when it can.
-func num(f float64) interface{} {
-	bits := math.Float64bits(f)
-	slot := &numCache[(bits^bits>>29^bits>>47)*0x9E3779B97F4A7C15>>56]
-	if e := slot.Load(); e != nil && e.bits == bits {
-		return e.arg
-	}
-	e := &numEntry{bits: bits, arg: ftoa(f)}
-	slot.Store(e)
-	return e.arg
-}
 
 // lane collects queued calls into batches and runs them, until Close.
 func (s *RedisStore) lane() {
@@ -317,7 +297,6 @@ func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
 	b.keys, b.args = b.keys[:0], append(b.args[:0], len(calls))
 	for _, c := range calls {
 		b.keys = append(b.keys, c.keys...)
-		b.args = append(b.args, len(c.keys), len(c.args))
 		b.args = append(b.args, c.args...)
 	}
 	return b.keys, b.args
