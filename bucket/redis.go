@@ -19,6 +19,7 @@ import (
 // *redis.ClusterClient and *redis.Ring (any redis.UniversalClient) fit.
 type Client interface {
 	redis.Scripter
+	Do(ctx context.Context, args ...interface{}) *redis.Cmd
 	Pipeline() redis.Pipeliner
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
@@ -67,8 +68,9 @@ type RedisStore struct {
 // call is one decision waiting for its lane.
 type call struct {
 	keys     []string
-	args     []interface{}
-	nums     []byte // the decision's numbers, packed (see build)
+	nums     []byte      // the decision's numbers, packed (see build)
+	blob     interface{} // nums, boxed once for the command
+	device   string
 	reply    interface{}
 	err      error
 	done     chan struct{}
@@ -77,7 +79,7 @@ type call struct {
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{keys: make([]string, 0, 16), args: make([]interface{}, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
+	return &call{keys: make([]string, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
 }}
 
 // NewRedisStore returns a RedisStore over c and starts its lanes.
@@ -184,12 +186,11 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	return nil
 }
 
-// build fills c's keys and args for req (see decide.lua for the layout):
-// its keys, and two arguments, its numbers as one string of
-// little-endian float64s and its device.
+// build fills c's keys and arguments for req (see decide.lua for the
+// layout): its keys, its numbers as one string of little-endian float64s
+// and its device.
 func (c *call) build(req *Request, slack float64) {
 	c.keys = c.keys[:0]
-	c.args = c.args[:0]
 	for i := range req.Limits {
 		c.keys = append(c.keys, req.Limits[i].Key)
 	}
@@ -248,7 +249,7 @@ func (c *call) build(req *Request, slack float64) {
 		}
 	}
 	c.nums = b
-	c.args = append(c.args, b, req.Device)
+	c.blob, c.device = b, req.Device
 }
 
 // appendF64 appends each of vs to b as a little-endian float64.
@@ -292,14 +293,41 @@ type batchBuf struct {
 	args []interface{}
 }
 
-// fill lays calls out as one decide.lua batch (see its header).
+// fill lays calls out as one decide.lua batch (see its header), for
+// EvalSha.
 func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
 	b.keys, b.args = b.keys[:0], append(b.args[:0], len(calls))
 	for _, c := range calls {
 		b.keys = append(b.keys, c.keys...)
-		b.args = append(b.args, c.args...)
+		b.args = append(b.args, c.blob, c.device)
 	}
 	return b.keys, b.args
+}
+
+// decideHash is decide.lua's SHA1, boxed once.
+var decideHash interface{} = decideScript.Hash()
+
+// evalsha lays calls out as the arguments of one EVALSHA of decide.lua,
+// into dst: the same batch as fill, with every key and string passed by
+// pointer into its call (go-redis writes *string as it writes string), so
+// the batch costs no allocation per key or device. The calls must not change until
+// the command has run.
+func evalsha(dst []interface{}, calls []*call) []interface{} {
+	nk := 0
+	for _, c := range calls {
+		nk += len(c.keys)
+	}
+	dst = append(dst[:0], "evalsha", decideHash, nk)
+	for _, c := range calls {
+		for i := range c.keys {
+			dst = append(dst, &c.keys[i])
+		}
+	}
+	dst = append(dst, len(calls))
+	for _, c := range calls {
+		dst = append(dst, c.blob, &c.device)
+	}
+	return dst
 }
 
 // run evaluates batch in one round trip (see exec) and hands each call
@@ -367,9 +395,9 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 	if s.cluster {
 		per = 1 // one script's keys must share a slot; a batch's do not
 	}
-	if len(batch) <= per {
-		keys, args := buf.fill(batch)
-		v, err := s.c.EvalSha(ctx, decideScript.Hash(), keys, args...).Result()
+	if len(batch) <= per && !s.cluster {
+		buf.args = evalsha(buf.args, batch)
+		v, err := s.c.Do(ctx, buf.args...).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -379,9 +407,16 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, (len(batch)+per-1)/per)
 	for i := 0; i < len(batch); i += per {
-		// EvalSha copies keys and args, so buf is free for the next script
-		keys, args := buf.fill(batch[i:min(i+per, len(batch))])
-		cmds = append(cmds, pipe.EvalSha(ctx, decideScript.Hash(), keys, args...))
+		part := batch[i:min(i+per, len(batch))]
+		if s.cluster {
+			// EvalSha copies keys and args, so buf is free for the next
+			// script, and routes the script by its first key
+			keys, args := buf.fill(part)
+			cmds = append(cmds, pipe.EvalSha(ctx, decideScript.Hash(), keys, args...))
+		} else {
+			// each script of the pipeline holds its own arguments until Exec
+			cmds = append(cmds, pipe.Do(ctx, evalsha(nil, part)...))
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	out := make([]reply, len(batch))
