@@ -333,10 +333,20 @@ end
 -- Should a write fail (out of memory: Redis then refuses the script's
 -- first write and so every write), the decisions that took tokens fail
 -- with it: none of their state was kept.
+-- Expiries repeat (most buckets of a policy refill within the same
+-- millisecond), so each is formatted once per batch: a number passed to
+-- redis.call is formatted by Redis with snprintf at every call.
+local ttls = {}
 local ok, err = pcall(function()
   for i = 1, #written do
     local key = written[i]
-    redis.call("SET", key, struct.pack("<dd", wtok[key], wlast[key]), "PX", wttl[key])
+    local ttl = wttl[key]
+    local ts = ttls[ttl]
+    if not ts then
+      ts = string.format("%d", ttl)
+      ttls[ttl] = ts
+    end
+    redis.call("SET", key, struct.pack("<dd", wtok[key], wlast[key]), "PX", ts)
   end
 end)
 if not ok then
