@@ -151,19 +151,8 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	} else {
 		c.timer.Reset(time.Until(c.deadline))
 	}
-	select {
-	case s.queue <- c:
-	case <-c.timer.C:
-		callPool.Put(c) // no lane has seen it
-		return errDeadline
-	case <-ctx.Done():
-		c.timer.Stop()
-		callPool.Put(c)
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case <-s.stop:
-		c.timer.Stop()
-		callPool.Put(c)
-		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	if err := s.enqueue(ctx, c); err != nil {
+		return err
 	}
 	select {
 	case <-c.done:
@@ -184,6 +173,40 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// enqueue hands c to a lane. The common case, room in the queue, costs
+// one non-blocking send (no lock on the other channels, no timer in the
+// heap); otherwise it waits for room within c's deadline. On an error c
+// is back in the pool.
+func (s *RedisStore) enqueue(ctx context.Context, c *call) error {
+	select {
+	case <-s.stop:
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	default:
+	}
+	select {
+	case s.queue <- c:
+		return nil
+	default:
+	}
+	select {
+	case s.queue <- c:
+		return nil
+	case <-c.timer.C:
+		callPool.Put(c) // no lane has seen it
+		return errDeadline
+	case <-ctx.Done():
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case <-s.stop:
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	}
 }
 
 // build fills c's keys and arguments for req (see decide.lua for the
