@@ -44,7 +44,7 @@ func TestBatchRunsDecisionsInOrder(t *testing.T) {
 		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
 			{Key: p + "{ip:1}:b:a", Burst: 7, Rate: 1, Period: time.Hour, Subjects: 1},
 			{Key: p + "{ip:1}:b:b", Burst: 100, Rate: 1, Period: time.Hour, Subjects: 1},
-		}, Subjects: []Subject{{Key: p + "{ip:1}:m", Static: 1, Unverified: 1}}}
+		}, Subjects: []RequestSubject{{Key: p + "{ip:1}:m", Static: 1, Unverified: 1}}}
 	}
 	res, errs := runBatch(t, s, reqs)
 	for i := range reqs {

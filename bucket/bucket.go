@@ -43,8 +43,8 @@ type Limit struct {
 	Subjects uint32
 }
 
-// Subject is one subject whose multipliers a decision reads.
-type Subject struct {
+// RequestSubject is one subject whose multipliers a decision reads.
+type RequestSubject struct {
 	// Key is the subject's multiplier hash key (MultiplierKey).
 	Key string
 	// Static is a multiplier the caller already knows for this subject
@@ -81,7 +81,7 @@ type Request struct {
 	// Limits are the buckets, at most MaxLimits.
 	Limits []Limit
 	// Subjects are the multiplier subjects, at most MaxSubjects.
-	Subjects []Subject
+	Subjects []RequestSubject
 	// Locks are lock keys (LockKey) checked before any bucket: an unexpired
 	// lock denies the request and takes no token.
 	Locks []string

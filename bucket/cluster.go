@@ -169,7 +169,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		res.Locked, res.Lock, res.LockIndex = true, l, i
 		return nil
 	}
-	subs := make([]Subject, len(req.Subjects))
+	subs := make([]RequestSubject, len(req.Subjects))
 	for j := range req.Subjects {
 		subs[j] = req.Subjects[j]
 		if subs[j].Cached {

@@ -63,7 +63,7 @@ func TestCluster(t *testing.T) {
 	if err := s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 0.5, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	mreq := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.Subject{{Key: dev, Static: 1, Unverified: 1}},
+	mreq := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}},
 		Limits: []bucket.Limit{{Key: "{ip:9.9.9.9}:b:x", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}, {Key: "{user:u9}:b:y", Burst: 10, Rate: 10, Period: time.Minute}}}
 	if err := s.Decide(ctx, &mreq, &res); err != nil || !res.Allowed || res.Limits[0].Burst != 5 || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.5 {
 		t.Fatalf("multiplier across slots: %+v %v", res, err)

@@ -141,7 +141,7 @@ func TestMultipliers(t *testing.T) {
 			dev := bucket.MultiplierKey(p, "device", "d1")
 			ip := bucket.MultiplierKey(p, "ip", "1.2.3.4")
 			req := bucket.Request{
-				Subjects: []bucket.Subject{{Key: dev, Static: 1, Unverified: 1}, {Key: ip, Static: 1, Unverified: 1}},
+				Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}, {Key: ip, Static: 1, Unverified: 1}},
 				Limits: []bucket.Limit{
 					{Key: p + "{device:d1}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
 					{Key: p + "{ip:1.2.3.4}:b:ip", Burst: 100, Rate: 100, Period: time.Minute, Subjects: 2},
@@ -204,7 +204,7 @@ func TestMultipliers(t *testing.T) {
 				t.Fatalf("static: burst %v, want 25", res.Limits[1].Burst)
 			}
 			// a subject the caller's cache knows is not read: its cached value rules
-			req.Subjects[1] = bucket.Subject{Key: ip, Static: 1, Unverified: 1, Cached: true, Mult: 0.5}
+			req.Subjects[1] = bucket.RequestSubject{Key: ip, Static: 1, Unverified: 1, Cached: true, Mult: 0.5}
 			must(s.Decide(ctx, &req, &res))
 			if res.Limits[1].Burst != 50 || res.Subjects[1].Read || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.8 {
 				t.Fatalf("cached subject: burst %v, subjects %+v", res.Limits[1].Burst, res.Subjects)
@@ -212,7 +212,7 @@ func TestMultipliers(t *testing.T) {
 			// unverified applies whatever is stored: a stored "attestation"
 			// multiplier (first edition) is ignored (6.3)
 			unv := bucket.MultiplierKey(p, "device", "fresh")
-			req = bucket.Request{Now: t0, Subjects: []bucket.Subject{{Key: unv, Static: 1, Unverified: 0.5}},
+			req = bucket.Request{Now: t0, Subjects: []bucket.RequestSubject{{Key: unv, Static: 1, Unverified: 0.5}},
 				Limits: []bucket.Limit{{Key: p + "{device:fresh}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}}}
 			must(s.Decide(ctx, &req, &res))
 			if res.Limits[0].Burst != 5 {
@@ -307,7 +307,7 @@ func TestConformance(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 
-	subjects := []bucket.Subject{
+	subjects := []bucket.RequestSubject{
 		{Key: bucket.MultiplierKey(p, "ip", "a"), Static: 1, Unverified: 1},
 		{Key: bucket.MultiplierKey(p, "user", "b"), Static: 1, Unverified: 1},
 		{Key: bucket.MultiplierKey(p, "device", "c"), Static: 1, Unverified: 1},
@@ -358,13 +358,13 @@ func TestConformance(t *testing.T) {
 		req := bucket.Request{Now: now, Cost: float64(rng.IntN(4)), Subjects: subjects}
 		switch rng.IntN(10) {
 		case 0:
-			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
+			req.Subjects = []bucket.RequestSubject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
 		case 1: // a subject known to the caller's cache
 			pen := 0.0
 			if rng.IntN(2) == 0 {
 				pen = float64(now.Add(time.Duration(rng.IntN(600)) * time.Second).UnixMicro())
 			}
-			req.Subjects = []bucket.Subject{subjects[0], {Key: subjects[1].Key, Static: 1, Unverified: 1, Cached: true, Mult: values[rng.IntN(len(values))], Pen: pen}, subjects[2]}
+			req.Subjects = []bucket.RequestSubject{subjects[0], {Key: subjects[1].Key, Static: 1, Unverified: 1, Cached: true, Mult: values[rng.IntN(len(values))], Pen: pen}, subjects[2]}
 		}
 		for _, l := range all {
 			if rng.IntN(3) > 0 {

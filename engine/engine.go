@@ -358,7 +358,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified})
+				req.Subjects = append(req.Subjects, bucket.RequestSubject{Static: static, Unverified: unverified})
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
