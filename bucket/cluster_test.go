@@ -59,8 +59,8 @@ func TestCluster(t *testing.T) {
 	}
 
 	// a multiplier on a subject of another slot applies
-	dev := bucket.MultiplierKey("", "device", "d1")
-	if err := s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 0.5, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	dev := bucket.MultiplierKey(s.Prefix(), "device", "d1")
+	if err := s.SetMultiplier(ctx, bucket.Subject{Kind: "device", ID: "d1"}, bucket.Multiplier{Source: "admin", Value: 0.5, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	mreq := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}},
@@ -70,11 +70,12 @@ func TestCluster(t *testing.T) {
 	}
 
 	// locks and trust sets of another slot
-	lk, tk := bucket.LockKey("", "account", "alice"), bucket.TrustKey("", "account", "alice")
-	if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Hour), Exempt: true}); err != nil {
+	alice := bucket.Subject{Kind: "account", ID: "alice"}
+	lk, tk := bucket.LockKey(s.Prefix(), "account", "alice"), bucket.TrustKey(s.Prefix(), "account", "alice")
+	if err := s.SetLock(ctx, alice, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Hour), Exempt: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Trust(ctx, tk, "d-good", t0.Add(2*time.Hour)); err != nil {
+	if err := s.Trust(ctx, alice, "d-good", t0.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	lreq := bucket.Request{Now: t0, Cost: 1, Locks: []string{lk}, TrustKeys: []string{tk},
