@@ -270,4 +270,3 @@ func newer(a, b time.Time, ka, kb string) bool {
 	}
 	return ka < kb
 }
-
