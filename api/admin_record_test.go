@@ -43,7 +43,7 @@ func TestAdminAudit(t *testing.T) {
 	f.now = f.now.Add(time.Second)
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", `{"multiplier":2}`, auth...), 200, "")
 	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u1", "", auth...), 200, "")
-	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "dave"), bucket.Lock{Kind: "lockout", Rule: "r", Until: f.now.Add(time.Hour)})
+	_ = f.store.SetLock(context.Background(), bucket.Subject{Kind: "account", ID: "dave"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: f.now.Add(time.Hour)})
 	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/dave", "", auth...), 200, "")
 	if len(audit.list) != 4 {
 		t.Fatalf("audit events %+v", audit.list)
