@@ -26,7 +26,6 @@ var attNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 const (
 	attAppID   = "TEAMID1234.com.example.app"
 	attPackage = "com.example.app"
-	attPrefix  = "tg:"
 )
 
 // attEnv is one attestation handler with its generated PKI and keys.
