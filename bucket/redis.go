@@ -20,7 +20,6 @@ import (
 type Client interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner
-	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
