@@ -48,7 +48,7 @@ type MemoryStore struct {
 	locks  map[string]Lock
 	trusts map[string]map[string]time.Time // trust key -> device -> until
 	// setAt is when each lock (by key) and multiplier (key "|" source)
-	// was set, for listings (Lister).
+	// was set, for listings (ListLocks, ListMultipliers).
 	setAt map[string]time.Time
 }
 

@@ -184,7 +184,8 @@ type Options struct {
 	UnavailableRetry time.Duration
 	// Clock measures decision time for metrics (default time.Now).
 	Clock func() time.Time
-	// L1, when set, answers known denials locally (see L1).
+	// L1, when set, answers known denials locally (see L1); changes made
+	// through L1.Wrap(Store) drop its entries of their subject.
 	L1 *L1
 	// Reputation, when set, returns the reputation rules in force: the
 	// request's ASN becomes its `asn` key part and the rules' multipliers
