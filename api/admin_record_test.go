@@ -73,3 +73,13 @@ func TestAdminAudit(t *testing.T) {
 		t.Fatalf("unpublished change: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestAdminNeedsStore: an admin token without a store to administer is a
+// configuration error, not a 500 at the first admin call.
+func TestAdminNeedsStore(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "")
+	if _, err := New(Options{Engine: f.srv.o.Engine, AdminToken: "tok"}); err == nil || !strings.Contains(err.Error(), "needs a store") {
+		t.Fatalf("err = %v, want the admin API's missing store", err)
+	}
+}
