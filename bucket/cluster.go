@@ -18,11 +18,13 @@ import (
 // subjects and so several slots, which one script cannot touch. On a
 // Cluster such a decision runs in two or three steps:
 //
-//  1. read: the subjects' multipliers, the locks and trust sets, in one
-//     pipeline; multipliers are combined and locks judged in Go by the
-//     same rules as decide.lua (the memory store's code);
+//  1. read: the subjects' multipliers, the locks and trust sets, and
+//     Redis's TIME (the decision's one clock), in one pipeline;
+//     multipliers are combined and locks judged in Go by the same rules as
+//     decide.lua (the memory store's code);
 //  2. decide: decide.lua once per slot, for that slot's buckets, with the
-//     subjects passed in as known (Cached), all slots in one pipeline;
+//     subjects passed in as known (Cached) and that time as now, all slots
+//     in one pipeline;
 //     each slot takes its tokens only if all of its limits allow;
 //  3. refund: when a slot denied, the slots that took give their tokens
 //     back (refund.lua), so a denied request takes nothing in the end.
