@@ -90,6 +90,20 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// without an injected time a multi-slot decision runs at Redis's TIME,
+	// read from the node of its first key
+	nreq := bucket.Request{Cost: 1, Limits: []bucket.Limit{
+		{Key: "{ip:7.7.7.7}:b:n", Burst: 1, Rate: 1, Period: time.Hour},
+		{Key: "{user:u7}:b:n", Burst: 1, Rate: 1, Period: time.Hour},
+	}}
+	if bucket.Slot(nreq.Limits[0].Key) == bucket.Slot(nreq.Limits[1].Key) {
+		t.Fatal("one slot: not the multi-slot path")
+	}
+	before := time.Now()
+	if err := s.Decide(ctx, &nreq, &res); err != nil || !res.Allowed || res.Now.Before(before.Add(-time.Second)) || res.Now.After(time.Now().Add(time.Second)) {
+		t.Fatalf("decision at Redis's time: %+v %v", res, err)
+	}
+
 	// exactness on one bucket (one slot: one script)
 	const n, capacity = 400, 57
 	var admitted atomic.Int64
