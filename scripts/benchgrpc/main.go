@@ -5,11 +5,22 @@
 // remote_address; method + path; user_id; device_id), alternating the two
 // paths for -rounds rounds, and prints one line per run:
 //
-//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X
+//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X redis_cmds_per_req=X
 //
 // cpu_us_per_req is the limiter's own CPU time (user + system, from
 // /proc/PID/stat of -pid) per request: on a shared machine it is the
 // fairer number, since the wall rate moves with everything else running.
+// redis_cmds_per_req (with -redis) is the commands the limiter's Redis ran
+// per request (INFO commandstats, INFO itself excluded): the limiter
+// batches concurrent decisions into one EVALSHA, so it says how large the
+// batches were, which moves the CPU per request.
+//
+// The gRPC client sends as Envoy does: many concurrent streams over few
+// HTTP/2 connections (-grpc-conns, default 2: Envoy keeps one connection
+// per worker thread to the rate-limit cluster), with Envoy's fixed 256 MiB
+// stream and connection windows (so no BDP pings). Envoy also sends
+// grpc-timeout (the filter's timeout, 20 ms by default): -grpc-timeout
+// sets one; the default sends none, as the HTTP path has none.
 package main
 
 import (
@@ -30,14 +41,15 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 type config struct {
-	httpURL, grpcAddr, mode, paths string
-	c, pool, rounds, conns, pid    int
-	d                              time.Duration
+	httpURL, grpcAddr, mode, paths, redis string
+	c, pool, rounds, conns, pid           int
+	d, timeout                            time.Duration
 }
 
 func main() {
@@ -52,6 +64,8 @@ func main() {
 	flag.IntVar(&cfg.conns, "grpc-conns", 2, "gRPC connections (Envoy keeps one per worker thread)")
 	flag.IntVar(&cfg.pid, "pid", 0, "the limiter's PID, for its CPU time (0: not measured)")
 	flag.DurationVar(&cfg.d, "d", 5*time.Second, "length of each run")
+	flag.DurationVar(&cfg.timeout, "grpc-timeout", 0, "deadline of each gRPC call, sent as grpc-timeout (0: none)")
+	flag.StringVar(&cfg.redis, "redis", "", "the limiter's Redis (host:port), for its commands per request (empty: not measured)")
 	flag.Parse()
 	if cfg.httpURL == "" || cfg.grpcAddr == "" || cfg.c < 1 || cfg.pool < 1 {
 		log.Fatal("benchgrpc: -http and -grpc are required; -c and -pool must be positive")
@@ -90,7 +104,8 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.c, MaxConnsPerHost: cfg.c}}
 	clients := make([]rlsv3.RateLimitServiceClient, cfg.conns)
 	for i := range clients {
-		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 		if err != nil {
 			return nil, fmt.Errorf("benchgrpc: %w", err)
 		}
@@ -114,6 +129,11 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 		},
 		"grpc": func(ctx context.Context, i int) (bool, error) {
 			c := clients[next.Add(1)%uint64(len(clients))]
+			if cfg.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+				defer cancel()
+			}
 			resp, err := c.ShouldRateLimit(ctx, reqs[i])
 			if err != nil {
 				return false, err
@@ -122,6 +142,12 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 		},
 	}, nil
 }
+
+// envoyWindow is Envoy's default HTTP/2 stream and connection window
+// (initial_stream_window_size, initial_connection_window_size: 256 MiB).
+// A fixed window also turns off grpc-go's BDP estimation, which Envoy
+// does not do: its pings would follow the answers of a busy connection.
+const envoyWindow = 256 << 20
 
 // key is scripts/bench.lua's key i: 10.x.y.z, u_i, d_i (hot: one key).
 func key(mode string, i int) (ip, user, dev string) {
@@ -145,6 +171,7 @@ func run(cfg config, do doFunc) string {
 	// No context deadline: gRPC fails calls at once when it thinks a
 	// deadline passed, before ctx.Err() says so, and a worker would spin.
 	ctx := context.Background()
+	cmd0 := redisCommands(cfg.redis)
 	cpu0 := cpuTime(cfg.pid)
 	start := time.Now()
 	end := start.Add(cfg.d)
@@ -182,6 +209,7 @@ func run(cfg config, do doFunc) string {
 	wg.Wait()
 	took := time.Since(start)
 	cpu := cpuTime(cfg.pid) - cpu0
+	cmds := redisCommands(cfg.redis) - cmd0
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
 		if len(lat) == 0 {
@@ -194,8 +222,37 @@ func run(cfg config, do doFunc) string {
 	if cfg.pid > 0 && n > 0 {
 		cpuPer = strconv.FormatFloat(float64(cpu.Microseconds())/float64(n), 'f', 1, 64)
 	}
-	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s",
-		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer)
+	cmdsPer := "n/a"
+	if cfg.redis != "" && n > 0 {
+		cmdsPer = strconv.FormatFloat(float64(cmds)/float64(n), 'f', 3, 64)
+	}
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s redis_cmds_per_req=%s",
+		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, cmdsPer)
+}
+
+// redisCommands is the number of commands Redis at addr has run (the
+// calls of INFO commandstats, INFO's own left out; 0 when addr is empty).
+func redisCommands(addr string) int64 {
+	if addr == "" {
+		return 0
+	}
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		log.Fatalf("benchgrpc: redis %s: %v", addr, err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total
 }
 
 // cpuTime is the user + system CPU time of process pid (0 when pid is 0
