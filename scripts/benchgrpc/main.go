@@ -5,11 +5,12 @@
 // remote_address; method + path; user_id; device_id), alternating the two
 // paths for -rounds rounds, and prints one line per run:
 //
-//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X redis_scripts_per_req=X
+//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X
 //
 // cpu_us_per_req is the limiter's own CPU time (user + system, from
 // /proc/PID/stat of -pid) per request: on a shared machine it is the
 // fairer number, since the wall rate moves with everything else running.
+// client_cpu_us_per_req is this load generator's own, per request.
 // redis_scripts_per_req (with -redis) is the scripts (EVALSHA and EVAL
 // calls of INFO commandstats) the limiter's Redis ran per request: the
 // limiter batches concurrent decisions into one EVALSHA, so it is one over
@@ -50,6 +51,7 @@ type config struct {
 	httpURL, grpcAddr, mode, paths, redis string
 	c, pool, rounds, conns, pid           int
 	d, timeout                            time.Duration
+	rate                                  float64
 }
 
 func main() {
@@ -64,6 +66,7 @@ func main() {
 	flag.IntVar(&cfg.conns, "grpc-conns", 2, "gRPC connections (Envoy keeps one per worker thread)")
 	flag.IntVar(&cfg.pid, "pid", 0, "the limiter's PID, for its CPU time (0: not measured)")
 	flag.DurationVar(&cfg.d, "d", 5*time.Second, "length of each run")
+	flag.Float64Var(&cfg.rate, "rate", 0, "requests per second to send, paced (0: each of -c sends its next when answered)")
 	flag.DurationVar(&cfg.timeout, "grpc-timeout", 0, "deadline of each gRPC call, sent as grpc-timeout (0: none)")
 	flag.StringVar(&cfg.redis, "redis", "", "the limiter's Redis (host:port), for its scripts per request (empty: not measured)")
 	flag.Parse()
@@ -172,7 +175,7 @@ func run(cfg config, do doFunc) string {
 	// deadline passed, before ctx.Err() says so, and a worker would spin.
 	ctx := context.Background()
 	scr0 := redisScripts(cfg.redis)
-	cpu0 := cpuTime(cfg.pid)
+	cpu0, self0 := cpuTime(cfg.pid), cpuTime(os.Getpid())
 	start := time.Now()
 	end := start.Add(cfg.d)
 	var mu sync.Mutex
@@ -185,6 +188,9 @@ func run(cfg config, do doFunc) string {
 			defer wg.Done()
 			mine := make([]time.Duration, 0, 1<<16)
 			for n := w; ; n += cfg.c {
+				if cfg.rate > 0 { // request n is due at start + n/rate
+					time.Sleep(time.Until(start.Add(time.Duration(float64(n) / cfg.rate * float64(time.Second)))))
+				}
 				t0 := time.Now()
 				if t0.After(end) {
 					break
@@ -208,7 +214,7 @@ func run(cfg config, do doFunc) string {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	cpu := cpuTime(cfg.pid) - cpu0
+	cpu, self := cpuTime(cfg.pid)-cpu0, cpuTime(os.Getpid())-self0
 	scripts := redisScripts(cfg.redis) - scr0
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
@@ -218,16 +224,19 @@ func run(cfg config, do doFunc) string {
 		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
 	}
 	n := len(lat)
-	cpuPer := "n/a"
+	cpuPer, selfPer := "n/a", "n/a"
 	if cfg.pid > 0 && n > 0 {
 		cpuPer = strconv.FormatFloat(float64(cpu.Microseconds())/float64(n), 'f', 1, 64)
+	}
+	if n > 0 {
+		selfPer = strconv.FormatFloat(float64(self.Microseconds())/float64(n), 'f', 1, 64)
 	}
 	scriptsPer := "n/a"
 	if cfg.redis != "" && n > 0 {
 		scriptsPer = strconv.FormatFloat(float64(scripts)/float64(n), 'f', 3, 64)
 	}
-	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s redis_scripts_per_req=%s",
-		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, scriptsPer)
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=%s redis_scripts_per_req=%s",
+		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, selfPer, scriptsPer)
 }
 
 // redisScripts is the number of scripts Redis at addr has run (the calls
