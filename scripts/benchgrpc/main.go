@@ -3,7 +3,8 @@
 // POST /v1/check (HTTP/1.1, keep-alive) and through Envoy's rate-limit
 // service (gRPC, the generated client, as Envoy sends them: descriptors
 // remote_address; method + path; user_id; device_id), alternating the two
-// paths for -rounds rounds, and prints one line per run:
+// paths for -rounds rounds (with -paths wrk,h2load also through load
+// generators in C: see external.go), and prints one line per run:
 //
 //	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X
 //
@@ -48,10 +49,10 @@ import (
 )
 
 type config struct {
-	httpURL, grpcAddr, mode, paths, redis string
-	c, pool, rounds, conns, pid           int
-	d, timeout                            time.Duration
-	rate                                  float64
+	httpURL, grpcAddr, mode, paths, redis, lua string
+	c, pool, rounds, conns, pid                int
+	d, timeout                                 time.Duration
+	rate                                       float64
 }
 
 func main() {
@@ -59,7 +60,8 @@ func main() {
 	flag.StringVar(&cfg.httpURL, "http", "", "the limiter's /v1/check URL")
 	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
 	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
-	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round")
+	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, wrk, h2load (hot mode)")
+	flag.StringVar(&cfg.lua, "lua", "scripts/bench.lua", "scripts/bench.lua, for the wrk path")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
 	flag.IntVar(&cfg.pool, "pool", 10000, "distinct (ip, user, device) keys in spread mode")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds; each runs every path once")
@@ -82,11 +84,16 @@ func main() {
 	}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, p := range strings.Split(cfg.paths, ",") {
-			do, ok := targets[p]
-			if !ok {
-				log.Fatalf("benchgrpc: unknown path %q (want http or grpc)", p)
+			var res string
+			if do, ok := targets[p]; ok {
+				res = run(cfg, do)
+			} else if externalPaths[p] {
+				if res, err = runExternal(cfg, p, hotRequest()); err != nil {
+					log.Fatal(err)
+				}
+			} else {
+				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, wrk or h2load)", p)
 			}
-			res := run(cfg, do)
 			fmt.Printf("BENCH_GW path=%s round=%d %s\n", p, round, res)
 		}
 	}
@@ -151,6 +158,13 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 // A fixed window also turns off grpc-go's BDP estimation, which Envoy
 // does not do: its pings would follow the answers of a busy connection.
 const envoyWindow = 256 << 20
+
+// hotRequest is the hot key's RateLimitRequest, as the grpc path sends it.
+func hotRequest() *rlsv3.RateLimitRequest {
+	ip, user, dev := key("hot", 0)
+	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+		desc("remote_address", ip), desc("method", "POST", "path", "/bench"), desc("user_id", user), desc("device_id", dev)}}
+}
 
 // key is scripts/bench.lua's key i: 10.x.y.z, u_i, d_i (hot: one key).
 func key(mode string, i int) (ip, user, dev string) {
