@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,8 +55,7 @@ func runExternal(cfg config, p string, hot *rlsv3.RateLimitRequest) (string, err
 		if err != nil {
 			return "", err
 		}
-		framed := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body))) // uncompressed, length
-		if err := os.WriteFile(filepath.Join(dir, "body"), append(framed, body...), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "body"), frame(body), 0o600); err != nil {
 			return "", err
 		}
 		streams := (cfg.c + cfg.conns - 1) / cfg.conns
