@@ -25,7 +25,7 @@ type h2Conn struct {
 	enc     *hpack.Encoder
 	hbuf    bytes.Buffer
 	next    uint32
-	authort string
+	authority string
 
 	pmu     sync.Mutex
 	pending map[uint32]chan h2Answer
@@ -48,7 +48,7 @@ func dialH2(addr string) (*h2Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("benchgrpc: h2: %w", err)
 	}
-	h := &h2Conn{bw: bufio.NewWriterSize(c, 16<<10), next: 1, authort: addr, pending: map[uint32]chan h2Answer{}}
+	h := &h2Conn{bw: bufio.NewWriterSize(c, 16<<10), next: 1, authority: addr, pending: map[uint32]chan h2Answer{}}
 	h.fr = http2.NewFramer(h.bw, bufio.NewReaderSize(c, 32<<10))
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	h.enc = hpack.NewEncoder(&h.hbuf)
@@ -84,7 +84,7 @@ func (h *h2Conn) call(framed []byte) (h2Answer, error) {
 	h.pending[id] = ch
 	h.pmu.Unlock()
 	h.hbuf.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", fullMethod}, {":authority", h.authort},
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", fullMethod}, {":authority", h.authority},
 		{"content-type", "application/grpc"}, {"te", "trailers"}} {
 		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
