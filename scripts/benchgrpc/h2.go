@@ -19,12 +19,12 @@ import (
 // grpc path what wrk is to net/http's client: a load generator that costs
 // the shared machine less, with a body per key (h2load sends one).
 type h2Conn struct {
-	mu      sync.Mutex // guards the writes, enc, hbuf, next
-	bw      *bufio.Writer
-	fr      *http2.Framer
-	enc     *hpack.Encoder
-	hbuf    bytes.Buffer
-	next    uint32
+	mu        sync.Mutex // guards the writes, enc, hbuf, next
+	bw        *bufio.Writer
+	fr        *http2.Framer
+	enc       *hpack.Encoder
+	hbuf      bytes.Buffer
+	next      uint32
 	authority string
 
 	pmu     sync.Mutex
