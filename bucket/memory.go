@@ -79,15 +79,8 @@ func (s *MemoryStore) Trust(_ context.Context, key, device string, until time.Ti
 
 type memShard struct {
 	mu      sync.Mutex
-	buckets map[string]*memBucket
-	_       [40]byte // keep shards on separate cache lines
-}
-
-// memBucket is one bucket's state: the same two numbers decide.lua stores.
-type memBucket struct {
-	tokens float64 // micro-tokens, a whole number
-	last   float64 // microseconds
-	full   float64 // microseconds: when it is full again (eviction order and expiry)
+	buckets memTable
+	_       [48]byte // keep shards on separate cache lines (128 bytes each)
 }
 
 // NewMemoryStore returns a MemoryStore with opts applied.
@@ -111,9 +104,6 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		trusts:      make(map[string]map[string]time.Time),
 		setAt:       make(map[string]time.Time),
 	}
-	for i := range s.shards {
-		s.shards[i].buckets = make(map[string]*memBucket)
-	}
 	return s
 }
 
@@ -127,7 +117,7 @@ func (s *MemoryStore) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.buckets)
+		n += sh.buckets.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -140,11 +130,7 @@ func (s *MemoryStore) Sweep(now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.buckets {
-			if b.full <= us {
-				delete(sh.buckets, k)
-			}
-		}
+		sh.buckets.sweep(us)
 		sh.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -232,11 +218,15 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 
 	// Lock every shard the request touches, in ascending order, so the
 	// decision is atomic across its buckets and cannot deadlock.
+	// Each key is hashed once: the low bits pick the shard, the others the
+	// slot in the shard's table.
 	var idx, order [MaxLimits]uint8
+	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
 	for i := range req.Limits {
-		sh := uint8(maphash.String(s.seed, req.Limits[i].Key) % memShards)
-		idx[i] = sh
+		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
+		sh := uint8(h % memShards)
+		idx[i], hashes[i] = sh, h
 		j := i
 		for ; j > 0 && order[j-1] > sh; j-- {
 			order[j] = order[j-1]
@@ -256,7 +246,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		b := s.shards[idx[i]].buckets[l.Key]
+		b := s.shards[idx[i]].buckets.find(hashes[i], l.Key)
 		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
 		evs[i].b = b
 		if !evs[i].ok && !l.Shadow {
@@ -274,13 +264,13 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if allowed && cost > 0 {
 		// Buckets that exist are updated in place (the pointers were read
 		// under the locks still held) before any new bucket is inserted,
-		// since an insertion may evict.
+		// since an insertion may evict, grow the table or move slots.
 		for pass := 0; pass < 2; pass++ {
 			for i := range req.Limits {
 				ev := &evs[i]
 				if ev.ok && (ev.b != nil) == (pass == 0) {
 					ev.tokens -= cost
-					s.store(&s.shards[idx[i]], req.Limits[i].Key, ev, now)
+					s.store(&s.shards[idx[i]], hashes[i], req.Limits[i].Key, ev, now)
 				}
 			}
 		}
@@ -305,38 +295,17 @@ func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
 	}
 }
 
-// store writes ev's state for key; sh.mu must be held.
-func (s *MemoryStore) store(sh *memShard, key string, ev *eval, now float64) {
+// store writes ev's state for key (hashed h); sh.mu must be held.
+func (s *MemoryStore) store(sh *memShard, h uint64, key string, ev *eval, now float64) {
 	full := resetAt(now, ev.tokens, ev.effb, ev.per)
 	if b := ev.b; b != nil {
 		b.tokens, b.last, b.full = ev.tokens, ev.last, full
 		return
 	}
-	if len(sh.buckets) >= s.maxPerShard {
-		s.evict(sh, now)
+	if sh.buckets.n >= s.maxPerShard {
+		sh.buckets.evict(now)
 	}
-	sh.buckets[key] = &memBucket{tokens: ev.tokens, last: ev.last, full: full}
-}
-
-// evict removes one bucket from sh, preferring ones already full; sh.mu held.
-func (s *MemoryStore) evict(sh *memShard, now float64) {
-	const samples = 8
-	var victim string
-	best := math.Inf(1)
-	n := 0
-	for k, b := range sh.buckets {
-		if b.full <= now {
-			delete(sh.buckets, k)
-			return
-		}
-		if b.full < best {
-			best, victim = b.full, k
-		}
-		if n++; n >= samples {
-			break
-		}
-	}
-	delete(sh.buckets, victim)
+	sh.buckets.put(h, key, memBucket{tokens: ev.tokens, last: ev.last, full: full})
 }
 
 // unit is the number of micro-tokens in a token: buckets count whole
