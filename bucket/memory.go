@@ -242,11 +242,17 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Limits) > len(evsA) {
 		evs = make([]eval, len(req.Limits))
 	}
+	// Find every bucket before evaluating any: the look-ups do not depend
+	// on each other, so their cache misses overlap.
+	var found [MaxLimits]*memBucket
+	for i := range req.Limits {
+		found[i] = s.shards[idx[i]].buckets.find(hashes[i], req.Limits[i].Key)
+	}
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		b := s.shards[idx[i]].buckets.find(hashes[i], l.Key)
+		b := found[i]
 		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
 		evs[i].b = b
 		if !evs[i].ok && !l.Shadow {

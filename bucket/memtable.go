@@ -57,11 +57,35 @@ func (t *memTable) keyAt(s *memSlot) []byte {
 // find returns the bucket of key (hashed h) or nil. The pointer stays
 // valid until the next insert or delete.
 func (t *memTable) find(h uint64, key string) *memBucket {
+	return t.match(t.probe(h), h, key)
+}
+
+// probe returns the first slot holding hash h, or -1 when there is none:
+// the first half of find, which reads only slots (a decision probes for
+// all its keys first, so that their cache misses overlap, then matches).
+func (t *memTable) probe(h uint64) int {
 	if t.n == 0 {
-		return nil
+		return -1
 	}
 	mask := len(t.slots) - 1
 	for i := t.home(h); ; i = (i + 1) & mask {
+		switch t.slots[i].hash {
+		case 0:
+			return -1
+		case h:
+			return i
+		}
+	}
+}
+
+// match returns the bucket of key (hashed h), probing on from slot i, the
+// result of probe(h): the second half of find, which compares keys.
+func (t *memTable) match(i int, h uint64, key string) *memBucket {
+	if i < 0 {
+		return nil
+	}
+	mask := len(t.slots) - 1
+	for ; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.hash == 0 {
 			return nil
