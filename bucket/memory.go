@@ -244,15 +244,14 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	// Find every bucket before evaluating any: the look-ups do not depend
 	// on each other, so their cache misses overlap.
-	var found [MaxLimits]*memBucket
 	for i := range req.Limits {
-		found[i] = s.shards[idx[i]].buckets.find(hashes[i], req.Limits[i].Key)
+		evs[i].b = s.shards[idx[i]].buckets.find(hashes[i], req.Limits[i].Key)
 	}
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		b := found[i]
+		b := evs[i].b
 		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
 		evs[i].b = b
 		if !evs[i].ok && !l.Shadow {
