@@ -251,9 +251,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		b := evs[i].b
-		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
-		evs[i].b = b
+		evaluate(&evs[i], now, l, m, pend, unknown, cost)
 		if !evs[i].ok && !l.Shadow {
 			allowed = false
 		}
@@ -281,7 +279,8 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		}
 	}
 	for i := range req.Limits {
-		res.Limits = append(res.Limits, evs[i].result(now, &req.Limits[i]))
+		res.Limits = append(res.Limits, LimitResult{})
+		evs[i].resultTo(&res.Limits[len(res.Limits)-1], now, &req.Limits[i])
 	}
 	return nil
 }
@@ -324,8 +323,9 @@ type eval struct {
 	b                              *memBucket // the stored state read, nil when absent
 }
 
-func (ev *eval) result(now float64, l *Limit) LimitResult {
-	return limitResult(ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
+// resultTo writes ev's LimitResult to lr.
+func (ev *eval) resultTo(lr *LimitResult, now float64, l *Limit) {
+	limitResultTo(lr, ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
 }
 
 // resetAt is when a bucket holding tokens is full again (decide.lua's reset).
@@ -339,20 +339,28 @@ func resetAt(now, tokens, effb, per float64) float64 {
 // limitResult converts a limit's integer outcome to a LimitResult; both
 // stores build their results here.
 func limitResult(ok bool, tokens, effb, reset, retry float64, l *Limit) LimitResult {
-	return LimitResult{
-		Allowed:    ok,
-		Remaining:  tokens / unit,
-		Burst:      effb / unit,
-		Multiplier: effb / (l.Burst * unit),
-		Reset:      time.UnixMicro(int64(reset)),
-		RetryAfter: time.Duration(retry) * time.Microsecond,
-	}
+	var lr LimitResult
+	limitResultTo(&lr, ok, tokens, effb, reset, retry, l)
+	return lr
 }
 
-// evaluate is decide.lua's per-limit arithmetic, operation for operation.
-// b is the stored state (nil when absent); now is in microseconds, cost in
-// micro-tokens.
-func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool, cost float64) eval {
+// limitResultTo is limitResult into lr, field by field (assigning a whole
+// struct that holds a pointer goes through a copy on the stack).
+func limitResultTo(lr *LimitResult, ok bool, tokens, effb, reset, retry float64, l *Limit) {
+	lr.Allowed = ok
+	lr.Remaining = tokens / unit
+	lr.Burst = effb / unit
+	lr.Multiplier = effb / (l.Burst * unit)
+	lr.Reset = time.UnixMicro(int64(reset))
+	lr.RetryAfter = time.Duration(retry) * time.Microsecond
+}
+
+// evaluate is decide.lua's per-limit arithmetic, operation for operation,
+// into ev (in place: a returned struct would be copied through the stack).
+// ev.b is the stored state (nil when absent); now is in microseconds, cost
+// in micro-tokens.
+func evaluate(ev *eval, now float64, l *Limit, m, pend float64, unknown bool, cost float64) {
+	b := ev.b
 	effb := math.Floor(l.Burst * m * unit)
 	per := l.Rate * m * unit / float64(l.Period.Microseconds())
 	tokens := effb
@@ -382,7 +390,7 @@ func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool
 			retry = math.Ceil((cost - tokens) / per)
 		}
 	}
-	return eval{tokens: tokens, last: last, effb: effb, per: per, retry: retry, ok: ok}
+	ev.tokens, ev.last, ev.effb, ev.per, ev.retry, ev.ok = tokens, last, effb, per, retry, ok
 }
 
 // limitMultiplier multiplies the subjects' multipliers in index order and
