@@ -39,7 +39,7 @@ func (e *events) state() string {
 }
 
 // offendersKey holds riskd's offender list (JSON) for the limiter to serve.
-func offendersKey(prefix string) string { return prefix + "offenders" }
+func offendersKey(prefix string) string { return bucket.OffendersKey(prefix) }
 
 // startEvents connects to NATS (or starts the embedded server and risk
 // engine) and returns the publisher.
@@ -122,11 +122,11 @@ func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg promethe
 	metrics := risk.NewMetrics(reg)
 	newDaemon := func() (*risk.Daemon, error) {
 		o := risk.Options{
-			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg,
+			Publisher: pub, Store: store, Policy: holder.Current, Streams: scfg,
 			Metrics: metrics, Logger: cfg.Logger.With("component", "riskd"),
 		}
 		if rc != nil {
-			o.StoreLost = storeLost(rc, cfg.KeyPrefix+"riskd:riskd:store-epoch")
+			o.StoreLost = storeLost(rc, bucket.StoreEpochKey(cfg.KeyPrefix, "riskd"))
 		}
 		return risk.New(o)
 	}

@@ -292,7 +292,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	rc := redis.NewUniversalClient(opts)
 	dialRedisOnce(ctx, log, rc, cfg.RedisURL, "riskd is not ready until it answers")
 	dialNATSOnce(log, cfg.NATSURL, "riskd is not ready until it answers")
-	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second})
+	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second, Prefix: cfg.KeyPrefix})
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -312,9 +312,9 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 	metrics := risk.NewMetrics(reg)
 	newDaemon := func() (*risk.Daemon, error) {
 		return risk.New(risk.Options{
-			Publisher: pub, Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Streams: scfg, Durable: cfg.Durable,
+			Publisher: pub, Store: store, Policy: holder.Current, Streams: scfg, Durable: cfg.Durable,
 			Metrics: metrics, Logger: log, Reassert: cfg.Reassert,
-			StoreLost: storeLost(rc, cfg.KeyPrefix+"riskd:"+cfg.Durable+":store-epoch"),
+			StoreLost: storeLost(rc, bucket.StoreEpochKey(cfg.KeyPrefix, cfg.Durable)),
 			OffenderSink: func(ctx context.Context, list []signals.Offender) error {
 				b, err := json.Marshal(list)
 				if err != nil {
@@ -330,7 +330,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 	owner := ulid.Make().String()
-	lease := risk.NewLease(rc, cfg.KeyPrefix+"riskd:"+cfg.Durable+":leader", owner, cfg.LeaseTTL)
+	lease := risk.NewLease(rc, bucket.LeaderKey(cfg.KeyPrefix, cfg.Durable), owner, cfg.LeaseTTL)
 	st := newRiskdState()
 
 	mux := http.NewServeMux()

@@ -331,7 +331,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		closers []func()
 	)
 	if cfg.RedisURL == "" {
-		ms := bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: cfg.MemoryMaxKeys})
+		ms := bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: cfg.MemoryMaxKeys, Prefix: cfg.KeyPrefix})
 		store = ms
 		sweepCtx, stop := context.WithCancel(context.Background())
 		closers = append(closers, stop)
@@ -359,7 +359,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		opts.MaxRetries = -1
 		rclient = redis.NewUniversalClient(opts)
 		dialRedisOnce(ctx, log, rclient, cfg.RedisURL, "the limiter serves as each limit's failure mode says until it answers")
-		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode})
+		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode, Prefix: cfg.KeyPrefix})
 		store = rs
 		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
 	}
@@ -400,6 +400,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	srv, err := api.New(api.Options{
 		Engine:       eng,
 		AdminToken:   cfg.AdminToken,
+		Store:        l1.Wrap(store),
 		Getenv:       cfg.Getenv,
 		APIToken:     cfg.APIToken,
 		AttestPrefix: cfg.AttestPrefix,
