@@ -112,9 +112,36 @@ func (t *memTable) put(h uint64, key string, b memBucket) {
 			return
 		}
 	}
-	t.slots[i] = memSlot{hash: h, off: uint32(len(t.arena)), len: uint32(len(key)), memBucket: b}
-	t.arena = append(t.arena, key...)
+	t.slots[i] = memSlot{hash: h, off: t.appendKey(key), len: uint32(len(key)), memBucket: b}
 	t.n++
+}
+
+// appendKey appends key to the arena and returns its offset. A full arena
+// is rebuilt at twice its live size plus key (dropping the removed keys on
+// the way), so growing copies each key about once.
+func (t *memTable) appendKey(key string) uint32 {
+	if len(t.arena)+len(key) > cap(t.arena) {
+		t.rebuild(2 * (len(t.arena) - t.dead + len(key)))
+	}
+	off := len(t.arena)
+	t.arena = append(t.arena, key...)
+	return uint32(off)
+}
+
+// rebuild copies the keys of the occupied slots into a new arena of the
+// given capacity.
+func (t *memTable) rebuild(capacity int) {
+	arena := make([]byte, 0, max(capacity, 256))
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.hash == 0 {
+			continue
+		}
+		off := len(arena)
+		arena = append(arena, t.keyAt(s)...)
+		s.off = uint32(off)
+	}
+	t.arena, t.dead = arena, 0
 }
 
 // grow doubles the slots (16 at first) and re-inserts every bucket.
@@ -168,17 +195,7 @@ func (t *memTable) compact() {
 	if t.dead < 4096 || t.dead < len(t.arena)-t.dead {
 		return
 	}
-	arena := make([]byte, 0, len(t.arena)-t.dead)
-	for i := range t.slots {
-		s := &t.slots[i]
-		if s.hash == 0 {
-			continue
-		}
-		off := len(arena)
-		arena = append(arena, t.keyAt(s)...)
-		s.off = uint32(off)
-	}
-	t.arena, t.dead = arena, 0
+	t.rebuild(2 * (len(t.arena) - t.dead))
 }
 
 // sweep removes every bucket full again at now (in microseconds).
