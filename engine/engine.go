@@ -204,7 +204,7 @@ func New(o Options) (*Engine, error) {
 		return nil, errors.New("engine: store and policy are required")
 	}
 	if o.Prefix == "" {
-		o.Prefix = "tg:"
+		o.Prefix = bucket.DefaultKeyPrefix
 	}
 	if o.Breaker == nil {
 		o.Breaker = NewBreaker(BreakerOptions{}, nil, nil)

@@ -83,6 +83,8 @@ const (
 	DefaultMaxKeys = 200_000
 	// DefaultTrustFor is Options.TrustFor when unset: 30 days.
 	DefaultTrustFor = 30 * 24 * time.Hour
+	// DefaultDurable is Options.Durable when unset.
+	DefaultDurable = "riskd"
 )
 
 // Daemon is a running risk engine. Use New, then Run.
@@ -111,10 +113,10 @@ func New(o Options) (*Daemon, error) {
 		return nil, errors.New("risk: publisher, store and policy are required")
 	}
 	if o.Prefix == "" {
-		o.Prefix = "tg:"
+		o.Prefix = bucket.DefaultKeyPrefix
 	}
 	if o.Durable == "" {
-		o.Durable = "riskd"
+		o.Durable = DefaultDurable
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
