@@ -67,7 +67,7 @@ func (l *Lease) Hold(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = releaseScript.Run(rctx, l.c, []string{l.key}, l.owner).Err()
 			cancel()
 			return nil

@@ -25,16 +25,30 @@ type embeddedNATS struct {
 
 var _ component = (*embeddedNATS)(nil)
 
-// newEmbeddedNATS starts the server on port (0: a free one).
-func newEmbeddedNATS(port int) (*embeddedNATS, error) {
-	if port < 0 || port > 65535 {
-		return nil, fmt.Errorf("service: nats port %d is not a TCP port", port)
+// natsServerConfig configures the embedded NATS server.
+type natsServerConfig struct {
+	// Port is the client port (0: a free one).
+	Port int
+}
+
+// Validate checks the port.
+func (c natsServerConfig) Validate() error {
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("service: nats port %d is not a TCP port", c.Port)
+	}
+	return nil
+}
+
+// newEmbeddedNATS validates c and starts the server.
+func newEmbeddedNATS(c natsServerConfig) (*embeddedNATS, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "tollgate-nats-")
 	if err != nil {
 		return nil, fmt.Errorf("service: nats temp dir: %w", err)
 	}
-	srv, err := streams.StartEmbedded(dir, port)
+	srv, err := streams.StartEmbedded(dir, c.Port)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
@@ -139,5 +142,38 @@ func TestRiskdLeavesNoGoroutine(t *testing.T) {
 			}
 			check()
 		})
+	}
+}
+
+// TestOneProcessRiskFailureStopsLimiter (6.7): the one-process limiter's
+// risk engine is riskd's component; a consumer deleted under it stops the
+// limiter with the consumer's error rather than leave it half-deaf.
+func TestOneProcessRiskFailureStopsLimiter(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := Start(ctx, Config{Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(r.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, "TOLLGATE_EVENTS", "riskd-reports"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Done:
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "risk daemon: risk: consumer riskd-reports") {
+			t.Fatalf("stopped with %v, want the reports consumer's error", r.Err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the limiter kept running without its risk engine's reports consumer")
 	}
 }

@@ -69,7 +69,9 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if l.srv, err = l.server(offenders); err != nil {
 		return nil, err
 	}
-	addWatchers(g, l.holder, cfg.ConfigPath, cfg.WatchInterval, cfg.Logger.With("component", "policy"))
+	if err := addWatchers(g, watchConfig{Holder: l.holder, Path: cfg.ConfigPath, Interval: cfg.WatchInterval, Logger: cfg.Logger.With("component", "policy")}); err != nil {
+		return nil, err
+	}
 	if err := l.addListeners(); err != nil {
 		return nil, err
 	}
@@ -111,7 +113,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 	ec := eventsConfig{URL: cfg.NATSURL, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
 		Ensure: true, Dial: cfg.NATSURL != "", Consequence: "decisions and reports are dropped (and counted) until it answers", Logger: l.log}
 	if cfg.NATSURL == "" {
-		en, err := newEmbeddedNATS(cfg.NATSPort)
+		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort})
 		if err != nil {
 			return nil, err
 		}

@@ -154,7 +154,9 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 		return nil, err
 	}
 	g.add("risk daemon", rk)
-	addWatchers(g, holder, cfg.ConfigPath, 0, cfg.Logger.With("component", "policy"))
+	if err := addWatchers(g, watchConfig{Holder: holder, Path: cfg.ConfigPath, Logger: cfg.Logger.With("component", "policy")}); err != nil {
+		return nil, err
+	}
 	g.add("dependency watcher", componentFunc(func(ctx context.Context) error { watchDeps(ctx, st.client, ev.nc, log); return nil }))
 	ready := health.New("standby", riskdProbe(st, ev, rk))
 	mux := http.NewServeMux()
