@@ -88,10 +88,10 @@ func TestLimiterLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestLimiterFailedStartLeavesNoGoroutine: a start that fails after the
-// store, NATS and the risk daemon were built (the listen address taken)
-// releases them all.
-func TestLimiterFailedStartLeavesNoGoroutine(t *testing.T) {
+// TestFailedStartLeavesNoGoroutine: a start of either daemon that fails
+// after the store, NATS and the risk daemon were built (the listen
+// address taken) releases them all.
+func TestFailedStartLeavesNoGoroutine(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +101,15 @@ func TestLimiterFailedStartLeavesNoGoroutine(t *testing.T) {
 	_, err = Start(context.Background(), Config{Listen: ln.Addr().String(), Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "listen "+ln.Addr().String()) {
 		t.Fatalf("start on a taken port: %v", err)
+	}
+	check()
+	// riskd: its Redis client, lanes, NATS connection and publisher were
+	// built before the listener (StartRiskd leaked them on this path).
+	check = testenv.Goroutines(t)
+	_, err = StartRiskd(context.Background(), RiskdConfig{Listen: ln.Addr().String(), RedisURL: "redis://" + testenv.RedisAddr() + "/0",
+		KeyPrefix: testenv.Prefix(t), NATSURL: testenv.NATSURL(), Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "listen "+ln.Addr().String()) {
+		t.Fatalf("riskd on a taken port: %v", err)
 	}
 	check()
 }
