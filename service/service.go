@@ -1,6 +1,13 @@
-// Package service wires the limiter together: policy, store, engine, HTTP
-// API, metrics, signals. cmd/limiter is a thin main over Run, and tests run
-// the whole daemon in-process through it.
+// Package service builds both daemons from components: the store, the
+// event publisher, the embedded NATS server, the risk daemon, the HTTP and
+// gRPC listeners, the policy, list and ASN watchers and pprof. Each has a
+// config with Validate, a constructor that acquires what it holds, and
+// Run(ctx), which serves until ctx ends or the part fails and then
+// releases it. One group runs a daemon's components: the first failure
+// stops the rest and is the daemon's exit cause; shutdown goes in reverse
+// order of start (see docs/design.md). cmd/limiter and cmd/riskd are thin
+// mains over Start and StartRiskd, which handle no signals, and tests run
+// the whole daemons in-process through them.
 package service
 
 import (
