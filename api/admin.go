@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,18 @@ import (
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
+
+// AdminStore is what the admin API needs of a bucket store: its
+// subject-level operations (bucket.Admin); the store builds every key.
+type AdminStore interface {
+	SetMultiplier(ctx context.Context, s bucket.Subject, m bucket.Multiplier) error
+	ClearMultiplier(ctx context.Context, s bucket.Subject, source string) error
+	Multipliers(ctx context.Context, s bucket.Subject) ([]bucket.Multiplier, error)
+	ClearLock(ctx context.Context, s bucket.Subject) (bool, error)
+	GetLock(ctx context.Context, s bucket.Subject) (bucket.Lock, bool, error)
+	ListLocks(ctx context.Context, limit int) ([]bucket.LockEntry, error)
+	ListMultipliers(ctx context.Context, limit int) ([]bucket.MultiplierEntry, error)
+}
 
 // subjects are the subject kinds multipliers attach to.
 var subjects = map[string]bool{"ip": true, "user": true, "device": true, "account": true, "asn": true}
@@ -123,13 +136,10 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		}
 		m.ExpiresAt = s.o.Now().Add(ttl)
 	}
-	e := s.o.Engine
-	key := bucket.MultiplierKey(e.Prefix(), subject, id)
-	if err := e.Store().SetMultiplier(r.Context(), key, m); err != nil {
+	if err := s.o.Store.SetMultiplier(r.Context(), bucket.Subject{Kind: subject, ID: id}, m); err != nil {
 		s.storeError(w, rid, err)
 		return
 	}
-	e.Forget(key)
 	a := &streams.Audit{Action: streams.AuditMultiplierSet, Subject: subject, ID: id, Value: &m.Value, TTL: req.TTL, Reason: req.Reason}
 	if !m.ExpiresAt.IsZero() {
 		exp := m.ExpiresAt.UTC()
@@ -147,13 +157,10 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 		writeError(w, rid, aerr)
 		return
 	}
-	e := s.o.Engine
-	key := bucket.MultiplierKey(e.Prefix(), subject, id)
-	if err := e.Store().ClearMultiplier(r.Context(), key, "admin"); err != nil {
+	if err := s.o.Store.ClearMultiplier(r.Context(), bucket.Subject{Kind: subject, ID: id}, "admin"); err != nil {
 		s.storeError(w, rid, err)
 		return
 	}
-	e.Forget(key)
 	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditMultiplierClear, Subject: subject, ID: id}) {
 		return
 	}
@@ -175,10 +182,7 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, aerr)
 		return
 	}
-	e := s.o.Engine
-	key := bucket.LockKey(e.Prefix(), "account", account)
-	was, err := e.Store().ClearLock(r.Context(), key)
-	e.Forget(key)
+	was, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: "account", ID: account})
 	if err != nil {
 		s.storeError(w, rid, err)
 		return
@@ -219,9 +223,8 @@ type lockView struct {
 }
 
 func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subject, id string) {
-	e := s.o.Engine
 	ctx := r.Context()
-	ms, err := e.Store().Multipliers(ctx, bucket.MultiplierKey(e.Prefix(), subject, id))
+	ms, err := s.o.Store.Multipliers(ctx, bucket.Subject{Kind: subject, ID: id})
 	if err != nil {
 		s.storeError(w, rid, err)
 		return
@@ -245,7 +248,7 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		v.Multipliers = append(v.Multipliers, mv)
 	}
 	if subject == "account" {
-		l, ok, err := e.Store().GetLock(ctx, bucket.LockKey(e.Prefix(), "account", id))
+		l, ok, err := s.o.Store.GetLock(ctx, bucket.Subject{Kind: "account", ID: id})
 		if err != nil {
 			s.storeError(w, rid, err)
 			return

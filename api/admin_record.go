@@ -105,17 +105,15 @@ func (s *Server) handleListLockouts(w http.ResponseWriter, r *http.Request, rid 
 		writeError(w, rid, aerr)
 		return
 	}
-	out := []lockEntryView{}
-	if l, ok := s.o.Engine.Store().(bucket.Lister); ok {
-		locks, err := l.ListLocks(r.Context(), s.o.Engine.Prefix(), limit)
-		if err != nil {
-			s.storeError(w, rid, err)
-			return
-		}
-		for _, e := range locks {
-			out = append(out, lockEntryView{Subject: e.Subject, ID: e.ID, Kind: e.Lock.Kind, Rule: e.Lock.Rule,
-				ExpiresAt: rfc3339(e.Lock.Until), SetAt: rfc3339(e.SetAt)})
-		}
+	locks, err := s.o.Store.ListLocks(r.Context(), limit)
+	if err != nil {
+		s.storeError(w, rid, err)
+		return
+	}
+	out := make([]lockEntryView, 0, len(locks))
+	for _, e := range locks {
+		out = append(out, lockEntryView{Subject: e.Subject.Kind, ID: e.Subject.ID, Kind: e.Lock.Kind, Rule: e.Lock.Rule,
+			ExpiresAt: rfc3339(e.Lock.Until), SetAt: rfc3339(e.SetAt)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -128,22 +126,20 @@ func (s *Server) handleListMultipliers(w http.ResponseWriter, r *http.Request, r
 		writeError(w, rid, aerr)
 		return
 	}
-	out := []multiplierEntryView{}
-	if l, ok := s.o.Engine.Store().(bucket.Lister); ok {
-		ms, err := l.ListMultipliers(r.Context(), s.o.Engine.Prefix(), limit)
-		if err != nil {
-			s.storeError(w, rid, err)
-			return
+	ms, err := s.o.Store.ListMultipliers(r.Context(), limit)
+	if err != nil {
+		s.storeError(w, rid, err)
+		return
+	}
+	out := make([]multiplierEntryView, 0, len(ms))
+	for _, e := range ms {
+		v := multiplierEntryView{Subject: e.Subject.Kind, ID: e.Subject.ID, Source: e.Multiplier.Source, Value: e.Multiplier.Value,
+			Reason: e.Multiplier.Reason, SetAt: rfc3339(e.SetAt)}
+		if !e.Multiplier.ExpiresAt.IsZero() {
+			t := rfc3339(e.Multiplier.ExpiresAt)
+			v.ExpiresAt = &t
 		}
-		for _, e := range ms {
-			v := multiplierEntryView{Subject: e.Subject, ID: e.ID, Source: e.Multiplier.Source, Value: e.Multiplier.Value,
-				Reason: e.Multiplier.Reason, SetAt: rfc3339(e.SetAt)}
-			if !e.Multiplier.ExpiresAt.IsZero() {
-				t := rfc3339(e.Multiplier.ExpiresAt)
-				v.ExpiresAt = &t
-			}
-			out = append(out, v)
-		}
+		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

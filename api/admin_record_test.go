@@ -43,7 +43,7 @@ func TestAdminAudit(t *testing.T) {
 	f.now = f.now.Add(time.Second)
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", `{"multiplier":2}`, auth...), 200, "")
 	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u1", "", auth...), 200, "")
-	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "dave"), bucket.Lock{Kind: "lockout", Rule: "r", Until: f.now.Add(time.Hour)})
+	_ = f.store.SetLock(context.Background(), bucket.Subject{Kind: "account", ID: "dave"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: f.now.Add(time.Hour)})
 	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/dave", "", auth...), 200, "")
 	if len(audit.list) != 4 {
 		t.Fatalf("audit events %+v", audit.list)
@@ -71,5 +71,15 @@ func TestAdminAudit(t *testing.T) {
 	w := f.do(t, "PUT", "/v1/admin/multipliers/ip/192.0.2.2", `{"multiplier":0.5}`, auth...)
 	if w.Code != 503 || !strings.Contains(w.Body.String(), "could not be published as audit.multiplier_set; retry it") || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("unpublished change: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestAdminNeedsStore: an admin token without a store to administer is a
+// configuration error, not a 500 at the first admin call.
+func TestAdminNeedsStore(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "")
+	if _, err := New(Options{Engine: f.srv.o.Engine, AdminToken: "tok"}); err == nil || !strings.Contains(err.Error(), "needs a store") {
+		t.Fatalf("err = %v, want the admin API's missing store", err)
 	}
 }

@@ -61,7 +61,7 @@ func newFixture(t *testing.T, store bucket.Store, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv, err = New(Options{Engine: eng, AdminToken: token, Gatherer: f.reg, Now: func() time.Time { return f.now }})
+	f.srv, err = New(Options{Engine: eng, AdminToken: token, Store: store, Gatherer: f.reg, Now: func() time.Time { return f.now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestLockAndStepUp(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, "")
 	ctx := context.Background()
-	key := bucket.LockKey("tg:", "account", "alice")
+	key := bucket.Subject{Kind: "account", ID: "alice"}
 	if err := f.store.SetLock(ctx, key, bucket.Lock{Kind: "lockout", Rule: "account-failures", Until: t0.Add(15 * time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestAdmin(t *testing.T) {
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", `{"multiplier":1,"reason":"`+long+`"}`, auth...), 200,
 		`{"subject":"device","id":"x","effective":1,"multipliers":[{"source":"admin","value":1,"expires_at":null,"reason":"`+long+`"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	// lockouts
-	_ = f.store.SetLock(context.Background(), bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Minute)})
+	_ = f.store.SetLock(context.Background(), bucket.Subject{Kind: "account", ID: "alice"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Minute)})
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/account/alice", "", auth...), 200,
 		`{"subject":"account","id":"alice","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r","expires_at":"2024-04-19T10:31:00Z"},"attestation":null,"request_id":"req-1"}`)
 	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/alice", "", auth...), 200, `{"account":"alice","cleared":true,"request_id":"req-1"}`)

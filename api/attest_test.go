@@ -26,7 +26,6 @@ var attNow = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 const (
 	attAppID   = "TEAMID1234.com.example.app"
 	attPackage = "com.example.app"
-	attPrefix  = "tg:"
 )
 
 // attEnv is one attestation handler with its generated PKI and keys.
@@ -190,7 +189,7 @@ func TestAttestFlow(t *testing.T) {
 				e.tokens.Verify(resp.Token, "d1", attNow.Add(24*time.Hour)) || e.tokens.Verify(resp.Token, "d2", attNow) {
 				t.Fatalf("apple device token %q: not a token of d1 for 24h", resp.Token)
 			}
-			if ms, err := e.store.Multipliers(ctx, bucket.MultiplierKey(attPrefix, "device", "d1")); err != nil || len(ms) != 0 {
+			if ms, err := e.store.Multipliers(ctx, bucket.Subject{Kind: "device", ID: "d1"}); err != nil || len(ms) != 0 {
 				t.Fatalf("multipliers = %+v, %v", ms, err)
 			}
 			view, err := AttestationView(ctx, e.devices, "d1")

@@ -101,7 +101,7 @@ func newAttrFixture(t *testing.T, redisStore bool) *attrFixture {
 	f.store = bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return f.now }})
 	if redisStore {
 		c, pfx := testenv.Redis(t)
-		rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second})
+		rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, Prefix: pfx})
 		t.Cleanup(func() { rs.Close() })
 		f.store, prefix = rs, pfx
 	}

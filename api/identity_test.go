@@ -127,7 +127,7 @@ func TestAPIToken(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, "adm1n")
 	var err error
-	f.srv, err = New(Options{Engine: f.srv.o.Engine, AdminToken: "adm1n", APIToken: "ap1", Gatherer: f.reg, Now: func() time.Time { return f.now }})
+	f.srv, err = New(Options{Engine: f.srv.o.Engine, AdminToken: "adm1n", Store: f.store, APIToken: "ap1", Gatherer: f.reg, Now: func() time.Time { return f.now }})
 	if err != nil {
 		t.Fatal(err)
 	}

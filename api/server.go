@@ -32,6 +32,10 @@ type Options struct {
 	// AdminToken is the bearer token of /v1/admin/*; empty disables the
 	// admin API (it answers 404).
 	AdminToken string
+	// Store is what the admin API reads and writes (required with
+	// AdminToken): the engine's store behind its L1 cache (engine.L1.Wrap),
+	// so a change made here is seen by this limiter at once.
+	Store AdminStore
 	// Getenv reads the user-signature key the policy names, for
 	// /v1/forward-auth outside proxy mode (default os.Getenv; in proxy
 	// mode ProxyOptions.Getenv serves both).
@@ -93,6 +97,9 @@ type Server struct {
 func New(o Options) (*Server, error) {
 	if o.Engine == nil {
 		return nil, errors.New("api: engine is required")
+	}
+	if o.AdminToken != "" && o.Store == nil {
+		return nil, errors.New("api: the admin API (an admin token) needs a store")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

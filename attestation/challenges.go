@@ -81,7 +81,7 @@ func NewRedisChallenges(c redis.UniversalClient, prefix string) *RedisChallenges
 
 // challengeKey returns prefix+"{device:<escaped id>}:ch:<challenge>".
 func challengeKey(prefix, deviceID, challenge string) string {
-	return prefix + "{device:" + bucket.EscapeID(deviceID) + "}:ch:" + challenge
+	return bucket.ChallengeKey(prefix, deviceID, challenge)
 }
 
 // Issue implements Challenges.

@@ -125,7 +125,7 @@ func NewRedisDevices(c redis.UniversalClient, prefix string) *RedisDevices {
 // StatusKey returns the Redis key of a device's status:
 // prefix+"{device:<escaped id>}:att".
 func StatusKey(prefix, deviceID string) string {
-	return prefix + "{device:" + bucket.EscapeID(deviceID) + "}:att"
+	return bucket.AttestationKey(prefix, deviceID)
 }
 
 // Get implements Devices.

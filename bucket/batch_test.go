@@ -44,7 +44,7 @@ func TestBatchRunsDecisionsInOrder(t *testing.T) {
 		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
 			{Key: p + "{ip:1}:b:a", Burst: 7, Rate: 1, Period: time.Hour, Subjects: 1},
 			{Key: p + "{ip:1}:b:b", Burst: 100, Rate: 1, Period: time.Hour, Subjects: 1},
-		}, Subjects: []Subject{{Key: p + "{ip:1}:m", Static: 1, Unverified: 1}}}
+		}, Subjects: []RequestSubject{{Key: p + "{ip:1}:m", Static: 1, Unverified: 1}}}
 	}
 	res, errs := runBatch(t, s, reqs)
 	for i := range reqs {
@@ -79,7 +79,7 @@ func TestBatchIsolatesAFailedDecision(t *testing.T) {
 	// string (something else wrote it): SISMEMBER fails with WRONGTYPE for
 	// the decision that must check it.
 	lock := p + "{account:bad}:l"
-	if err := s.SetLock(ctx, lock, Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true, Rule: "r"}); err != nil {
+	if err := s.setLockAt(ctx, lock, Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true, Rule: "r"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {
@@ -148,7 +148,7 @@ func TestLongBatchIsSplitIntoScripts(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	// one exempting lockout whose trust set is a string: decision 50 fails
-	if err := s.SetLock(ctx, p+"{account:bad}:l", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true}); err != nil {
+	if err := s.setLockAt(ctx, p+"{account:bad}:l", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {

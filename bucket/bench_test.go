@@ -15,7 +15,7 @@ func layered(prefix string, n int, id string) bucket.Request {
 	parts := []string{"ip", "user", "device", "account"}
 	req := bucket.Request{Cost: 1}
 	for i := 0; i < n; i++ {
-		req.Subjects = append(req.Subjects, bucket.Subject{Key: bucket.MultiplierKey(prefix, parts[i], id), Static: 1, Unverified: 1})
+		req.Subjects = append(req.Subjects, bucket.RequestSubject{Key: bucket.MultiplierKey(prefix, parts[i], id), Static: 1, Unverified: 1})
 		req.Limits = append(req.Limits, bucket.Limit{
 			Key: prefix + "{" + parts[i] + ":" + id + "}:b:" + parts[i], Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(i),
 		})

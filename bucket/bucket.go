@@ -43,9 +43,9 @@ type Limit struct {
 	Subjects uint32
 }
 
-// Subject is one subject whose multipliers a decision reads.
-type Subject struct {
-	// Key is the subject's multiplier hash key (MultiplierKey).
+// RequestSubject is one subject whose multipliers a decision reads.
+type RequestSubject struct {
+	// Key is the subject's multiplier hash key (AppendMultiplierKey).
 	Key string
 	// Static is a multiplier the caller already knows for this subject
 	// (reputation), combined with the stored ones by the same rule. 1 is
@@ -81,11 +81,11 @@ type Request struct {
 	// Limits are the buckets, at most MaxLimits.
 	Limits []Limit
 	// Subjects are the multiplier subjects, at most MaxSubjects.
-	Subjects []Subject
-	// Locks are lock keys (LockKey) checked before any bucket: an unexpired
+	Subjects []RequestSubject
+	// Locks are lock keys (AppendLockKey) checked before any bucket: an unexpired
 	// lock denies the request and takes no token.
 	Locks []string
-	// TrustKeys, parallel to Locks, name each lock's trust set (TrustKey;
+	// TrustKeys, parallel to Locks, name each lock's trust set (AppendTrustKey;
 	// "" for none): a lock marked Exempt does not apply to a Device in it.
 	TrustKeys []string
 	// Device is the request's device id, for trust sets.
@@ -156,31 +156,6 @@ type Multiplier struct {
 type Decider interface {
 	// Decide evaluates req and fills res (reusing res.Limits' storage).
 	Decide(ctx context.Context, req *Request, res *Result) error
-}
-
-// Admin reads and writes multipliers and locks.
-type Admin interface {
-	// SetMultiplier sets (replaces) the multiplier of m.Source on the subject.
-	SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error
-	// ClearMultiplier removes the multiplier of source on the subject;
-	// source "" removes all of them.
-	ClearMultiplier(ctx context.Context, subjectKey, source string) error
-	// Multipliers lists the subject's unexpired multipliers, sorted by source.
-	Multipliers(ctx context.Context, subjectKey string) ([]Multiplier, error)
-	// SetLock sets the lock at key until l.Until.
-	SetLock(ctx context.Context, key string, l Lock) error
-	// ClearLock removes the lock at key; it reports whether one was in force.
-	ClearLock(ctx context.Context, key string) (bool, error)
-	// GetLock returns the lock at key if one is in force.
-	GetLock(ctx context.Context, key string) (Lock, bool, error)
-	// Trust adds device to the trust set at key until the given time.
-	Trust(ctx context.Context, key, device string, until time.Time) error
-}
-
-// Store is a bucket store: decisions plus administration.
-type Store interface {
-	Decider
-	Admin
 }
 
 // Combine returns the effective multiplier of values by the penalty rule:
@@ -325,22 +300,6 @@ func AppendAttrTag(dst []byte, prefix, name, value string) []byte {
 func AppendKeyPart(dst []byte, value string) []byte {
 	dst = append(dst, '|')
 	return append(dst, EscapeID(value)...)
-}
-
-// MultiplierKey returns the key of a subject's multiplier hash.
-func MultiplierKey(prefix, subject, id string) string {
-	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":m"...))
-}
-
-// TrustKey returns the key of a subject's trust set: the devices that
-// attested and logged in to the account, exempt from its lockouts.
-func TrustKey(prefix, subject, id string) string {
-	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":t"...))
-}
-
-// LockKey returns the key of a subject's lock (accounts are locked).
-func LockKey(prefix, subject, id string) string {
-	return string(append(AppendSubjectTag(make([]byte, 0, len(prefix)+len(subject)+len(id)+8), prefix, subject, id), ":l"...))
 }
 
 // ErrFull reports that a MemoryStore holds as many subjects or locks as

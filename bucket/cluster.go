@@ -18,11 +18,13 @@ import (
 // subjects and so several slots, which one script cannot touch. On a
 // Cluster such a decision runs in two or three steps:
 //
-//  1. read: the subjects' multipliers, the locks and trust sets, in one
-//     pipeline; multipliers are combined and locks judged in Go by the
-//     same rules as decide.lua (the memory store's code);
+//  1. read: the subjects' multipliers, the locks and trust sets, and
+//     Redis's TIME (the decision's one clock), in one pipeline;
+//     multipliers are combined and locks judged in Go by the same rules as
+//     decide.lua (the memory store's code);
 //  2. decide: decide.lua once per slot, for that slot's buckets, with the
-//     subjects passed in as known (Cached), all slots in one pipeline;
+//     subjects passed in as known (Cached) and that time as now, all slots
+//     in one pipeline;
 //     each slot takes its tokens only if all of its limits allow;
 //  3. refund: when a slot denied, the slots that took give their tokens
 //     back (refund.lua), so a denied request takes nothing in the end.
@@ -130,17 +132,16 @@ func sameSlot(req *Request) bool {
 func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout) // all steps: the decision's deadline
 	defer cancel()
-	now := time.Now()
-	nowUS := float64(now.UnixMicro())
-	if !req.Now.IsZero() {
-		now, nowUS = req.Now, float64(req.Now.UnixMicro())
-	}
 	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
 	res.Limits, res.Subjects = res.Limits[:0], res.Subjects[:0]
-	res.Now = time.UnixMicro(int64(nowUS))
 
-	// 1. read multipliers, locks and trust sets
+	// 1. read multipliers, locks and trust sets, and Redis's TIME (unless
+	// the caller injected a time): one clock for every step
 	pipe := s.c.Pipeline()
+	var clock *redis.Cmd
+	if req.Now.IsZero() {
+		clock = timeScript.Eval(ctx, pipe, []string{firstKey(req)})
+	}
 	hashes := make([]*redis.MapStringStringCmd, len(req.Subjects))
 	for j := range req.Subjects {
 		if !req.Subjects[j].Cached {
@@ -158,6 +159,12 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
 	}
+	now, err := clusterNow(req, clock)
+	if err != nil {
+		return err
+	}
+	nowUS := float64(now.UnixMicro())
+	res.Now = now
 	for i, cmd := range locks {
 		l, ok := parseLock(cmd.Val())
 		if !ok || float64(l.Until.UnixMicro()) <= nowUS {
@@ -169,7 +176,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		res.Locked, res.Lock, res.LockIndex = true, l, i
 		return nil
 	}
-	subs := make([]Subject, len(req.Subjects))
+	subs := make([]RequestSubject, len(req.Subjects))
 	for j := range req.Subjects {
 		subs[j] = req.Subjects[j]
 		if subs[j].Cached {
@@ -202,7 +209,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe = s.c.Pipeline()
 	for gi, g := range groups {
-		g.req = Request{Now: req.Now, Cost: req.Cost}
+		g.req = Request{Now: now, Cost: req.Cost}
 		slotKey := req.Limits[g.limits[0]].Key
 		remap := map[int]int{}
 		for _, i := range g.limits {
@@ -293,6 +300,39 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	res.Allowed = allowed
 	res.Limits = append(res.Limits, out...)
 	return nil
+}
+
+// firstKey returns a key of req, whose node's TIME is the decision's clock.
+func firstKey(req *Request) string {
+	switch {
+	case len(req.Limits) > 0:
+		return req.Limits[0].Key
+	case len(req.Locks) > 0:
+		return req.Locks[0]
+	}
+	for i := range req.Subjects {
+		if !req.Subjects[i].Cached {
+			return req.Subjects[i].Key
+		}
+	}
+	return ""
+}
+
+// clusterNow returns the decision time of a Cluster decision: the
+// caller's, else the TIME read with its data (truncated to µs, as
+// decide.lua keeps time).
+func clusterNow(req *Request, clock *redis.Cmd) (time.Time, error) {
+	if clock == nil {
+		return time.UnixMicro(req.Now.UnixMicro()), nil
+	}
+	v, err := clock.Result()
+	if err == nil {
+		var now time.Time
+		if now, _, err = timedReply(v, 2); err == nil {
+			return now, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: cluster time: %w", ErrUnavailable, err)
 }
 
 // parseLock parses a lock value "kind until_us flags rule".

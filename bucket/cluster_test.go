@@ -59,22 +59,23 @@ func TestCluster(t *testing.T) {
 	}
 
 	// a multiplier on a subject of another slot applies
-	dev := bucket.MultiplierKey("", "device", "d1")
-	if err := s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 0.5, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	dev := bucket.MultiplierKey(s.Prefix(), "device", "d1")
+	if err := s.SetMultiplier(ctx, bucket.Subject{Kind: "device", ID: "d1"}, bucket.Multiplier{Source: "admin", Value: 0.5, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	mreq := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.Subject{{Key: dev, Static: 1, Unverified: 1}},
+	mreq := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}},
 		Limits: []bucket.Limit{{Key: "{ip:9.9.9.9}:b:x", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}, {Key: "{user:u9}:b:y", Burst: 10, Rate: 10, Period: time.Minute}}}
 	if err := s.Decide(ctx, &mreq, &res); err != nil || !res.Allowed || res.Limits[0].Burst != 5 || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.5 {
 		t.Fatalf("multiplier across slots: %+v %v", res, err)
 	}
 
 	// locks and trust sets of another slot
-	lk, tk := bucket.LockKey("", "account", "alice"), bucket.TrustKey("", "account", "alice")
-	if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Hour), Exempt: true}); err != nil {
+	alice := bucket.Subject{Kind: "account", ID: "alice"}
+	lk, tk := bucket.LockKey(s.Prefix(), "account", "alice"), bucket.TrustKey(s.Prefix(), "account", "alice")
+	if err := s.SetLock(ctx, alice, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Hour), Exempt: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Trust(ctx, tk, "d-good", t0.Add(2*time.Hour)); err != nil {
+	if err := s.Trust(ctx, alice, "d-good", t0.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	lreq := bucket.Request{Now: t0, Cost: 1, Locks: []string{lk}, TrustKeys: []string{tk},
@@ -87,6 +88,20 @@ func TestCluster(t *testing.T) {
 		if err := s.Decide(ctx, &lreq, &res); err != nil || res.Locked != tc.locked {
 			t.Fatalf("device %s: locked=%v err=%v", tc.device, res.Locked, err)
 		}
+	}
+
+	// without an injected time a multi-slot decision runs at Redis's TIME,
+	// read from the node of its first key
+	nreq := bucket.Request{Cost: 1, Limits: []bucket.Limit{
+		{Key: "{ip:7.7.7.7}:b:n", Burst: 1, Rate: 1, Period: time.Hour},
+		{Key: "{user:u7}:b:n", Burst: 1, Rate: 1, Period: time.Hour},
+	}}
+	if bucket.Slot(nreq.Limits[0].Key) == bucket.Slot(nreq.Limits[1].Key) {
+		t.Fatal("one slot: not the multi-slot path")
+	}
+	before := time.Now()
+	if err := s.Decide(ctx, &nreq, &res); err != nil || !res.Allowed || res.Now.Before(before.Add(-time.Second)) || res.Now.After(time.Now().Add(time.Second)) {
+		t.Fatalf("decision at Redis's time: %+v %v", res, err)
 	}
 
 	// exactness on one bucket (one slot: one script)

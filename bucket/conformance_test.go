@@ -28,11 +28,11 @@ type storeCase struct {
 func stores() []storeCase {
 	return []storeCase{
 		{"memory", func(t *testing.T) (bucket.Store, string) {
-			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }}), "m:"
+			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:"}), "m:"
 		}},
 		{"redis", func(t *testing.T) (bucket.Store, string) {
 			c, prefix := testenv.Redis(t)
-			s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 2 * time.Hour})
+			s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 2 * time.Hour, Prefix: prefix})
 			t.Cleanup(func() { s.Close() })
 			return s, prefix
 		}},
@@ -138,10 +138,11 @@ func TestMultipliers(t *testing.T) {
 			t.Parallel()
 			s, p := sc.new(t)
 			ctx := context.Background()
+			devS, ipS := bucket.Subject{Kind: "device", ID: "d1"}, bucket.Subject{Kind: "ip", ID: "1.2.3.4"}
 			dev := bucket.MultiplierKey(p, "device", "d1")
 			ip := bucket.MultiplierKey(p, "ip", "1.2.3.4")
 			req := bucket.Request{
-				Subjects: []bucket.Subject{{Key: dev, Static: 1, Unverified: 1}, {Key: ip, Static: 1, Unverified: 1}},
+				Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}, {Key: ip, Static: 1, Unverified: 1}},
 				Limits: []bucket.Limit{
 					{Key: p + "{device:d1}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
 					{Key: p + "{ip:1.2.3.4}:b:ip", Burst: 100, Rate: 100, Period: time.Minute, Subjects: 2},
@@ -162,14 +163,14 @@ func TestMultipliers(t *testing.T) {
 				}
 			}
 			// a bonus alone applies
-			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "velocity", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
+			must(s.SetMultiplier(ctx, devS, bucket.Multiplier{Source: "velocity", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
 			decide(0)
 			if res.Limits[0].Burst != 20 || res.Limits[0].Multiplier != 2 || res.Limits[1].Burst != 100 {
 				t.Fatalf("bonus: %+v", res.Limits)
 			}
 			// penalties win over bonuses
-			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "anomaly", Value: 0.5, ExpiresAt: t0.Add(10 * time.Minute)}))
-			must(s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 0.8, ExpiresAt: t0.Add(20 * time.Minute)}))
+			must(s.SetMultiplier(ctx, devS, bucket.Multiplier{Source: "anomaly", Value: 0.5, ExpiresAt: t0.Add(10 * time.Minute)}))
+			must(s.SetMultiplier(ctx, devS, bucket.Multiplier{Source: "admin", Value: 0.8, ExpiresAt: t0.Add(20 * time.Minute)}))
 			decide(0)
 			if res.Limits[0].Burst != 5 {
 				t.Fatalf("penalty: burst %v, want 5", res.Limits[0].Burst)
@@ -180,18 +181,18 @@ func TestMultipliers(t *testing.T) {
 				t.Fatalf("after anomaly expiry: burst %v, want 8", res.Limits[0].Burst)
 			}
 			// 0 blocks, and the wait is the block's remaining time
-			must(s.SetMultiplier(ctx, ip, bucket.Multiplier{Source: "admin", Value: 0, ExpiresAt: t0.Add(15 * time.Minute)}))
+			must(s.SetMultiplier(ctx, ipS, bucket.Multiplier{Source: "admin", Value: 0, ExpiresAt: t0.Add(15 * time.Minute)}))
 			req.Now, req.Cost = t0.Add(10*time.Minute), 1
 			must(s.Decide(ctx, &req, &res))
 			if res.Allowed || res.Limits[1].Allowed || res.Limits[1].RetryAfter != 5*time.Minute || !res.Limits[0].Allowed {
 				t.Fatalf("blocked: %+v", res)
 			}
-			must(s.ClearMultiplier(ctx, ip, "admin"))
+			must(s.ClearMultiplier(ctx, ipS, "admin"))
 			must(s.Decide(ctx, &req, &res))
 			if !res.Allowed {
 				t.Fatalf("after clear: %+v", res)
 			}
-			ms, err := s.Multipliers(ctx, dev)
+			ms, err := s.Multipliers(ctx, devS)
 			must(err)
 			if len(ms) != 3 || ms[0].Source != "admin" || ms[1].Source != "anomaly" || ms[2].Source != "velocity" || ms[0].Value != 0.8 {
 				t.Fatalf("multipliers: %+v", ms)
@@ -204,21 +205,22 @@ func TestMultipliers(t *testing.T) {
 				t.Fatalf("static: burst %v, want 25", res.Limits[1].Burst)
 			}
 			// a subject the caller's cache knows is not read: its cached value rules
-			req.Subjects[1] = bucket.Subject{Key: ip, Static: 1, Unverified: 1, Cached: true, Mult: 0.5}
+			req.Subjects[1] = bucket.RequestSubject{Key: ip, Static: 1, Unverified: 1, Cached: true, Mult: 0.5}
 			must(s.Decide(ctx, &req, &res))
 			if res.Limits[1].Burst != 50 || res.Subjects[1].Read || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.8 {
 				t.Fatalf("cached subject: burst %v, subjects %+v", res.Limits[1].Burst, res.Subjects)
 			}
 			// unverified applies whatever is stored: a stored "attestation"
 			// multiplier (first edition) is ignored (6.3)
+			unvS := bucket.Subject{Kind: "device", ID: "fresh"}
 			unv := bucket.MultiplierKey(p, "device", "fresh")
-			req = bucket.Request{Now: t0, Subjects: []bucket.Subject{{Key: unv, Static: 1, Unverified: 0.5}},
+			req = bucket.Request{Now: t0, Subjects: []bucket.RequestSubject{{Key: unv, Static: 1, Unverified: 0.5}},
 				Limits: []bucket.Limit{{Key: p + "{device:fresh}:b:dev", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}}}
 			must(s.Decide(ctx, &req, &res))
 			if res.Limits[0].Burst != 5 {
 				t.Fatalf("unverified: burst %v, want 5", res.Limits[0].Burst)
 			}
-			must(s.SetMultiplier(ctx, unv, bucket.Multiplier{Source: "attestation", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
+			must(s.SetMultiplier(ctx, unvS, bucket.Multiplier{Source: "attestation", Value: 2, ExpiresAt: t0.Add(time.Hour)}))
 			must(s.Decide(ctx, &req, &res))
 			if res.Limits[0].Burst != 5 {
 				t.Fatalf("stored attestation: burst %v, want 5 (ignored)", res.Limits[0].Burst)
@@ -234,11 +236,12 @@ func TestLocks(t *testing.T) {
 			t.Parallel()
 			s, p := sc.new(t)
 			ctx := context.Background()
+			alice := bucket.Subject{Kind: "account", ID: "alice"}
 			lk := bucket.LockKey(p, "account", "alice")
 			req := bucket.Request{Cost: 1, Locks: []string{lk}, Limits: []bucket.Limit{{Key: p + "{account:alice}:b:l", Burst: 3, Rate: 3, Period: time.Minute}}}
 			var res bucket.Result
 			until := t0.Add(15 * time.Minute)
-			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "account-failures", Until: until}); err != nil {
+			if err := s.SetLock(ctx, alice, bucket.Lock{Kind: "lockout", Rule: "account-failures", Until: until}); err != nil {
 				t.Fatal(err)
 			}
 			req.Now = t0
@@ -248,11 +251,11 @@ func TestLocks(t *testing.T) {
 			if !res.Locked || res.Allowed || res.Lock.Kind != "lockout" || res.Lock.Rule != "account-failures" || !res.Lock.Until.Equal(until) {
 				t.Fatalf("locked: %+v", res)
 			}
-			l, ok, err := s.GetLock(ctx, lk)
+			l, ok, err := s.GetLock(ctx, alice)
 			if err != nil || !ok || l.Kind != "lockout" {
 				t.Fatalf("GetLock = %+v %v %v", l, ok, err)
 			}
-			if ok, err := s.ClearLock(ctx, lk); err != nil || !ok {
+			if ok, err := s.ClearLock(ctx, alice); err != nil || !ok {
 				t.Fatalf("ClearLock = %v %v", ok, err)
 			}
 			if err := s.Decide(ctx, &req, &res); err != nil || !res.Allowed || res.Limits[0].Remaining != 2 {
@@ -260,10 +263,10 @@ func TestLocks(t *testing.T) {
 			}
 			// an exempt lock skips the devices in the account's trust set
 			tk := bucket.TrustKey(p, "account", "alice")
-			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "lockout", Rule: "r", Until: until, Exempt: true}); err != nil {
+			if err := s.SetLock(ctx, alice, bucket.Lock{Kind: "lockout", Rule: "r", Until: until, Exempt: true}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Trust(ctx, tk, "d-good", until.Add(time.Hour)); err != nil {
+			if err := s.Trust(ctx, alice, "d-good", until.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			for _, tc := range []struct {
@@ -279,13 +282,13 @@ func TestLocks(t *testing.T) {
 					t.Fatalf("exempt lock, device %q trust %v: locked=%v err=%v, want locked=%v", tc.device, tc.trust, res.Locked, err, tc.locked)
 				}
 			}
-			if l, ok, _ := s.GetLock(ctx, lk); !ok || !l.Exempt {
+			if l, ok, _ := s.GetLock(ctx, alice); !ok || !l.Exempt {
 				t.Fatalf("GetLock lost the exempt flag: %+v", l)
 			}
 			req.Device, req.TrustKeys = "", nil
 			// an expired lock is not in force
 			req.Now = until.Add(time.Second)
-			if err := s.SetLock(ctx, lk, bucket.Lock{Kind: "step_up", Rule: "r", Until: until}); err != nil {
+			if err := s.SetLock(ctx, alice, bucket.Lock{Kind: "step_up", Rule: "r", Until: until}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Decide(ctx, &req, &res); err != nil || res.Locked {
@@ -300,18 +303,19 @@ func TestLocks(t *testing.T) {
 // results: the memory store and decide.lua are one semantics.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	mem := bucket.NewMemoryStore(bucket.MemoryOptions{})
 	c, p := testenv.Redis(t)
-	red := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 24 * time.Hour})
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Prefix: p})
+	red := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 24 * time.Hour, Prefix: p})
 	defer red.Close()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 
-	subjects := []bucket.Subject{
+	subjects := []bucket.RequestSubject{
 		{Key: bucket.MultiplierKey(p, "ip", "a"), Static: 1, Unverified: 1},
 		{Key: bucket.MultiplierKey(p, "user", "b"), Static: 1, Unverified: 1},
 		{Key: bucket.MultiplierKey(p, "device", "c"), Static: 1, Unverified: 1},
 	}
+	names := []bucket.Subject{{Kind: "ip", ID: "a"}, {Kind: "user", ID: "b"}, {Kind: "device", ID: "c"}} // of subjects
 	all := []bucket.Limit{
 		{Key: p + "{ip:a}:b:1", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1},
 		{Key: p + "{user:b}:b:2", Burst: 3, Rate: 0.5, Period: time.Second, Subjects: 2},
@@ -338,18 +342,18 @@ func TestConformance(t *testing.T) {
 			if rng.IntN(4) > 0 {
 				m.ExpiresAt = now.Add(time.Duration(1+rng.IntN(600)) * time.Second)
 			}
-			key := subjects[rng.IntN(len(subjects))].Key
+			sub := names[rng.IntN(len(subjects))]
 			for _, s := range []bucket.Store{mem, red} {
-				if err := s.SetMultiplier(ctx, key, m); err != nil {
+				if err := s.SetMultiplier(ctx, sub, m); err != nil {
 					t.Fatal(err)
 				}
 			}
 			continue
 		case r < 8:
-			key := subjects[rng.IntN(len(subjects))].Key
+			sub := names[rng.IntN(len(subjects))]
 			src := sources[rng.IntN(len(sources))]
 			for _, s := range []bucket.Store{mem, red} {
-				if err := s.ClearMultiplier(ctx, key, src); err != nil {
+				if err := s.ClearMultiplier(ctx, sub, src); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -358,13 +362,13 @@ func TestConformance(t *testing.T) {
 		req := bucket.Request{Now: now, Cost: float64(rng.IntN(4)), Subjects: subjects}
 		switch rng.IntN(10) {
 		case 0:
-			req.Subjects = []bucket.Subject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
+			req.Subjects = []bucket.RequestSubject{subjects[0], subjects[1], {Key: subjects[2].Key, Static: values[rng.IntN(len(values))], Unverified: values[rng.IntN(len(values))]}}
 		case 1: // a subject known to the caller's cache
 			pen := 0.0
 			if rng.IntN(2) == 0 {
 				pen = float64(now.Add(time.Duration(rng.IntN(600)) * time.Second).UnixMicro())
 			}
-			req.Subjects = []bucket.Subject{subjects[0], {Key: subjects[1].Key, Static: 1, Unverified: 1, Cached: true, Mult: values[rng.IntN(len(values))], Pen: pen}, subjects[2]}
+			req.Subjects = []bucket.RequestSubject{subjects[0], {Key: subjects[1].Key, Static: 1, Unverified: 1, Cached: true, Mult: values[rng.IntN(len(values))], Pen: pen}, subjects[2]}
 		}
 		for _, l := range all {
 			if rng.IntN(3) > 0 {

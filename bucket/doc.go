@@ -23,6 +23,33 @@
 // same operations in the same order, so they agree to the bit; the
 // conformance tests in this package prove it on a shared table of steps.
 //
+// # Subjects and administration
+//
+// A Subject names what multipliers, locks and trust sets attach to: a kind
+// (ip, user, device, account, asn) and an id. Both stores implement Admin,
+// the subject-level operations (SetMultiplier, ClearMultiplier,
+// Multipliers, SetLock, ClearLock, GetLock, Trust, ListLocks,
+// ListMultipliers), and build every key themselves under the prefix of
+// their options (RedisOptions.Prefix, MemoryOptions.Prefix): callers never
+// build a key of a subject. The hot path, which builds a decision's keys in
+// one buffer, uses this package's Append* builders (AppendMultiplierKey,
+// AppendLockKey, AppendTrustKey, AppendSubjectTag, AppendAttrTag,
+// AppendBucketName, AppendKeyPart); riskd's and attestation's other keys
+// come from OffendersKey, StoreEpochKey, LeaderKey, AttestationKey and
+// ChallengeKey. The limiter's L1 cache decorates a Store (engine.L1.Wrap)
+// so that a write through it forgets the subject's cached entries.
+//
+// # One clock per store
+//
+// Every expiry a store judges is judged by one clock: RedisStore by Redis's
+// TIME (decide.lua reads it once per batch; GetLock, ClearLock,
+// Multipliers and the listings read it in the script or pipeline that
+// reads the data, once per call; a Cluster decision reads it once with its
+// locks and multipliers and hands it to every slot's script), never by the
+// host's clock, which RedisStore reads only for its deadlines.
+// MemoryStore judges by its injected clock (MemoryOptions.Now).
+// Request.Now, when set, is the decision time in both.
+//
 // # Key layout
 //
 // Every key starts with a configurable prefix (default "tg:") and carries a

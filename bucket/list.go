@@ -18,29 +18,20 @@ const MaxListed = 100_000
 
 // LockEntry is a lock in force, for listing.
 type LockEntry struct {
-	// Key is the lock key (LockKey); Subject and ID the subject it is on.
-	Key, Subject, ID string
-	Lock             Lock
+	// Subject is what is locked.
+	Subject Subject
+	Lock    Lock
 	// SetAt is when it was set (writing the same lock again keeps it).
 	SetAt time.Time
 }
 
 // MultiplierEntry is one source's multiplier in force on a subject.
 type MultiplierEntry struct {
-	// Key is the subject's multiplier key (MultiplierKey); Subject and ID
-	// the subject.
-	Key, Subject, ID string
-	Multiplier       Multiplier
+	// Subject is what the multiplier scales.
+	Subject    Subject
+	Multiplier Multiplier
 	// SetAt is when it was set (writing the same value again keeps it).
 	SetAt time.Time
-}
-
-// Lister lists the locks and multipliers in force under a key prefix,
-// newest first, at most limit entries. RedisStore and MemoryStore
-// implement it.
-type Lister interface {
-	ListLocks(ctx context.Context, prefix string, limit int) ([]LockEntry, error)
-	ListMultipliers(ctx context.Context, prefix string, limit int) ([]MultiplierEntry, error)
 }
 
 // ParseSubjectKey splits a lock, multiplier or trust key
@@ -91,20 +82,12 @@ func prefixOf(key string) string {
 	return key
 }
 
-// Listing indexes: sorted sets of lock keys and of "multiplier key|source",
-// scored by when they were set (Unix ms).
-func lockIndex(prefix string) string { return prefix + "index:locks" }
-func multIndex(prefix string) string { return prefix + "index:multipliers" }
-
-// index records member in the sorted set idx at now and keeps idx at
-// MaxListed members. Callers write the index before the entry it lists,
-// so an entry a reader can see is always listed (a listing drops members
-// whose entry is gone).
-func (s *RedisStore) index(ctx context.Context, idx, member string, now time.Time) error {
-	pipe := s.c.Pipeline()
-	pipe.ZAdd(ctx, idx, redis.Z{Score: float64(now.UnixMilli()), Member: member})
-	pipe.ZRemRangeByRank(ctx, idx, 0, -MaxListed-1)
-	if _, err := pipe.Exec(ctx); err != nil {
+// index records member in the sorted set idx at Redis's TIME and keeps
+// idx at MaxListed members. Callers write the index before the entry it
+// lists, so an entry a reader can see is always listed (a listing drops
+// members whose entry is gone).
+func (s *RedisStore) index(ctx context.Context, idx, member string) error {
+	if err := indexScript.Run(ctx, s.c, []string{idx}, member, MaxListed).Err(); err != nil {
 		return fmt.Errorf("%w: index %s in %s: %w", ErrUnavailable, member, idx, err)
 	}
 	return nil
@@ -124,11 +107,17 @@ func (s *RedisStore) unindex(ctx context.Context, idx string, members ...string)
 	_, _ = pipe.Exec(ctx)
 }
 
-// ListLocks implements Lister: the locks under prefix, newest first,
-// skipping (and dropping from the index) those no longer in force.
-func (s *RedisStore) ListLocks(ctx context.Context, prefix string, limit int) ([]LockEntry, error) {
+// ListLocks implements Admin: the locks under the store's prefix, newest
+// first, skipping (and dropping from the index) those no longer in force
+// at Redis's TIME, read once.
+func (s *RedisStore) ListLocks(ctx context.Context, limit int) ([]LockEntry, error) {
+	idx := lockIndex(s.prefix)
+	now, err := s.redisNow(ctx, idx)
+	if err != nil {
+		return nil, err
+	}
 	var out []LockEntry
-	err := s.scanIndex(ctx, lockIndex(prefix), limit, func(members []redis.Z) ([]string, error) {
+	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]string, error) {
 		pipe := s.c.Pipeline()
 		keys := make([]string, len(members))
 		cmds := make([]*redis.StringCmd, len(members))
@@ -140,7 +129,6 @@ func (s *RedisStore) ListLocks(ctx context.Context, prefix string, limit int) ([
 			return nil, err
 		}
 		var gone []string
-		now := time.Now()
 		for i, c := range cmds {
 			l, ok := parseLock(c.Val())
 			subj, id, ok2 := ParseSubjectKey(keys[i])
@@ -149,7 +137,7 @@ func (s *RedisStore) ListLocks(ctx context.Context, prefix string, limit int) ([
 				continue
 			}
 			if len(out) < limit {
-				out = append(out, LockEntry{Key: keys[i], Subject: subj, ID: id, Lock: l, SetAt: time.UnixMilli(int64(members[i].Score))})
+				out = append(out, LockEntry{Subject: Subject{subj, id}, Lock: l, SetAt: time.UnixMilli(int64(members[i].Score))})
 			}
 		}
 		return gone, nil
@@ -157,10 +145,15 @@ func (s *RedisStore) ListLocks(ctx context.Context, prefix string, limit int) ([
 	return out, err
 }
 
-// ListMultipliers implements Lister like ListLocks.
-func (s *RedisStore) ListMultipliers(ctx context.Context, prefix string, limit int) ([]MultiplierEntry, error) {
+// ListMultipliers implements Admin like ListLocks.
+func (s *RedisStore) ListMultipliers(ctx context.Context, limit int) ([]MultiplierEntry, error) {
+	idx := multIndex(s.prefix)
+	now, err := s.redisNow(ctx, idx)
+	if err != nil {
+		return nil, err
+	}
 	var out []MultiplierEntry
-	err := s.scanIndex(ctx, multIndex(prefix), limit, func(members []redis.Z) ([]string, error) {
+	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]string, error) {
 		pipe := s.c.Pipeline()
 		cmds := make([]*redis.StringCmd, len(members))
 		names := make([]string, len(members))
@@ -173,7 +166,6 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, prefix string, limit i
 			return nil, err
 		}
 		var gone []string
-		now := time.Now()
 		for i, c := range cmds {
 			key, src, _ := strings.Cut(names[i], "|")
 			m, ok := parseMultipliers(map[string]string{src: c.Val()})[src]
@@ -183,7 +175,7 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, prefix string, limit i
 				continue
 			}
 			if len(out) < limit {
-				out = append(out, MultiplierEntry{Key: key, Subject: subj, ID: id, Multiplier: m, SetAt: time.UnixMilli(int64(members[i].Score))})
+				out = append(out, MultiplierEntry{Subject: Subject{subj, id}, Multiplier: m, SetAt: time.UnixMilli(int64(members[i].Score))})
 			}
 		}
 		return gone, nil
@@ -219,9 +211,9 @@ func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read 
 	return nil
 }
 
-// ListLocks implements Lister.
-func (s *MemoryStore) ListLocks(_ context.Context, prefix string, limit int) ([]LockEntry, error) {
-	now := s.now()
+// ListLocks implements Admin: the locks in force at the store's clock.
+func (s *MemoryStore) ListLocks(_ context.Context, limit int) ([]LockEntry, error) {
+	now, prefix := s.now(), s.prefix
 	s.mu.RLock()
 	var out []LockEntry
 	for k, l := range s.locks {
@@ -230,17 +222,19 @@ func (s *MemoryStore) ListLocks(_ context.Context, prefix string, limit int) ([]
 		}
 		subj, id, ok := ParseSubjectKey(k)
 		if ok && l.Until.After(now) {
-			out = append(out, LockEntry{Key: k, Subject: subj, ID: id, Lock: l, SetAt: s.setAt[k]})
+			out = append(out, LockEntry{Subject: Subject{subj, id}, Lock: l, SetAt: s.setAt[k]})
 		}
 	}
 	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return newer(out[i].SetAt, out[j].SetAt, out[i].Key, out[j].Key) })
+	sort.Slice(out, func(i, j int) bool {
+		return newer(out[i].SetAt, out[j].SetAt, entryKey(out[i].Subject, ""), entryKey(out[j].Subject, ""))
+	})
 	return out[:min(len(out), max(limit, 0))], nil
 }
 
-// ListMultipliers implements Lister.
-func (s *MemoryStore) ListMultipliers(_ context.Context, prefix string, limit int) ([]MultiplierEntry, error) {
-	now := s.now()
+// ListMultipliers implements Admin like ListLocks.
+func (s *MemoryStore) ListMultipliers(_ context.Context, limit int) ([]MultiplierEntry, error) {
+	now, prefix := s.now(), s.prefix
 	s.mu.RLock()
 	var out []MultiplierEntry
 	for k, ms := range s.mults {
@@ -250,15 +244,23 @@ func (s *MemoryStore) ListMultipliers(_ context.Context, prefix string, limit in
 		}
 		for src, m := range ms {
 			if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
-				out = append(out, MultiplierEntry{Key: k, Subject: subj, ID: id, Multiplier: m, SetAt: s.setAt[k+"|"+src]})
+				out = append(out, MultiplierEntry{Subject: Subject{subj, id}, Multiplier: m, SetAt: s.setAt[k+"|"+src]})
 			}
 		}
 	}
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
-		return newer(out[i].SetAt, out[j].SetAt, out[i].Key+"|"+out[i].Multiplier.Source, out[j].Key+"|"+out[j].Multiplier.Source)
+		return newer(out[i].SetAt, out[j].SetAt, entryKey(out[i].Subject, out[i].Multiplier.Source), entryKey(out[j].Subject, out[j].Multiplier.Source))
 	})
 	return out[:min(len(out), max(limit, 0))], nil
+}
+
+// entryKey orders entries of one SetAt: by their key ("|" source).
+func entryKey(s Subject, source string) string {
+	if source == "" {
+		return subjectKey("", s, ":l")
+	}
+	return subjectKey("", s, ":m") + "|" + source
 }
 
 // newer orders listings: later SetAt first, then by key.
@@ -268,9 +270,3 @@ func newer(a, b time.Time, ka, kb string) bool {
 	}
 	return ka < kb
 }
-
-// Compile-time checks.
-var (
-	_ Lister = (*RedisStore)(nil)
-	_ Lister = (*MemoryStore)(nil)
-)

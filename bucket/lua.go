@@ -41,3 +41,37 @@ elseif last > 0 then
 end
 return 1
 `)
+
+// Scripts of the admin and Cluster paths. Each reads Redis's TIME on the
+// node that holds its key, so an expiry is judged by the clock decide.lua
+// uses, never by the host's.
+
+// timeScript returns TIME ({seconds, microseconds}) from the node of KEYS[1].
+var timeScript = redis.NewScript(`
+local t = redis.call("TIME")
+return {t[1], t[2]}
+`)
+
+// getLockScript returns {TIME seconds, TIME µs, the lock value or nil};
+// ARGV[1] "1" also deletes the lock. KEYS[1] lock.
+var getLockScript = redis.NewScript(`
+local v = redis.call("GET", KEYS[1])
+local t = redis.call("TIME")
+if ARGV[1] == "1" and v then redis.call("DEL", KEYS[1]) end
+return {t[1], t[2], v}
+`)
+
+// multipliersScript returns {TIME seconds, TIME µs, HGETALL of KEYS[1]}.
+var multipliersScript = redis.NewScript(`
+local t = redis.call("TIME")
+return {t[1], t[2], redis.call("HGETALL", KEYS[1])}
+`)
+
+// indexScript records ARGV[1] in the listing index KEYS[1], scored by TIME
+// in ms, and keeps the newest ARGV[2] members.
+var indexScript = redis.NewScript(`
+local t = redis.call("TIME")
+redis.call("ZADD", KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+redis.call("ZREMRANGEBYRANK", KEYS[1], 0, -tonumber(ARGV[2]) - 1)
+return 1
+`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
-	"sort"
 	"sync"
 	"time"
 )
@@ -25,8 +24,12 @@ type MemoryOptions struct {
 	// MaxSubjects bounds the subjects with multipliers and the locks held,
 	// each (default MaxKeys/4, at least 1024). Expired entries go first.
 	MaxSubjects int
-	// Now is the clock for requests without Request.Now (default time.Now).
+	// Now is the clock for requests without Request.Now and for every
+	// expiry the subject-level operations judge (default time.Now).
 	Now func() time.Time
+	// Prefix starts every key the store builds (default DefaultPrefix),
+	// as RedisOptions.Prefix.
+	Prefix string
 }
 
 // MemoryStore is the in-process Store: the same semantics as RedisStore,
@@ -34,6 +37,7 @@ type MemoryOptions struct {
 // shards run in parallel. The zero value is not usable; use NewMemoryStore.
 type MemoryStore struct {
 	seed        maphash.Seed
+	prefix      string
 	now         func() time.Time
 	maxPerShard int
 	maxSubjects int
@@ -44,7 +48,7 @@ type MemoryStore struct {
 	locks  map[string]Lock
 	trusts map[string]map[string]time.Time // trust key -> device -> until
 	// setAt is when each lock (by key) and multiplier (key "|" source)
-	// was set, for listings (Lister).
+	// was set, for listings (ListLocks, ListMultipliers).
 	setAt map[string]time.Time
 }
 
@@ -56,25 +60,6 @@ func (s *MemoryStore) trustedLocked(l Lock, req *Request, i int, now float64) bo
 	}
 	until, ok := s.trusts[req.TrustKeys[i]][req.Device]
 	return ok && float64(until.UnixMicro()) > now
-}
-
-// Trust implements Admin.
-func (s *MemoryStore) Trust(_ context.Context, key, device string, until time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	set := s.trusts[key]
-	if set == nil {
-		if len(s.trusts) >= s.maxSubjects {
-			s.sweepSubjectsLocked(s.now())
-			if len(s.trusts) >= s.maxSubjects {
-				return ErrFull
-			}
-		}
-		set = make(map[string]time.Time, 1)
-		s.trusts[key] = set
-	}
-	set[device] = until
-	return nil
 }
 
 type memShard struct {
@@ -101,8 +86,12 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
 	s := &MemoryStore{
 		seed:        maphash.MakeSeed(),
+		prefix:      opts.Prefix,
 		now:         opts.Now,
 		maxPerShard: max(opts.MaxKeys/memShards, 1),
 		maxSubjects: opts.MaxSubjects,
@@ -486,106 +475,6 @@ func expUS(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixMicro())
-}
-
-// SetMultiplier implements Admin.
-func (s *MemoryStore) SetMultiplier(_ context.Context, subjectKey string, m Multiplier) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ms := s.mults[subjectKey]
-	if ms == nil {
-		if len(s.mults) >= s.maxSubjects {
-			s.sweepSubjectsLocked(s.now())
-			if len(s.mults) >= s.maxSubjects {
-				return ErrFull
-			}
-		}
-		ms = make(map[string]Multiplier, 2)
-		s.mults[subjectKey] = ms
-	}
-	m.ExpiresAt = truncUS(m.ExpiresAt)
-	if old, ok := ms[m.Source]; !ok || old != m {
-		s.setAt[subjectKey+"|"+m.Source] = s.now()
-	}
-	ms[m.Source] = m
-	return nil
-}
-
-// ClearMultiplier implements Admin.
-func (s *MemoryStore) ClearMultiplier(_ context.Context, subjectKey, source string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if source == "" {
-		for src := range s.mults[subjectKey] {
-			delete(s.setAt, subjectKey+"|"+src)
-		}
-		delete(s.mults, subjectKey)
-		return nil
-	}
-	delete(s.setAt, subjectKey+"|"+source)
-	if ms := s.mults[subjectKey]; ms != nil {
-		delete(ms, source)
-		if len(ms) == 0 {
-			delete(s.mults, subjectKey)
-		}
-	}
-	return nil
-}
-
-// Multipliers implements Admin.
-func (s *MemoryStore) Multipliers(_ context.Context, subjectKey string) ([]Multiplier, error) {
-	now := s.now()
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []Multiplier
-	for _, m := range s.mults[subjectKey] {
-		if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
-			out = append(out, m)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
-	return out, nil
-}
-
-// SetLock implements Admin.
-func (s *MemoryStore) SetLock(_ context.Context, key string, l Lock) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.locks[key]; !ok && len(s.locks) >= s.maxSubjects {
-		s.sweepSubjectsLocked(s.now())
-		if len(s.locks) >= s.maxSubjects {
-			return ErrFull
-		}
-	}
-	l.Until = truncUS(l.Until)
-	if old, ok := s.locks[key]; !ok || old != l {
-		s.setAt[key] = s.now()
-	}
-	s.locks[key] = l
-	return nil
-}
-
-// ClearLock implements Admin.
-func (s *MemoryStore) ClearLock(_ context.Context, key string) (bool, error) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.locks[key]
-	delete(s.locks, key)
-	delete(s.setAt, key)
-	return ok && l.Until.After(now), nil
-}
-
-// GetLock implements Admin.
-func (s *MemoryStore) GetLock(_ context.Context, key string) (Lock, bool, error) {
-	now := s.now()
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	l, ok := s.locks[key]
-	if !ok || !l.Until.After(now) {
-		return Lock{}, false, nil
-	}
-	return l, true, nil
 }
 
 // truncUS truncates t to whole microseconds, the resolution both stores keep.

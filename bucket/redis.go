@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 type Client interface {
 	redis.Scripter
 	Pipeline() redis.Pipeliner
-	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
@@ -46,6 +44,10 @@ type RedisOptions struct {
 	// Cluster is set for Redis Cluster: a decision whose keys span several
 	// hash slots is evaluated per slot (see decideCluster).
 	Cluster bool
+	// Prefix starts every key the store builds (default DefaultPrefix):
+	// the subject-level operations' keys and listing indexes. Decisions
+	// carry their keys, built by the caller under the same prefix.
+	Prefix string
 }
 
 // RedisStore is the Redis-backed Store. Decisions are evaluated by
@@ -55,6 +57,7 @@ type RedisOptions struct {
 // It is safe for concurrent use; Close stops its lanes.
 type RedisStore struct {
 	c       Client
+	prefix  string
 	timeout time.Duration
 	max     int
 	slack   string
@@ -95,8 +98,12 @@ func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
 	if opts.ExpirySlack <= 0 {
 		opts.ExpirySlack = time.Second
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
 	s := &RedisStore{
 		c:       c,
+		prefix:  opts.Prefix,
 		slack:   strconv.FormatInt(opts.ExpirySlack.Milliseconds(), 10),
 		cluster: opts.Cluster,
 		timeout: opts.Timeout,
@@ -526,140 +533,6 @@ func usAt(v interface{}) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("bucket: time %q: %w", s, err)
 	}
 	return time.UnixMicro(int64(f)), nil
-}
-
-// SetMultiplier implements Admin.
-func (s *RedisStore) SetMultiplier(ctx context.Context, subjectKey string, m Multiplier) error {
-	v := ftoa(m.Value) + " " + strconv.FormatInt(int64(expUS(m.ExpiresAt)), 10) + " " + m.Reason
-	pipe := s.c.Pipeline()
-	pc := pipe.HGet(ctx, subjectKey, m.Source)
-	_, err := pipe.Exec(ctx)
-	prev := pc.Val()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
-	}
-	if prev != v { // a re-assertion of the same value keeps its place in listings
-		if err := s.index(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+m.Source, time.Now()); err != nil {
-			return err
-		}
-	}
-	if err := setMultiplierScript.Run(ctx, s.c, []string{subjectKey}, m.Source, v).Err(); err != nil {
-		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, subjectKey, err)
-	}
-	return nil
-}
-
-// ClearMultiplier implements Admin.
-func (s *RedisStore) ClearMultiplier(ctx context.Context, subjectKey, source string) error {
-	var err error
-	if source == "" {
-		err = s.c.Del(ctx, subjectKey).Err()
-	} else {
-		err = s.c.HDel(ctx, subjectKey, source).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%w: clear multiplier on %s: %w", ErrUnavailable, subjectKey, err)
-	}
-	if source != "" {
-		s.unindex(ctx, multIndex(prefixOf(subjectKey)), subjectKey+"|"+source)
-	} // all sources: the listing drops them when it meets them
-	return nil
-}
-
-// Multipliers implements Admin.
-func (s *RedisStore) Multipliers(ctx context.Context, subjectKey string) ([]Multiplier, error) {
-	h, err := s.c.HGetAll(ctx, subjectKey).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: read multipliers of %s: %w", ErrUnavailable, subjectKey, err)
-	}
-	now := time.Now()
-	out := make([]Multiplier, 0, len(h))
-	for _, m := range parseMultipliers(h) {
-		if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
-			out = append(out, m)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
-	return out, nil
-}
-
-// SetLock implements Admin.
-func (s *RedisStore) SetLock(ctx context.Context, key string, l Lock) error {
-	flags := "-"
-	if l.Exempt {
-		flags = "x"
-	}
-	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	pipe := s.c.Pipeline()
-	pg := pipe.Get(ctx, key)
-	_, err := pipe.Exec(ctx)
-	prev := pg.Val()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
-	}
-	if prev != v { // a re-assertion of the same lock keeps its place in listings
-		if err := s.index(ctx, lockIndex(prefixOf(key)), key, time.Now()); err != nil {
-			return err
-		}
-	}
-	pipe = s.c.Pipeline()
-	set := pipe.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)})
-	_, _ = pipe.Exec(ctx)
-	if err := set.Err(); err != nil {
-		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
-	}
-	return nil
-}
-
-// ClearLock implements Admin.
-func (s *RedisStore) ClearLock(ctx context.Context, key string) (bool, error) {
-	_, ok, err := s.GetLock(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	if err := s.c.Del(ctx, key).Err(); err != nil {
-		return false, fmt.Errorf("%w: clear lock %s: %w", ErrUnavailable, key, err)
-	}
-	s.unindex(ctx, lockIndex(prefixOf(key)), key)
-	return ok, nil
-}
-
-// trustScript adds a device to a trust set and keeps the set alive until
-// its latest member's end. KEYS[1] set; ARGV[1] device; ARGV[2] until (ms).
-var trustScript = redis.NewScript(`
-redis.call("SADD", KEYS[1], ARGV[1])
-local ttl = redis.call("PTTL", KEYS[1])
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local want = tonumber(ARGV[2]) - now
-if ttl < want then redis.call("PEXPIRE", KEYS[1], want) end
-return 1`)
-
-// Trust implements Admin.
-func (s *RedisStore) Trust(ctx context.Context, key, device string, until time.Time) error {
-	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
-	}
-	return nil
-}
-
-// GetLock implements Admin.
-func (s *RedisStore) GetLock(ctx context.Context, key string) (Lock, bool, error) {
-	v, err := s.c.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return Lock{}, false, nil
-	}
-	if err != nil {
-		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
-	}
-	l, ok := parseLock(v)
-	if !ok {
-		return Lock{}, false, nil
-	}
-	if !l.Until.After(time.Now()) {
-		return Lock{}, false, nil
-	}
-	return l, true, nil
 }
 
 var _ Store = (*RedisStore)(nil)

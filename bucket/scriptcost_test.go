@@ -161,7 +161,7 @@ func benchScriptCost(b *testing.B, n int, mult bool) {
 					b.Fatal(err)
 				}
 			}
-			req.Subjects = append(req.Subjects, Subject{Key: key, Static: 1, Unverified: 1})
+			req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
 			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
 				Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
 		}

@@ -130,7 +130,7 @@ func TestBadRequests(t *testing.T) {
 		{"negative cost", bucket.Request{Cost: -1, Limits: []bucket.Limit{ok}}},
 		{"zero burst", bucket.Request{Cost: 1, Limits: []bucket.Limit{{Key: "k", Rate: 1, Period: time.Second}}}},
 		{"zero period", bucket.Request{Cost: 1, Limits: []bucket.Limit{{Key: "k", Burst: 1, Rate: 1}}}},
-		{"subject out of range", bucket.Request{Cost: 1, Limits: []bucket.Limit{{Key: "k", Burst: 1, Rate: 1, Period: time.Second, Subjects: 2}}, Subjects: []bucket.Subject{{Key: "s", Static: 1, Unverified: 1}}}},
+		{"subject out of range", bucket.Request{Cost: 1, Limits: []bucket.Limit{{Key: "k", Burst: 1, Rate: 1, Period: time.Second, Subjects: 2}}, Subjects: []bucket.RequestSubject{{Key: "s", Static: 1, Unverified: 1}}}},
 		{"too many limits", bucket.Request{Cost: 1, Limits: make([]bucket.Limit, 33)}},
 	}
 	for _, tt := range tests {

@@ -27,7 +27,7 @@ func TestDeviceVerified(t *testing.T) {
 	e := newEngine(t, devicePolicy, rs)
 	ctx := context.Background()
 	legacy := bucket.Multiplier{Source: "attestation", Value: 2, ExpiresAt: time.Now().Add(time.Hour)}
-	if err := rs.SetMultiplier(ctx, bucket.MultiplierKey("tg:", "device", "d1"), legacy); err != nil {
+	if err := rs.SetMultiplier(ctx, bucket.Subject{Kind: "device", ID: "d1"}, legacy); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -60,8 +60,8 @@ func TestL1NeverDeniesATrustedDevice(t *testing.T) {
 	store := &countingStore{Store: mem}
 	e := l1Engine(t, store, NewL1(L1Options{TTL: time.Second}), &now)
 	ctx := context.Background()
-	_ = mem.SetLock(ctx, bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Minute), Exempt: true})
-	_ = mem.Trust(ctx, bucket.TrustKey("tg:", "account", "alice"), "d-victim", now.Add(time.Hour))
+	_ = mem.SetLock(ctx, bucket.Subject{Kind: "account", ID: "alice"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Minute), Exempt: true})
+	_ = mem.Trust(ctx, bucket.Subject{Kind: "account", ID: "alice"}, "d-victim", now.Add(time.Hour))
 	attacker := Input{Endpoint: "POST /auth/login", IP: "192.0.2.1", Account: "alice", DeviceID: "d-victim", Cost: 1}
 	victim := attacker
 	victim.DeviceVerified = true

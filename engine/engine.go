@@ -173,7 +173,8 @@ type Options struct {
 	Store bucket.Store
 	// Policy returns the policy in force (required); it is called once per decision.
 	Policy func() *policy.Policy
-	// Prefix starts every key (default "tg:").
+	// Prefix starts every key of a decision; it must be the store's
+	// (default: Store.Prefix()).
 	Prefix string
 	// Metrics, when set, records every decision.
 	Metrics *Metrics
@@ -183,7 +184,8 @@ type Options struct {
 	UnavailableRetry time.Duration
 	// Clock measures decision time for metrics (default time.Now).
 	Clock func() time.Time
-	// L1, when set, answers known denials locally (see L1).
+	// L1, when set, answers known denials locally (see L1); changes made
+	// through L1.Wrap(Store) drop its entries of their subject.
 	L1 *L1
 	// Reputation, when set, returns the reputation rules in force: the
 	// request's ASN becomes its `asn` key part and the rules' multipliers
@@ -204,7 +206,10 @@ func New(o Options) (*Engine, error) {
 		return nil, errors.New("engine: store and policy are required")
 	}
 	if o.Prefix == "" {
-		o.Prefix = bucket.DefaultKeyPrefix
+		o.Prefix = o.Store.Prefix()
+	}
+	if o.Prefix != o.Store.Prefix() {
+		return nil, fmt.Errorf("engine: key prefix %q is not the store's %q", o.Prefix, o.Store.Prefix())
 	}
 	if o.Breaker == nil {
 		o.Breaker = NewBreaker(BreakerOptions{}, nil, nil)
@@ -219,14 +224,6 @@ func New(o Options) (*Engine, error) {
 	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
 }
 
-// Forget drops a cached answer about key (a lock or multiplier key), after
-// the admin API changed it through this limiter.
-func (e *Engine) Forget(key string) {
-	if e.o.L1 != nil {
-		e.o.L1.Forget(key)
-	}
-}
-
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.o.Policy() }
 
@@ -237,12 +234,6 @@ func (e *Engine) Reputation() *reputation.Rules {
 	}
 	return e.o.Reputation()
 }
-
-// Prefix returns the key prefix.
-func (e *Engine) Prefix() string { return e.o.Prefix }
-
-// Store returns the bucket store.
-func (e *Engine) Store() bucket.Store { return e.o.Store }
 
 // Breaker returns the store's circuit breaker.
 func (e *Engine) Breaker() *Breaker { return e.o.Breaker }
@@ -376,7 +367,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				continue
 			}
 			if subjOf[part] == 0 {
-				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, subjectKinds[part], value(in, part, routeVal)), ":m"...)
+				d.keybuf = bucket.AppendMultiplierKey(d.keybuf, e.o.Prefix, subjectKinds[part], value(in, part, routeVal))
 				d.spans = append(d.spans, span{len(d.keybuf), spanSubject})
 				static := 1.0
 				if in.StaticSet[part] {
@@ -389,7 +380,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.Subject{Static: static, Unverified: unverified})
+				req.Subjects = append(req.Subjects, bucket.RequestSubject{Static: static, Unverified: unverified})
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
@@ -409,14 +400,14 @@ func (e *Engine) appendLocks(in *Input, d *Decision, verifiedDevice bool) bool {
 	locks := false
 	if d.Class == "auth" {
 		if in.Account != "" {
-			d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":l"...)
+			d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, "account", in.Account)
 			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
 			if verifiedDevice {
-				d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "account", in.Account), ":t"...)
+				d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, "account", in.Account)
 				d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
 			}
 		}
-		d.keybuf = append(bucket.AppendSubjectTag(d.keybuf, e.o.Prefix, "ip", in.IP), ":l"...)
+		d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, "ip", in.IP)
 		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
 		locks = true
 	}
@@ -707,8 +698,7 @@ func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route s
 	default:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
 	}
-	dst = append(dst, ":b:"...)
-	dst = append(dst, l.Name...)
+	dst = bucket.AppendBucketName(dst, l.Name)
 	for i, part := range l.By {
 		if i == first || part == policy.PartGlobal {
 			continue

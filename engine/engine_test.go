@@ -30,7 +30,7 @@ type recordingStore struct {
 func (r *recordingStore) Decide(ctx context.Context, req *bucket.Request, res *bucket.Result) error {
 	r.req = *req
 	r.req.Limits = append([]bucket.Limit(nil), req.Limits...)
-	r.req.Subjects = append([]bucket.Subject(nil), req.Subjects...)
+	r.req.Subjects = append([]bucket.RequestSubject(nil), req.Subjects...)
 	r.req.Locks = append([]string(nil), req.Locks...)
 	return r.MemoryStore.Decide(ctx, req, res)
 }
@@ -76,7 +76,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("limit %d: key %q mask %b, want %q %b", i, l.Key, l.Subjects, w.key, w.mask)
 		}
 	}
-	wantSubjects := []bucket.Subject{
+	wantSubjects := []bucket.RequestSubject{
 		{Key: "tg:{ip:198.51.100.7}:m", Static: 0.25, Unverified: 1},
 		{Key: "tg:{user:u%7D1}:m", Static: 1, Unverified: 1},
 		{Key: "tg:{device:d%201}:m", Static: 1, Unverified: 1},

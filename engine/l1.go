@@ -136,9 +136,9 @@ func (c *L1) put(key string, e l1Entry, now time.Time) {
 	sh.m[key] = e
 }
 
-// Forget drops the entry of key (a lock key or bucket key), so a change
-// made through this limiter (admin API) is seen at once.
-func (c *L1) Forget(key string) {
+// forget drops the entries of key (a lock or multiplier key), so a change
+// made through this limiter (Wrap) is seen at once.
+func (c *L1) forget(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)

@@ -88,7 +88,7 @@ func TestL1Locks(t *testing.T) {
 	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return now }})
 	store := &countingStore{Store: mem}
 	e := l1Engine(t, store, NewL1(L1Options{TTL: 200 * time.Millisecond}), &now)
-	_ = mem.SetLock(context.Background(), bucket.LockKey("tg:", "account", "alice"), bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Minute)})
+	_ = mem.SetLock(context.Background(), bucket.Subject{Kind: "account", ID: "alice"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Minute)})
 	in := Input{Endpoint: "POST /auth/login", IP: "192.0.2.1", Account: "alice", Cost: 1}
 	var d Decision
 	for i := 0; i < 100; i++ {
@@ -101,7 +101,7 @@ func TestL1Locks(t *testing.T) {
 		t.Fatalf("store calls %d, want 1", store.calls.Load())
 	}
 	// lifted by the admin: seen once the lock TTL has passed
-	_, _ = mem.ClearLock(context.Background(), bucket.LockKey("tg:", "account", "alice"))
+	_, _ = mem.ClearLock(context.Background(), bucket.Subject{Kind: "account", ID: "alice"})
 	now = now.Add(200 * time.Millisecond)
 	_ = e.Decide(context.Background(), &in, &d)
 	if d.Outcome != Allowed {
@@ -137,11 +137,11 @@ func itoa(i int) string {
 func TestL1HotKeyCostsRedisLittle(t *testing.T) {
 	t.Parallel()
 	c, prefix := testenv.Redis(t)
-	rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second})
+	rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second, Prefix: prefix})
 	defer rs.Close()
 	store := &countingStore{Store: rs}
 	p, _ := policy.Parse("p.yaml", []byte(hotPolicy))
-	e, _ := New(Options{Store: store, Policy: func() *policy.Policy { return p }, Prefix: prefix, L1: NewL1(L1Options{})})
+	e, _ := New(Options{Store: store, Policy: func() *policy.Policy { return p }, L1: NewL1(L1Options{})})
 	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "hot", Cost: 1}
 	var d Decision
 	const n = 20000
@@ -175,11 +175,11 @@ func BenchmarkHotKeyRedisOps(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			c, prefix := testenv.Redis(b)
-			rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second})
+			rs := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: time.Second, Prefix: prefix})
 			defer rs.Close()
 			store := &countingStore{Store: rs}
 			p, _ := policy.Parse("p.yaml", []byte(hotPolicy))
-			o := Options{Store: store, Policy: func() *policy.Policy { return p }, Prefix: prefix}
+			o := Options{Store: store, Policy: func() *policy.Policy { return p }}
 			if withL1 {
 				o.L1 = NewL1(L1Options{})
 			}
@@ -199,13 +199,14 @@ func BenchmarkHotKeyRedisOps(b *testing.B) {
 
 // TestL1CachesMultipliers: a subject's multiplier is read once per TTL;
 // a change made elsewhere is seen once the TTL has passed, one made
-// through this limiter (Forget) at once.
+// through this limiter (the store Wrap returns) at once.
 func TestL1CachesMultipliers(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1700000000, 0)
 	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return now }})
 	reads := &subjectReads{Store: mem}
-	e := l1Engine(t, reads, NewL1(L1Options{TTL: 300 * time.Millisecond}), &now)
+	l1 := NewL1(L1Options{TTL: 300 * time.Millisecond})
+	e := l1Engine(t, reads, l1, &now)
 	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "d", Cost: 0}
 	var d Decision
 	_ = e.Decide(context.Background(), &in, &d)
@@ -213,8 +214,8 @@ func TestL1CachesMultipliers(t *testing.T) {
 	if reads.read.Load() != 2 || reads.cached.Load() != 2 { // ip and device, read once then cached
 		t.Fatalf("reads %d cached %d", reads.read.Load(), reads.cached.Load())
 	}
-	key := bucket.MultiplierKey("tg:", "device", "d")
-	_ = mem.SetMultiplier(context.Background(), key, bucket.Multiplier{Source: "admin", Value: 0.5})
+	dev := bucket.Subject{Kind: "device", ID: "d"}
+	_ = mem.SetMultiplier(context.Background(), dev, bucket.Multiplier{Source: "admin", Value: 0.5})
 	now = now.Add(100 * time.Millisecond)
 	_ = e.Decide(context.Background(), &in, &d)
 	if d.Binding.Name != "per-ip" || d.Limit != 10 { // per-device still 600 from the cache: per-ip binds
@@ -227,10 +228,10 @@ func TestL1CachesMultipliers(t *testing.T) {
 	if reads.read.Load() != 4 {
 		t.Fatalf("after TTL: reads %d, want 4", reads.read.Load())
 	}
-	e.Forget(key)
+	_ = l1.Wrap(mem).SetMultiplier(context.Background(), dev, bucket.Multiplier{Source: "admin", Value: 0.5})
 	_ = e.Decide(context.Background(), &in, &d)
 	if reads.read.Load() != 5 {
-		t.Fatalf("after Forget: reads %d, want 5", reads.read.Load())
+		t.Fatalf("after a write through the cache: reads %d, want 5", reads.read.Load())
 	}
 }
 

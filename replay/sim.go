@@ -131,6 +131,6 @@ func (s *sim) execute() {
 			s.onMeasure(a.Alert.Rule, a.Alert.Kind, a.Alert.Shadow)
 			continue
 		}
-		_ = risk.WriteAction(context.Background(), s.store, keyPrefix, s.pol, a)
+		_ = risk.WriteAction(context.Background(), s.store, s.pol, a)
 	}
 }

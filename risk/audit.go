@@ -161,13 +161,13 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		}
 		d.admins.set(adminEntry{subject: a.Subject, id: a.ID, m: mu, ts: a.TS}, now)
 		if live && (mu.ExpiresAt.IsZero() || mu.ExpiresAt.After(now)) {
-			if err := d.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, a.Subject, a.ID), mu); err != nil {
+			if err := d.o.Store.SetMultiplier(ctx, bucket.Subject{Kind: a.Subject, ID: a.ID}, mu); err != nil {
 				d.count("store")
 			}
 		}
 	case streams.AuditMultiplierClear:
 		if d.admins.clear(a.Subject, a.ID, a.TS) {
-			if err := d.o.Store.ClearMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, a.Subject, a.ID), "admin"); err != nil {
+			if err := d.o.Store.ClearMultiplier(ctx, bucket.Subject{Kind: a.Subject, ID: a.ID}, "admin"); err != nil {
 				d.count("store")
 			}
 		}
@@ -176,7 +176,7 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		lifted := d.eng.LiftLock(a.ID, a.TS)
 		d.mu.Unlock()
 		if lifted {
-			if _, err := d.o.Store.ClearLock(ctx, bucket.LockKey(d.o.Prefix, "account", a.ID)); err != nil {
+			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: "account", ID: a.ID}); err != nil {
 				d.count("store")
 			}
 			d.log.Info("lockout lifted by an admin; not re-asserted", "account", a.ID, "request_id", a.RequestID)
@@ -193,7 +193,7 @@ func (d *Daemon) reassert(ctx context.Context, now time.Time) {
 		_ = d.do(ctx, &a)
 	}
 	for _, e := range d.admins.active(now) {
-		if err := d.o.Store.SetMultiplier(ctx, bucket.MultiplierKey(d.o.Prefix, e.subject, e.id), e.m); err != nil {
+		if err := d.o.Store.SetMultiplier(ctx, bucket.Subject{Kind: e.subject, ID: e.id}, e.m); err != nil {
 			d.count("store")
 			continue
 		}

@@ -38,12 +38,11 @@ import (
 type Options struct {
 	// Publisher carries the JetStream context and publishes alerts (required).
 	Publisher *streams.Publisher
-	// Store receives locks and multipliers (required).
-	Store bucket.Admin
+	// Store receives locks, multipliers and trust (required); the store
+	// builds their keys.
+	Store Writer
 	// Policy returns the policy in force (required).
 	Policy func() *policy.Policy
-	// Prefix is the store's key prefix (default "tg:").
-	Prefix string
 	// Streams names the subjects (must match the limiter's).
 	Streams streams.Config
 	// Durable is the durable consumers' name prefix (default "riskd").
@@ -111,9 +110,6 @@ type Daemon struct {
 func New(o Options) (*Daemon, error) {
 	if o.Publisher == nil || o.Store == nil || o.Policy == nil {
 		return nil, errors.New("risk: publisher, store and policy are required")
-	}
-	if o.Prefix == "" {
-		o.Prefix = bucket.DefaultKeyPrefix
 	}
 	if o.Durable == "" {
 		o.Durable = DefaultDurable
@@ -543,7 +539,7 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 			"shadow", a.Alert.Shadow, "reason", a.Alert.Reason)
 		return nil
 	}
-	if err := WriteAction(ctx, d.o.Store, d.o.Prefix, d.o.Policy(), a); err != nil {
+	if err := WriteAction(ctx, d.o.Store, d.o.Policy(), a); err != nil {
 		d.count("store")
 		return err
 	}
@@ -558,26 +554,43 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 	return nil
 }
 
+// ActionWriter is what WriteAction writes to: a bucket store's
+// subject-level locks, multipliers and trust (bucket.Admin).
+type ActionWriter interface {
+	SetLock(ctx context.Context, s bucket.Subject, l bucket.Lock) error
+	ClearLock(ctx context.Context, s bucket.Subject) (bool, error)
+	SetMultiplier(ctx context.Context, s bucket.Subject, m bucket.Multiplier) error
+	Trust(ctx context.Context, s bucket.Subject, device string, until time.Time) error
+}
+
+// Writer is what the daemon writes to: WriteAction's methods, and
+// ClearMultiplier for admin audit events.
+type Writer interface {
+	ActionWriter
+	ClearMultiplier(ctx context.Context, s bucket.Subject, source string) error
+}
+
 // WriteAction applies a lock, multiplier or trust action (SetLock,
-// ClearLock, SetMultiplier, ActionTrust) to store, keys under prefix, as
-// riskd does; a lock of a rule with exempt_attested in p is marked Exempt.
-// Alerts and other kinds are ignored. `limiter replay` runs it too.
-func WriteAction(ctx context.Context, store bucket.Admin, prefix string, p *policy.Policy, a *signals.Action) error {
+// ClearLock, SetMultiplier, ActionTrust) to store, as riskd does; a lock
+// of a rule with exempt_attested in p is marked Exempt. Alerts and other
+// kinds are ignored. `limiter replay` runs it too.
+func WriteAction(ctx context.Context, store ActionWriter, p *policy.Policy, a *signals.Action) error {
+	sub := bucket.Subject{Kind: a.Subject, ID: a.ID}
 	switch a.Kind {
 	case ActionTrust:
-		return store.Trust(ctx, bucket.TrustKey(prefix, a.Subject, a.ID), a.Lock.Rule, a.Lock.Until)
+		return store.Trust(ctx, sub, a.Lock.Rule, a.Lock.Until)
 	case signals.SetLock:
 		for _, v := range p.Risk.Velocity {
 			if v.Name == a.Lock.Rule && v.ExemptAttested {
 				a.Lock.Exempt = true
 			}
 		}
-		return store.SetLock(ctx, bucket.LockKey(prefix, a.Subject, a.ID), a.Lock)
+		return store.SetLock(ctx, sub, a.Lock)
 	case signals.ClearLock:
-		_, err := store.ClearLock(ctx, bucket.LockKey(prefix, a.Subject, a.ID))
+		_, err := store.ClearLock(ctx, sub)
 		return err
 	case signals.SetMultiplier:
-		return store.SetMultiplier(ctx, bucket.MultiplierKey(prefix, a.Subject, a.ID), a.Multiplier)
+		return store.SetMultiplier(ctx, sub, a.Multiplier)
 	}
 	return nil
 }

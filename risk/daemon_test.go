@@ -177,7 +177,7 @@ func TestAuditLiftAndAdminRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lock := bucket.LockKey("tg:", "account", "dave")
+	lock := bucket.Subject{Kind: "account", ID: "dave"}
 	waitFor(t, 5*time.Second, "dave locked", func() bool { _, ok, _ := e.store.GetLock(ctx, lock); return ok })
 	v := 0.25
 	for _, a := range []streams.Audit{
@@ -188,7 +188,7 @@ func TestAuditLiftAndAdminRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mk := bucket.MultiplierKey("tg:", "ip", "192.0.2.7")
+	mk := bucket.Subject{Kind: "ip", ID: "192.0.2.7"}
 	waitFor(t, 5*time.Second, "lift and multiplier applied", func() bool {
 		_, locked, _ := e.store.GetLock(ctx, lock)
 		ms, _ := e.store.Multipliers(ctx, mk)

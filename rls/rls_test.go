@@ -339,6 +339,9 @@ func (failing) Decide(context.Context, *bucket.Request, *bucket.Result) error {
 	return bucket.ErrUnavailable
 }
 
+// Prefix implements bucket.Store (the engine keys its decisions with it).
+func (failing) Prefix() string { return bucket.DefaultPrefix }
+
 // TestShouldRateLimitAttributesAndLists: attributes from descriptor
 // entries key and condition limits (6.9), and the policy's lists apply
 // to Envoy's requests as to the check API's: a denied IP is OVER_LIMIT

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -157,7 +158,7 @@ func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Con
 }
 
 // offendersKey holds riskd's offender list (JSON) for the limiter to serve.
-func offendersKey(prefix string) string { return prefix + "offenders" }
+func offendersKey(prefix string) string { return bucket.OffendersKey(prefix) }
 
 // redisOffenders reads the offender list riskd writes to Redis.
 func redisOffenders(rc redis.UniversalClient, prefix string) func(ctx context.Context) ([]signals.Offender, error) {

@@ -24,6 +24,7 @@ type limiter struct {
 	holder *policy.Holder
 	rep    *reputationState
 	store  *storeComponent
+	l1     *engine.L1 // the L1 cache in front of Redis (nil: none)
 	events *eventsComponent
 	risk   *riskComponent // the in-process risk daemon (nil with --nats)
 	att    *attestState
@@ -56,6 +57,7 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 		return nil, err
 	}
 	g.add("store", l.store)
+	l.newL1()
 	offenders, err := l.addEvents(ctx)
 	if err != nil {
 		return nil, err
@@ -88,7 +90,7 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 // timeout (6.6).
 func (l *limiter) storeConfig() storeConfig {
 	c := l.cfg
-	return storeConfig{RedisURL: c.RedisURL, RedisCA: c.RedisCA, Timeout: c.StoreTimeout, Bounded: true, Lanes: c.RedisLanes,
+	return storeConfig{RedisURL: c.RedisURL, RedisCA: c.RedisCA, Prefix: c.KeyPrefix, Timeout: c.StoreTimeout, Bounded: true, Lanes: c.RedisLanes,
 		MemoryMaxKeys: c.MemoryMaxKeys, Logger: l.log, Consequence: "the limiter serves as each limit's failure mode says until it answers"}
 }
 
@@ -132,7 +134,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		}
 		return redisOffenders(l.store.client, cfg.KeyPrefix), nil
 	}
-	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.store.store, Policy: l.holder.Current, Redis: l.store.client,
+	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), Policy: l.holder.Current, Redis: l.store.client,
 		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd")})
 	if err != nil {
 		return nil, err
@@ -185,23 +187,29 @@ func (l *limiter) watchReloads() {
 	}
 }
 
-// engine builds the decision engine over the store, with the L1 cache in
-// front of Redis unless it is off.
-func (l *limiter) engine() (*engine.Engine, error) {
+// newL1 builds the L1 cache in front of Redis unless it is off. What
+// changes the store through this limiter (the admin API, the in-process
+// risk engine) goes through l1.Wrap, so the cache forgets it at once.
+func (l *limiter) newL1() {
 	cfg := l.cfg
+	if cfg.RedisURL == "" || cfg.NoL1 {
+		return
+	}
+	l1 := engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL, NoMultipliers: cfg.L1NoMultipliers})
+	l.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
+		Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
+	l.l1 = l1
+}
+
+// engine builds the decision engine over the store and the L1 cache.
+func (l *limiter) engine() (*engine.Engine, error) {
 	metrics := engine.NewMetrics(l.reg)
 	breaker := engine.NewBreaker(engine.BreakerOptions{}, nil, func(s engine.BreakerState) {
 		metrics.Circuit.Set(float64(s))
 		l.log.Warn("store circuit breaker", "state", s.String())
 	})
-	var l1 *engine.L1
-	if cfg.RedisURL != "" && !cfg.NoL1 {
-		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL, NoMultipliers: cfg.L1NoMultipliers})
-		l.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
-			Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
-	}
 	return engine.New(engine.Options{
-		Store: l.store.store, Policy: l.holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker, L1: l1,
+		Store: l.store.store, Policy: l.holder.Current, Prefix: l.cfg.KeyPrefix, Metrics: metrics, Breaker: breaker, L1: l.l1,
 		Reputation: l.rep.Current,
 	})
 }
@@ -215,7 +223,7 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 	}
 	pub := l.events.pub
 	srv, err := api.New(api.Options{
-		Engine: eng, AdminToken: cfg.AdminToken, Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
+		Engine: eng, AdminToken: cfg.AdminToken, Store: l.l1.Wrap(l.store.store), Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
 		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg,
 		Events: pub, Reporter: pub, Audit: pub, Offenders: offenders,
 		Attestation: l.att.view, DeviceTokens: l.att.Tokens,

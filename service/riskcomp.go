@@ -26,7 +26,7 @@ import (
 type riskConfig struct {
 	// Publisher, Store and Policy are the daemon's (required).
 	Publisher *streams.Publisher
-	Store     bucket.Admin
+	Store     risk.Writer
 	Policy    func() *policy.Policy
 	// Redis is the store's client (nil with the memory store): it keeps
 	// the store-epoch marker, the lease and the shared offender list.
@@ -87,7 +87,7 @@ func newRisk(c riskConfig) (*riskComponent, error) {
 		return nil, err
 	}
 	if c.LeaseTTL > 0 {
-		r.lease = risk.NewLease(c.Redis, c.KeyPrefix+"riskd:"+c.Durable+":leader", ulid.Make().String(), c.LeaseTTL)
+		r.lease = risk.NewLease(c.Redis, bucket.LeaderKey(c.KeyPrefix, c.Durable), ulid.Make().String(), c.LeaseTTL)
 	} else {
 		r.cur.Store(d)
 		r.leader.Store(true)
@@ -99,11 +99,11 @@ func newRisk(c riskConfig) (*riskComponent, error) {
 func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 	c := r.c
 	o := risk.Options{
-		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Prefix: c.KeyPrefix, Streams: c.Streams, Durable: c.Durable,
+		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Streams: c.Streams, Durable: c.Durable,
 		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert,
 	}
 	if c.Redis != nil {
-		o.StoreLost = storeLost(c.Redis, c.KeyPrefix+"riskd:"+c.Durable+":store-epoch")
+		o.StoreLost = storeLost(c.Redis, bucket.StoreEpochKey(c.KeyPrefix, c.Durable))
 	}
 	if c.ShareOffenders {
 		o.OffenderSink = func(ctx context.Context, list []signals.Offender) error {

@@ -134,7 +134,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	if err != nil {
 		return nil, err
 	}
-	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Timeout: time.Second, Logger: log,
+	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: time.Second, Logger: log,
 		Consequence: "riskd is not ready until it answers"})
 	if err != nil {
 		return nil, err

@@ -18,6 +18,8 @@ type storeConfig struct {
 	// RedisURL is a --redis value ("" the memory store); RedisCA a PEM
 	// file of CAs for rediss ("" the system roots).
 	RedisURL, RedisCA string
+	// Prefix starts every key the store builds.
+	Prefix string
 	// Timeout bounds each store call (the bucket store's deadline).
 	Timeout time.Duration
 	// Bounded makes the Redis client's dial, read and write timeouts
@@ -76,7 +78,7 @@ func newStore(ctx context.Context, c storeConfig) (*storeComponent, error) {
 		s.every = 10 * time.Second
 	}
 	if c.RedisURL == "" {
-		s.memory = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: c.MemoryMaxKeys})
+		s.memory = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: c.MemoryMaxKeys, Prefix: c.Prefix})
 		s.store = s.memory
 		return s, nil
 	}
@@ -97,7 +99,7 @@ func newStore(ctx context.Context, c storeConfig) (*storeComponent, error) {
 	}
 	s.client = redis.NewUniversalClient(opts)
 	dialRedisOnce(ctx, c.Logger, s.client, c.RedisURL, c.Consequence)
-	s.redis = bucket.NewRedisStore(s.client, bucket.RedisOptions{Timeout: c.Timeout, Lanes: c.Lanes, Cluster: opts.IsClusterMode})
+	s.redis = bucket.NewRedisStore(s.client, bucket.RedisOptions{Timeout: c.Timeout, Lanes: c.Lanes, Cluster: opts.IsClusterMode, Prefix: c.Prefix})
 	s.store = s.redis
 	return s, nil
 }

@@ -1,0 +1,240 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisStore's subject-level administration. Every expiry is judged by
+// Redis's TIME (read by the same script as the data, on the node that
+// holds it), never by the host's clock: limiter hosts, riskd and the
+// decide script agree on what is in force.
+
+// Prefix implements Store.
+func (s *RedisStore) Prefix() string { return s.prefix }
+
+// SetMultiplier implements Admin.
+func (s *RedisStore) SetMultiplier(ctx context.Context, sub Subject, m Multiplier) error {
+	if err := sub.check(); err != nil {
+		return err
+	}
+	return s.setMultiplierAt(ctx, subjectKey(s.prefix, sub, ":m"), m)
+}
+
+// setMultiplierAt sets m on the multiplier hash key.
+func (s *RedisStore) setMultiplierAt(ctx context.Context, key string, m Multiplier) error {
+	v := ftoa(m.Value) + " " + strconv.FormatInt(int64(expUS(m.ExpiresAt)), 10) + " " + m.Reason
+	pipe := s.c.Pipeline()
+	pc := pipe.HGet(ctx, key, m.Source)
+	_, err := pipe.Exec(ctx)
+	prev := pc.Val()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, key, err)
+	}
+	if prev != v { // a re-assertion of the same value keeps its place in listings
+		if err := s.index(ctx, multIndex(prefixOf(key)), key+"|"+m.Source); err != nil {
+			return err
+		}
+	}
+	if err := setMultiplierScript.Run(ctx, s.c, []string{key}, m.Source, v).Err(); err != nil {
+		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, key, err)
+	}
+	return nil
+}
+
+// ClearMultiplier implements Admin.
+func (s *RedisStore) ClearMultiplier(ctx context.Context, sub Subject, source string) error {
+	if err := sub.check(); err != nil {
+		return err
+	}
+	return s.clearMultiplierAt(ctx, subjectKey(s.prefix, sub, ":m"), source)
+}
+
+// clearMultiplierAt clears source ("" all) on the multiplier hash key.
+func (s *RedisStore) clearMultiplierAt(ctx context.Context, key, source string) error {
+	var err error
+	if source == "" {
+		err = s.c.Del(ctx, key).Err()
+	} else {
+		err = s.c.HDel(ctx, key, source).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: clear multiplier on %s: %w", ErrUnavailable, key, err)
+	}
+	if source != "" {
+		s.unindex(ctx, multIndex(prefixOf(key)), key+"|"+source)
+	} // all sources: the listing drops them when it meets them
+	return nil
+}
+
+// Multipliers implements Admin: those unexpired at Redis's TIME.
+func (s *RedisStore) Multipliers(ctx context.Context, sub Subject) ([]Multiplier, error) {
+	if err := sub.check(); err != nil {
+		return nil, err
+	}
+	key := subjectKey(s.prefix, sub, ":m")
+	v, err := multipliersScript.Run(ctx, s.c, []string{key}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read multipliers of %s: %w", ErrUnavailable, key, err)
+	}
+	now, rest, err := timedReply(v, 3)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read multipliers of %s: %w", ErrUnavailable, key, err)
+	}
+	flat, _ := rest[0].([]interface{})
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		f, _ := flat[i].(string)
+		h[f], _ = flat[i+1].(string)
+	}
+	out := make([]Multiplier, 0, len(h))
+	for _, m := range parseMultipliers(h) {
+		if m.ExpiresAt.IsZero() || m.ExpiresAt.After(now) {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
+	return out, nil
+}
+
+// SetLock implements Admin.
+func (s *RedisStore) SetLock(ctx context.Context, sub Subject, l Lock) error {
+	if err := sub.check(); err != nil {
+		return err
+	}
+	return s.setLockAt(ctx, subjectKey(s.prefix, sub, ":l"), l)
+}
+
+// setLockAt writes l at the lock key; Redis expires it (PEXPIREAT, its
+// own clock) just after l.Until.
+func (s *RedisStore) setLockAt(ctx context.Context, key string, l Lock) error {
+	flags := "-"
+	if l.Exempt {
+		flags = "x"
+	}
+	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
+	prev, err := s.c.Get(ctx, key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
+	}
+	if prev != v { // a re-assertion of the same lock keeps its place in listings
+		if err := s.index(ctx, lockIndex(prefixOf(key)), key); err != nil {
+			return err
+		}
+	}
+	if err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)}).Err(); err != nil {
+		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
+	}
+	return nil
+}
+
+// ClearLock implements Admin: it reads and deletes the lock in one
+// script, judging "in force" by Redis's TIME.
+func (s *RedisStore) ClearLock(ctx context.Context, sub Subject) (bool, error) {
+	if err := sub.check(); err != nil {
+		return false, err
+	}
+	key := subjectKey(s.prefix, sub, ":l")
+	_, ok, err := s.lockAt(ctx, key, true)
+	if err != nil {
+		return false, err
+	}
+	s.unindex(ctx, lockIndex(s.prefix), key)
+	return ok, nil
+}
+
+// GetLock implements Admin: the lock in force at Redis's TIME.
+func (s *RedisStore) GetLock(ctx context.Context, sub Subject) (Lock, bool, error) {
+	if err := sub.check(); err != nil {
+		return Lock{}, false, err
+	}
+	return s.lockAt(ctx, subjectKey(s.prefix, sub, ":l"), false)
+}
+
+// lockAt reads (and when del is set, deletes) the lock at key and reports
+// whether it is in force at Redis's TIME.
+func (s *RedisStore) lockAt(ctx context.Context, key string, del bool) (Lock, bool, error) {
+	flag := "0"
+	if del {
+		flag = "1"
+	}
+	v, err := getLockScript.Run(ctx, s.c, []string{key}, flag).Result()
+	if err != nil {
+		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
+	}
+	now, rest, err := timedReply(v, 3)
+	if err != nil {
+		return Lock{}, false, fmt.Errorf("%w: read lock %s: %w", ErrUnavailable, key, err)
+	}
+	val, _ := rest[0].(string)
+	l, ok := parseLock(val)
+	if !ok || !l.Until.After(now) {
+		return Lock{}, false, nil
+	}
+	return l, true, nil
+}
+
+// Trust implements Admin; the trust set lives until its latest member's
+// end by Redis's TIME (trustScript).
+func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, until time.Time) error {
+	if err := sub.check(); err != nil {
+		return err
+	}
+	key := subjectKey(s.prefix, sub, ":t")
+	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
+	}
+	return nil
+}
+
+// trustScript adds a device to a trust set and keeps the set alive until
+// its latest member's end. KEYS[1] set; ARGV[1] device; ARGV[2] until (ms).
+var trustScript = redis.NewScript(`
+redis.call("SADD", KEYS[1], ARGV[1])
+local ttl = redis.call("PTTL", KEYS[1])
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local want = tonumber(ARGV[2]) - now
+if ttl < want then redis.call("PEXPIRE", KEYS[1], want) end
+return 1`)
+
+// redisNow reads Redis's TIME on the node that holds key.
+func (s *RedisStore) redisNow(ctx context.Context, key string) (time.Time, error) {
+	v, err := timeScript.Run(ctx, s.c, []string{key}).Result()
+	if err == nil {
+		var now time.Time
+		now, _, err = timedReply(v, 2)
+		if err == nil {
+			return now, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: read time: %w", ErrUnavailable, err)
+}
+
+// timedReply splits a script reply {TIME seconds, TIME µs, rest...} of n
+// entries into the time and the rest, checking its shape.
+func timedReply(v interface{}, n int) (time.Time, []interface{}, error) {
+	vals, ok := v.([]interface{})
+	if !ok || len(vals) != n {
+		return time.Time{}, nil, fmt.Errorf("bucket: unexpected reply %T of %d entries", v, len(vals))
+	}
+	return redisTime(vals[0], vals[1], vals[2:])
+}
+
+// redisTime parses TIME's two strings (seconds, microseconds).
+func redisTime(sec, usec interface{}, rest []interface{}) (time.Time, []interface{}, error) {
+	ss, _ := sec.(string)
+	us, _ := usec.(string)
+	a, err1 := strconv.ParseInt(ss, 10, 64)
+	b, err2 := strconv.ParseInt(us, 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, nil, fmt.Errorf("bucket: unexpected time %v %v", sec, usec)
+	}
+	return time.UnixMicro(a*1_000_000 + b), rest, nil
+}

@@ -1,0 +1,150 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// DefaultPrefix starts every key of a store whose options name no prefix.
+const DefaultPrefix = "tg:"
+
+// Subject names what multipliers, locks and trust sets attach to: a kind
+// ("ip", "user", "device", "account", "asn") and an identifier in the form
+// the check API keys it. The store builds the subject's keys (see the
+// package doc's layout); callers never do.
+type Subject struct {
+	// Kind is the subject's kind: lowercase letters only.
+	Kind string
+	// ID is the identifier; any bytes (EscapeID keeps them inside the
+	// key's hash tag).
+	ID string
+}
+
+// check rejects a kind that could break out of a key's hash tag.
+func (s Subject) check() error {
+	if s.Kind == "" {
+		return errors.Join(ErrBadRequest, errors.New("bucket: subject kind is empty"))
+	}
+	for i := 0; i < len(s.Kind); i++ {
+		if c := s.Kind[i]; c < 'a' || c > 'z' {
+			return errors.Join(ErrBadRequest, errors.New("bucket: subject kind "+strconv.Quote(s.Kind)+" is not lowercase letters"))
+		}
+	}
+	return nil
+}
+
+// Admin is the subject-level administration both stores implement: the
+// admin API, riskd and `limiter replay` write through it, and the L1
+// cache decorates it (engine.L1.Wrap). Expiry is judged by the store's
+// own clock: Redis TIME for RedisStore, the injected clock for
+// MemoryStore.
+type Admin interface {
+	// SetMultiplier sets (replaces) the multiplier of m.Source on s.
+	SetMultiplier(ctx context.Context, s Subject, m Multiplier) error
+	// ClearMultiplier removes the multiplier of source on s; source ""
+	// removes all of them.
+	ClearMultiplier(ctx context.Context, s Subject, source string) error
+	// Multipliers lists the unexpired multipliers of s, sorted by source.
+	Multipliers(ctx context.Context, s Subject) ([]Multiplier, error)
+	// SetLock locks s (a lockout or step-up) until l.Until.
+	SetLock(ctx context.Context, s Subject, l Lock) error
+	// ClearLock lifts the lock of s; it reports whether one was in force.
+	ClearLock(ctx context.Context, s Subject) (bool, error)
+	// GetLock returns the lock of s if one is in force.
+	GetLock(ctx context.Context, s Subject) (Lock, bool, error)
+	// Trust adds device to the trust set of s until the given time: an
+	// Exempt lock of s spares it.
+	Trust(ctx context.Context, s Subject, device string, until time.Time) error
+	// ListLocks lists the locks in force, newest first, at most limit.
+	ListLocks(ctx context.Context, limit int) ([]LockEntry, error)
+	// ListMultipliers lists the stored multipliers in force, newest
+	// first, at most limit.
+	ListMultipliers(ctx context.Context, limit int) ([]MultiplierEntry, error)
+}
+
+// Store is a bucket store: decisions plus administration, under one key
+// prefix.
+type Store interface {
+	Decider
+	Admin
+	// Prefix returns the prefix that starts every key of the store.
+	Prefix() string
+}
+
+// appendKey appends prefix + "{kind:escaped-id}" + suffix to dst.
+func appendKey(dst []byte, prefix, kind, id, suffix string) []byte {
+	return append(AppendSubjectTag(dst, prefix, kind, id), suffix...)
+}
+
+// AppendMultiplierKey appends the key of a subject's multiplier hash
+// (prefix + "{kind:id}:m") to dst, for callers that build a decision's
+// keys in one buffer.
+func AppendMultiplierKey(dst []byte, prefix, kind, id string) []byte {
+	return appendKey(dst, prefix, kind, id, ":m")
+}
+
+// AppendLockKey appends the key of a subject's lock (prefix + "{kind:id}:l").
+func AppendLockKey(dst []byte, prefix, kind, id string) []byte {
+	return appendKey(dst, prefix, kind, id, ":l")
+}
+
+// AppendTrustKey appends the key of a subject's trust set
+// (prefix + "{kind:id}:t").
+func AppendTrustKey(dst []byte, prefix, kind, id string) []byte {
+	return appendKey(dst, prefix, kind, id, ":t")
+}
+
+// AppendBucketName appends ":b:" and a limit's name to a bucket key's
+// hash tag (AppendSubjectTag or AppendAttrTag); further key parts follow
+// with AppendKeyPart.
+func AppendBucketName(dst []byte, name string) []byte {
+	dst = append(dst, ":b:"...)
+	return append(dst, name...)
+}
+
+func subjectKey(prefix string, s Subject, suffix string) string {
+	return string(appendKey(make([]byte, 0, len(prefix)+len(s.Kind)+len(s.ID)+8), prefix, s.Kind, s.ID, suffix))
+}
+
+// MultiplierKey returns the key of a subject's multiplier hash.
+func MultiplierKey(prefix, kind, id string) string {
+	return subjectKey(prefix, Subject{kind, id}, ":m")
+}
+
+// TrustKey returns the key of a subject's trust set: the devices that
+// attested and logged in to the account, exempt from its lockouts.
+func TrustKey(prefix, kind, id string) string { return subjectKey(prefix, Subject{kind, id}, ":t") }
+
+// LockKey returns the key of a subject's lock (accounts and IPs are locked).
+func LockKey(prefix, kind, id string) string { return subjectKey(prefix, Subject{kind, id}, ":l") }
+
+// OffendersKey returns the key of riskd's offender list (JSON), which the
+// limiters serve at GET /v1/admin/offenders.
+func OffendersKey(prefix string) string { return prefix + "offenders" }
+
+// StoreEpochKey returns the key by which riskd (consumer durable) notices
+// that Redis lost its data and re-asserts its measures.
+func StoreEpochKey(prefix, durable string) string {
+	return prefix + "riskd:" + durable + ":store-epoch"
+}
+
+// LeaderKey returns the key of riskd's leader lease (consumer durable).
+func LeaderKey(prefix, durable string) string { return prefix + "riskd:" + durable + ":leader" }
+
+// AttestationKey returns the key of a device's attestation status.
+func AttestationKey(prefix, device string) string {
+	return prefix + "{device:" + EscapeID(device) + "}:att"
+}
+
+// ChallengeKey returns the key of one attestation challenge issued to a
+// device (in the device's slot).
+func ChallengeKey(prefix, device, challenge string) string {
+	return prefix + "{device:" + EscapeID(device) + "}:ch:" + challenge
+}
+
+// Listing indexes: sorted sets of lock keys and of "multiplier key|source",
+// scored by when they were set (Unix ms).
+func lockIndex(prefix string) string { return prefix + "index:locks" }
+func multIndex(prefix string) string { return prefix + "index:multipliers" }
