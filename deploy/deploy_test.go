@@ -270,7 +270,8 @@ func TestDashboard(t *testing.T) {
 		"tollgate_decisions_total", "tollgate_tokens_remaining_ratio_bucket", "tollgate_decision_seconds_bucket",
 		"tollgate_repeat_offenders", "tollgate_store_errors_total", "tollgate_store_circuit_state",
 		"tollgate_events_dropped_total", "tollgate_riskd_consumer_lag", "tollgate_riskd_events_total",
-		"tollgate_riskd_alerts_total", "tollgate_policy_reloads_total",
+		"tollgate_riskd_alerts_total", "tollgate_policy_reloads_total", "tollgate_rls_requests_total",
+		"tollgate_list_reloads_total", "tollgate_list_entries",
 	} {
 		if !used[m] {
 			t.Errorf("no panel queries %s", m)
@@ -367,6 +368,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"TollgateBlockRateSpike", "TollgateLimitTooTight", "TollgateRedisDown", "TollgateDegraded",
 		"TollgateEventsDropped", "TollgateRiskdLagging", "TollgateRiskdDown", "TollgatePolicyReloadFailed",
+		"TollgateListReloadFailed",
 	} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
@@ -468,13 +470,26 @@ func waitForSeries(t *testing.T, base, series string) {
 	}
 }
 
+// deployList is the deny list startLimiter's policy adds to the built-in
+// one, so that the list metrics are exported (its file is deny.txt).
+const deployList = `
+lists:
+  deploytest-deny: {file: deny.txt, kind: ip}
+deny: [deploytest-deny]
+`
+
 // startLimiter runs the one-process limiter (memory store, embedded NATS,
-// in-process riskd; proxy mode on) on a copy of the built-in policy that it
-// watches, and makes it export every labeled series the assets query.
+// in-process riskd; proxy mode on; Envoy's rate-limit service on) on a
+// copy of the built-in policy with a deny list, which it watches, and
+// makes it export every labeled series the assets query.
 func startLimiter(t *testing.T) string {
 	t.Helper()
-	policyPath := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policyPath, policy.Example(), 0o600); err != nil {
+	tmp := t.TempDir()
+	policyPath, listPath := filepath.Join(tmp, "policy.yaml"), filepath.Join(tmp, "deny.txt")
+	if err := os.WriteFile(listPath, []byte("192.0.2.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policyPath, append(policy.Example(), deployList...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Reverse-proxy mode registers the tollgate_proxy_* counters.
@@ -484,6 +499,7 @@ func startLimiter(t *testing.T) string {
 	r, err := service.Start(ctx, service.Config{
 		Listen:        "127.0.0.1:0",
 		APIListen:     "127.0.0.1:0",
+		GRPCListen:    "127.0.0.1:0", // registers tollgate_rls_requests_total
 		Upstream:      upstream.URL,
 		ConfigPath:    policyPath,
 		WatchInterval: 20 * time.Millisecond,
@@ -539,11 +555,22 @@ func startLimiter(t *testing.T) string {
 		t.Fatal(err)
 	}
 	waitForSeries(t, base, `tollgate_policy_reloads_total{result="error"}`)
-	good := append(policy.Example(), "\n# reloaded by deploy_test\n"...)
+	good := append(policy.Example(), deployList+"\n# reloaded by deploy_test\n"...)
 	if err := os.WriteFile(policyPath, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitForSeries(t, base, `tollgate_policy_reloads_total{result="ok"}`)
+
+	// List reloads: a bad line (refused, the old entries stay), then a
+	// good file.
+	if err := os.WriteFile(listPath, []byte("192.0.2.0/24\nnot-an-ip\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitForSeries(t, base, `tollgate_list_reloads_total{list="deploytest-deny",result="error"}`)
+	if err := os.WriteFile(listPath, []byte("192.0.2.0/24\n203.0.113.0/24\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitForSeries(t, base, `tollgate_list_reloads_total{list="deploytest-deny",result="ok"}`)
 	return base
 }
 

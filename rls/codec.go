@@ -37,7 +37,7 @@ func (c *codec) Name() string { return proto.Name }
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	if p, ok := v.(*pooledResponse); ok {
 		defer putResponse(p) // gRPC is done with the message once it is marshalled
-		if data, ok := marshalResponse(&p.msg); ok {
+		if data, ok := marshalResponse(&p.msg, false); ok {
 			return data, nil
 		}
 		return c.std.Marshal(&p.msg)
@@ -46,11 +46,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // marshalResponse writes m with appendResponse into a buffer of gRPC's
-// pool (gRPC frees it once written); false: use protobuf-go.
-func marshalResponse(m *rlsv3.RateLimitResponse) (mem.BufferSlice, bool) {
+// pool (gRPC frees it once written); false: use protobuf-go. checkUnknown
+// false is for a message this package built (see appendChecked).
+func marshalResponse(m *rlsv3.RateLimitResponse, checkUnknown bool) (mem.BufferSlice, bool) {
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(responseSize(m))
-	out, ok := appendResponse((*buf)[:0], m)
+	out, ok := appendChecked((*buf)[:0], m, checkUnknown)
 	switch {
 	case !ok:
 		pool.Put(buf)

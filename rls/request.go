@@ -98,8 +98,14 @@ func set(in *engine.Input, ep *endpoint, t policy.EnvoyTarget, key, v string) er
 		if err != nil || ip.Zone() != "" {
 			return bad("entry %q: not an IP address: %q", clip(key), clip(v))
 		}
-		ip = ip.Unmap()
-		return same(&in.IP, ip.String(), key, "ip", func() { in.Addr = ip })
+		// netip reads IPv4 only in its canonical form (no leading zeros),
+		// so v is already ip.String(): spare the allocation.
+		s := v
+		if !ip.Is4() {
+			ip = ip.Unmap()
+			s = ip.String()
+		}
+		return same(&in.IP, s, key, "ip", func() { in.Addr = ip })
 	case policy.EnvoyUser:
 		return id(&in.UserID, key, "user", v)
 	case policy.EnvoyDevice:

@@ -3,13 +3,27 @@
 // POST /v1/check (HTTP/1.1, keep-alive) and through Envoy's rate-limit
 // service (gRPC, the generated client, as Envoy sends them: descriptors
 // remote_address; method + path; user_id; device_id), alternating the two
-// paths for -rounds rounds, and prints one line per run:
+// paths for -rounds rounds (with -paths also through leaner load
+// generators: h2, its own HTTP/2 client, see h2.go; wrk and h2load, in C,
+// see external.go), and prints one line per run:
 //
-//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X
+//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X
 //
 // cpu_us_per_req is the limiter's own CPU time (user + system, from
 // /proc/PID/stat of -pid) per request: on a shared machine it is the
 // fairer number, since the wall rate moves with everything else running.
+// client_cpu_us_per_req is this load generator's own, per request.
+// redis_scripts_per_req (with -redis) is the scripts (EVALSHA and EVAL
+// calls of INFO commandstats) the limiter's Redis ran per request: the
+// limiter batches concurrent decisions into one EVALSHA, so it is one over
+// the batches' mean size, which moves the CPU per request.
+//
+// The gRPC client sends as Envoy does: many concurrent streams over few
+// HTTP/2 connections (-grpc-conns, default 2: Envoy keeps one connection
+// per worker thread to the rate-limit cluster), with Envoy's fixed 256 MiB
+// stream and connection windows (so no BDP pings). Envoy also sends
+// grpc-timeout (the filter's timeout, 20 ms by default): -grpc-timeout
+// sets one; the default sends none, as the HTTP path has none.
 package main
 
 import (
@@ -30,14 +44,17 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 type config struct {
-	httpURL, grpcAddr, mode, paths string
-	c, pool, rounds, conns, pid    int
-	d                              time.Duration
+	httpURL, grpcAddr, mode, paths, redis, lua string
+	c, pool, rounds, conns, pid                int
+	d, timeout                                 time.Duration
+	rate                                       float64
 }
 
 func main() {
@@ -45,13 +62,17 @@ func main() {
 	flag.StringVar(&cfg.httpURL, "http", "", "the limiter's /v1/check URL")
 	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
 	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
-	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round")
+	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, h2, wrk, h2load (hot mode)")
+	flag.StringVar(&cfg.lua, "lua", "scripts/bench.lua", "scripts/bench.lua, for the wrk path")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
 	flag.IntVar(&cfg.pool, "pool", 10000, "distinct (ip, user, device) keys in spread mode")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "rounds; each runs every path once")
 	flag.IntVar(&cfg.conns, "grpc-conns", 2, "gRPC connections (Envoy keeps one per worker thread)")
 	flag.IntVar(&cfg.pid, "pid", 0, "the limiter's PID, for its CPU time (0: not measured)")
 	flag.DurationVar(&cfg.d, "d", 5*time.Second, "length of each run")
+	flag.Float64Var(&cfg.rate, "rate", 0, "requests per second to send, paced (0: each of -c sends its next when answered)")
+	flag.DurationVar(&cfg.timeout, "grpc-timeout", 0, "deadline of each gRPC call, sent as grpc-timeout (0: none)")
+	flag.StringVar(&cfg.redis, "redis", "", "the limiter's Redis (host:port), for its scripts per request (empty: not measured)")
 	flag.Parse()
 	if cfg.httpURL == "" || cfg.grpcAddr == "" || cfg.c < 1 || cfg.pool < 1 {
 		log.Fatal("benchgrpc: -http and -grpc are required; -c and -pool must be positive")
@@ -65,11 +86,16 @@ func main() {
 	}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, p := range strings.Split(cfg.paths, ",") {
-			do, ok := targets[p]
-			if !ok {
-				log.Fatalf("benchgrpc: unknown path %q (want http or grpc)", p)
+			var res string
+			if do, ok := targets[p]; ok {
+				res = run(cfg, do)
+			} else if externalPaths[p] {
+				if res, err = runExternal(cfg, p, hotRequest()); err != nil {
+					log.Fatal(err)
+				}
+			} else {
+				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, h2, wrk or h2load)", p)
 			}
-			res := run(cfg, do)
 			fmt.Printf("BENCH_GW path=%s round=%d %s\n", p, round, res)
 		}
 	}
@@ -90,14 +116,41 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.c, MaxConnsPerHost: cfg.c}}
 	clients := make([]rlsv3.RateLimitServiceClient, cfg.conns)
 	for i := range clients {
-		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 		if err != nil {
 			return nil, fmt.Errorf("benchgrpc: %w", err)
 		}
 		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
 	}
+	h2conns := make([]*h2Conn, cfg.conns)
+	framed := make([][]byte, cfg.pool)
+	for i := range h2conns {
+		c, err := dialH2(cfg.grpcAddr)
+		if err != nil {
+			return nil, err
+		}
+		h2conns[i] = c
+	}
+	for i, r := range reqs {
+		msg, err := proto.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("benchgrpc: %w", err)
+		}
+		framed[i] = frame(msg)
+	}
 	var next atomic.Uint64
 	return map[string]doFunc{
+		"h2": func(_ context.Context, i int) (bool, error) {
+			a, err := h2conns[next.Add(1)%uint64(len(h2conns))].call(framed[i])
+			switch {
+			case err != nil:
+				return false, err
+			case a.status != "0":
+				return false, fmt.Errorf("grpc-status %q", a.status)
+			}
+			return a.code == byte(rlsv3.RateLimitResponse_OVER_LIMIT), nil
+		},
 		"http": func(ctx context.Context, i int) (bool, error) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", cfg.httpURL, bytes.NewReader(bodies[i]))
 			req.Header.Set("Content-Type", "application/json")
@@ -114,6 +167,11 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 		},
 		"grpc": func(ctx context.Context, i int) (bool, error) {
 			c := clients[next.Add(1)%uint64(len(clients))]
+			if cfg.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+				defer cancel()
+			}
 			resp, err := c.ShouldRateLimit(ctx, reqs[i])
 			if err != nil {
 				return false, err
@@ -121,6 +179,19 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 			return resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, nil
 		},
 	}, nil
+}
+
+// envoyWindow is Envoy's default HTTP/2 stream and connection window
+// (initial_stream_window_size, initial_connection_window_size: 256 MiB).
+// A fixed window also turns off grpc-go's BDP estimation, which Envoy
+// does not do: its pings would follow the answers of a busy connection.
+const envoyWindow = 256 << 20
+
+// hotRequest is the hot key's RateLimitRequest, as the grpc path sends it.
+func hotRequest() *rlsv3.RateLimitRequest {
+	ip, user, dev := key("hot", 0)
+	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+		desc("remote_address", ip), desc("method", "POST", "path", "/bench"), desc("user_id", user), desc("device_id", dev)}}
 }
 
 // key is scripts/bench.lua's key i: 10.x.y.z, u_i, d_i (hot: one key).
@@ -145,7 +216,8 @@ func run(cfg config, do doFunc) string {
 	// No context deadline: gRPC fails calls at once when it thinks a
 	// deadline passed, before ctx.Err() says so, and a worker would spin.
 	ctx := context.Background()
-	cpu0 := cpuTime(cfg.pid)
+	scr0 := redisScripts(cfg.redis)
+	cpu0, self0 := cpuTime(cfg.pid), cpuTime(os.Getpid())
 	start := time.Now()
 	end := start.Add(cfg.d)
 	var mu sync.Mutex
@@ -158,6 +230,9 @@ func run(cfg config, do doFunc) string {
 			defer wg.Done()
 			mine := make([]time.Duration, 0, 1<<16)
 			for n := w; ; n += cfg.c {
+				if cfg.rate > 0 { // request n is due at start + n/rate
+					time.Sleep(time.Until(start.Add(time.Duration(float64(n) / cfg.rate * float64(time.Second)))))
+				}
 				t0 := time.Now()
 				if t0.After(end) {
 					break
@@ -181,7 +256,8 @@ func run(cfg config, do doFunc) string {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	cpu := cpuTime(cfg.pid) - cpu0
+	cpu, self := cpuTime(cfg.pid)-cpu0, cpuTime(os.Getpid())-self0
+	scripts := redisScripts(cfg.redis) - scr0
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
 		if len(lat) == 0 {
@@ -190,12 +266,44 @@ func run(cfg config, do doFunc) string {
 		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
 	}
 	n := len(lat)
-	cpuPer := "n/a"
+	cpuPer, selfPer := "n/a", "n/a"
 	if cfg.pid > 0 && n > 0 {
 		cpuPer = strconv.FormatFloat(float64(cpu.Microseconds())/float64(n), 'f', 1, 64)
 	}
-	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s",
-		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer)
+	if n > 0 {
+		selfPer = strconv.FormatFloat(float64(self.Microseconds())/float64(n), 'f', 1, 64)
+	}
+	scriptsPer := "n/a"
+	if cfg.redis != "" && n > 0 {
+		scriptsPer = strconv.FormatFloat(float64(scripts)/float64(n), 'f', 3, 64)
+	}
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=%s redis_scripts_per_req=%s",
+		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, selfPer, scriptsPer)
+}
+
+// redisScripts is the number of scripts Redis at addr has run (the calls
+// of EVALSHA and EVAL in INFO commandstats; 0 when addr is empty).
+func redisScripts(addr string) int64 {
+	if addr == "" {
+		return 0
+	}
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		log.Fatalf("benchgrpc: redis %s: %v", addr, err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total
 }
 
 // cpuTime is the user + system CPU time of process pid (0 when pid is 0
