@@ -183,3 +183,46 @@ func TestLongBatchIsSplitIntoScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchWritesEachBucketOnce: decisions of one batch that share a
+// bucket see each other's takes in order, and the bucket is left with the
+// last one's state and expiry (the script writes it once, after the batch).
+func TestBatchWritesEachBucketOnce(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second, ExpirySlack: time.Hour})
+	defer s.Close()
+	now := time.Unix(1_800_000_000, 0)
+	shared := p + "{route:r}:b:route"
+	reqs := make([]Request, 6)
+	for i := range reqs {
+		own := p + "{ip:" + string(rune('a'+i)) + "}:b:ip"
+		reqs[i] = Request{Now: now.Add(time.Duration(i) * time.Second), Cost: 1, Limits: []Limit{
+			{Key: shared, Burst: 4, Rate: 1, Period: time.Hour},
+			{Key: own, Burst: 10, Rate: 1, Period: time.Hour},
+		}}
+	}
+	res, errs := runBatch(t, s, reqs)
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		// 1 s refills 1e6/3600 micro-tokens (277 once rounded down, 555 for 2 s)
+		want := []float64{3, 2.000277, 1.000554, 0.000831, 0.001108, 0.001386}[i]
+		if got := res[i].Limits[0].Remaining; got != want || res[i].Allowed != (i < 4) {
+			t.Fatalf("decision %d: allowed=%v shared remaining %v, want allowed=%v remaining %v", i, res[i].Allowed, got, i < 4, want)
+		}
+	}
+	// the stored state is the last take's (decision 3 at now+3s)
+	var r Result
+	if err := s.Decide(context.Background(), &Request{Now: now.Add(3 * time.Second), Cost: 0, Limits: []Limit{{Key: shared, Burst: 4, Rate: 1, Period: time.Hour}}}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Limits[0].Remaining != 0.000831 {
+		t.Fatalf("stored shared bucket has %v, want 0.000831", r.Limits[0].Remaining)
+	}
+	ttl, err := c.PTTL(context.Background(), shared).Result()
+	if err != nil || ttl <= time.Hour || ttl > 5*time.Hour {
+		t.Fatalf("PTTL = %v, %v; want the last take's (about 4 h to refill plus an hour of slack)", ttl, err)
+	}
+}

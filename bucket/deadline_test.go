@@ -3,6 +3,8 @@ package bucket_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +22,10 @@ import (
 // included (6.6), however many batches queue before it. The margin is
 // 10 ms plus how late 64 goroutines sleeping Timeout at the same moment
 // wake up (the machine's own scheduling delay, shared with other tests).
+// A decision that is not ErrUnavailable fails at once. A trial with a late
+// answer is run again, up to three trials: a stall of a loaded machine hits
+// one trial, while a deadline that does not count the lane wait (the old
+// code) is late in every trial.
 func TestRedisPausedDeadlinePerDecision(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedis(t)
@@ -29,6 +35,21 @@ func TestRedisPausedDeadlinePerDecision(t *testing.T) {
 	const timeout = 30 * time.Millisecond
 	s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: timeout, Lanes: 1, MaxBatch: 4})
 	defer s.Close()
+	var late []string
+	for trial := 1; trial <= 3; trial++ {
+		l := pausedTrial(t, srv.Cmd.Process, s, timeout)
+		if len(l) == 0 {
+			return
+		}
+		late = append(late, fmt.Sprintf("trial %d: %s", trial, strings.Join(l, "; ")))
+	}
+	t.Errorf("late in every trial:\n%s", strings.Join(late, "\n"))
+}
+
+// pausedTrial runs one trial of TestRedisPausedDeadlinePerDecision with
+// Redis paused for its length, and returns the late decisions.
+func pausedTrial(t *testing.T, p *os.Process, s *bucket.RedisStore, timeout time.Duration) []string {
+	t.Helper()
 	req := func(i int) *bucket.Request {
 		return &bucket.Request{Cost: 1, Limits: []bucket.Limit{{Key: fmt.Sprintf("{ip:%d}:b:x", i), Burst: 10, Rate: 10, Period: time.Minute}}}
 	}
@@ -36,10 +57,9 @@ func TestRedisPausedDeadlinePerDecision(t *testing.T) {
 	if err := s.Decide(context.Background(), req(0), &res); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	p := srv.Cmd.Process
 	defer func() { _ = p.Signal(syscall.SIGCONT) }()
 	var wg sync.WaitGroup
 	took := make([]time.Duration, 64)
@@ -70,11 +90,16 @@ func TestRedisPausedDeadlinePerDecision(t *testing.T) {
 		noise = max(noise, d)
 	}
 	bound := timeout + 10*time.Millisecond + noise
+	var late []string
 	for i := range took {
 		worst = max(worst, took[i])
-		if !errorsIs(errs[i], bucket.ErrUnavailable) || took[i] > bound {
-			t.Errorf("decision %d: %v after %v; want ErrUnavailable within %v", i, errs[i], took[i], bound)
+		if !errorsIs(errs[i], bucket.ErrUnavailable) {
+			t.Fatalf("decision %d: %v after %v; want ErrUnavailable", i, errs[i], took[i])
+		}
+		if took[i] > bound {
+			late = append(late, fmt.Sprintf("decision %d after %v, bound %v", i, took[i], bound))
 		}
 	}
 	t.Logf("64 decisions on one lane, Redis paused: worst %v (timeout %v; sleepers woke up to %v late)", worst, timeout, noise)
+	return late
 }

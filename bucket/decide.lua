@@ -7,21 +7,21 @@
 -- per batch rather than once per decision.
 --
 -- ARGV[1] n, the number of decisions. KEYS and the rest of ARGV hold the
--- decisions one after another; each decision's part of ARGV starts with its
--- key count and its argument count, then:
---   a[1] now in microseconds, or "0" for Redis TIME (read once per batch)
---   a[2] nl, a[3] ns, a[4] nk, a[5] cost, a[6] expiry slack in ms
---   a[7] the request's device id ("" when none)
---   a[8 .. 7+nk] per lock: "1" when a trust set key follows for it, else "0"
---   a[8+nk] the numbers below, as one string of little-endian float64s
---     (read with one struct.unpack: no per-number ARGV or tonumber):
+-- decisions one after another, two ARGV each: the decision's numbers as
+-- one string of little-endian float64s (read with one struct.unpack: no
+-- per-number ARGV or tonumber), then the request's device id ("" when
+-- none). The numbers:
+--   nkeys (the decision's key count), now in microseconds (0 for Redis
+--   TIME, read once per batch), nl, ns, nk, cost, expiry slack in ms,
+--   per lock: 1 when a trust set key follows for it, else 0,
 --   per subject: static multiplier, unverified multiplier, cached (0 to
 --     read the subject's hash, 1 when the caller's L1 cache knows it), mult,
 --     pen (what the cache knows; 0 0 when not cached)
 --   then per limit: burst, rate, period_us, shadow (1/0), nsub, nsub
 --     subject indexes (1-based)
--- and its keys: nl bucket keys, then ns multiplier hash keys, then nk lock
--- keys, then the trust set key of each lock flagged "1".
+-- and its keys: nl bucket keys, then the multiplier hash keys of the
+-- subjects not cached, in order, then nk lock keys, then the trust set key
+-- of each lock flagged 1.
 --
 -- Reply: one entry per decision, in order:
 -- {3, message} when it failed (a key holding the wrong type), else
@@ -35,11 +35,17 @@
 -- two little-endian float64s (16 bytes; the text "tokens last_us" of
 -- earlier builds is still read) and returned as integers: no number is
 -- ever formatted or parsed. Refill rounds down.
--- Locks and buckets are read with one MGET per decision.
+-- Locks and buckets are read with one MGET per decision. A bucket that a
+-- decision of the batch has written is not read or written again: later
+-- decisions of the batch take its state from the batch's own table, and
+-- each bucket written is SET once, after the last decision (a hot bucket,
+-- such as a route's or a global limit's, costs one read and one write per
+-- batch instead of one per decision). Decisions still run one after
+-- another on the state the ones before them left: the same answers as
+-- one script per decision.
 --
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
 -- change both or neither (the conformance tests compare them bit for bit).
-local fmt = string.format
 local match = string.match
 local U = 1000000
 local clock = nil
@@ -97,41 +103,58 @@ local function subject(key, static, unverified, now)
   return hi, 0
 end
 
--- decide evaluates the decision whose keys follow KEYS[kb] and whose
--- arguments follow ARGV[ab], and returns its reply.
-local function decide(kb, ab)
-  local nl = tonumber(ARGV[ab + 2])
-  local ns = tonumber(ARGV[ab + 3])
-  local nk = tonumber(ARGV[ab + 4])
-  local cost = tonumber(ARGV[ab + 5])
-  local slack = tonumber(ARGV[ab + 6])
+-- The batch's written buckets, by key: tokens, last_us and the expiry (ms)
+-- of their latest state, and the keys in the order first written.
+local wtok, wlast, wttl = {}, {}, {}
+local written = {}
+
+-- decide evaluates the decision whose keys follow KEYS[kb], whose numbers
+-- are a (see the header) and whose device is device, and returns its reply
+-- and whether it wrote a bucket.
+local function decide(kb, a, device)
+  local nl, ns, nk, cost, slack = a[3], a[4], a[5], a[6], a[7]
   local now
-  if ARGV[ab + 1] == "0" then
+  if a[2] == 0 then
     if not clock then
       local t = redis.call("TIME")
       clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = clock
   else
-    now = tonumber(ARGV[ab + 1])
+    now = a[2]
   end
+  local argi = 8 + nk -- the subjects' numbers
 
-  -- one read of every lock and bucket: locks first, then buckets
+  -- the keys of the subjects read from their hashes: after the buckets
+  local sk = kb + nl
+  local nread = 0
+  for j = 1, ns do
+    if a[argi + 5 * (j - 1) + 2] ~= 1 then nread = nread + 1 end
+  end
+  local lk = sk + nread -- the lock keys: after them
+
+  -- one read of every lock and of every bucket this batch has not written:
+  -- locks first, then buckets
   local rk = {}
-  for i = 1, nk do rk[i] = KEYS[kb + nl + ns + i] end
-  for i = 1, nl do rk[nk + i] = KEYS[kb + i] end
+  for i = 1, nk do rk[i] = KEYS[lk + i] end
+  local nr = nk
   local got = {}
-  if #rk > 0 then got = redis.call("MGET", unpack(rk)) end
+  for i = 1, nl do
+    if not wtok[KEYS[kb + i]] then
+      nr = nr + 1
+      rk[nr] = KEYS[kb + i]
+    end
+  end
+  if nr > 0 then got = redis.call("MGET", unpack(rk, 1, nr)) end
 
   -- A lock is "kind until_us flags rule"; flags "x" exempts the devices in
   -- the lock's trust set (attested devices that logged in to the account).
-  local device = ARGV[ab + 7]
-  local tk = nl + ns + nk
+  local tk = lk + nk
   for i = 1, nk do
     local tkey = nil
-    if ARGV[ab + 7 + i] == "1" then
+    if a[7 + i] == 1 then
       tk = tk + 1
-      tkey = KEYS[kb + tk]
+      tkey = KEYS[tk]
     end
     local v = got[i]
     if v then
@@ -143,21 +166,12 @@ local function decide(kb, ab)
           exempt = redis.call("SISMEMBER", tkey, device) == 1
         end
         if not exempt then
-          return {2, now, kind, us, rule, i}
+          return {2, now, kind, us, rule, i}, false
         end
       end
     end
   end
 
-  local blob = ARGV[ab + 8 + nk]
-  local nv = #blob / 8
-  local uf = packfmts[nv]
-  if not uf then
-    uf = "<" .. string.rep("d", nv)
-    packfmts[nv] = uf
-  end
-  local a = {struct.unpack(uf, blob)}
-  local argi = 1
   local mults = {}
   local pens = {}
   local fresh = {}
@@ -168,7 +182,8 @@ local function decide(kb, ab)
       pens[j] = a[argi + 4]
     else
       fresh[j] = true
-      mults[j], pens[j] = subject(KEYS[kb + nl + j], a[argi], a[argi + 1], now)
+      sk = sk + 1
+      mults[j], pens[j] = subject(KEYS[sk], a[argi], a[argi + 1], now)
     end
     argi = argi + 5
   end
@@ -178,6 +193,7 @@ local function decide(kb, ab)
   -- per limit i, at 6i-5 .. 6i: tokens, last, effb, per, ok, retry (one
   -- table rather than six: each table costs Redis an allocation and growth)
   local st = {}
+  local gi = nk
   for i = 1, nl do
     local burst = a[argi]
     local rate = a[argi + 1]
@@ -200,23 +216,27 @@ local function decide(kb, ab)
     local per = rate * m * U / period
     local tokens = effb
     local last = now
-    local v = got[nk + i]
-    if v then
-      local t, l
-      if #v == 16 then
-        t, l = struct.unpack("<dd", v)
-      else
-        -- the text form "tokens last_us" of builds before the packed one
-        local ts, ls = match(v, "^(%d+) (%d+)$")
-        t = tonumber(ts)
-        l = tonumber(ls)
+    local key = KEYS[kb + i]
+    local t, l = wtok[key], wlast[key]
+    if not t then
+      gi = gi + 1
+      local v = got[gi]
+      if v then
+        if #v == 16 then
+          t, l = struct.unpack("<dd", v)
+        else
+          -- the text form "tokens last_us" of builds before the packed one
+          local ts, ls = match(v, "^(%d+) (%d+)$")
+          t = tonumber(ts)
+          l = tonumber(ls)
+        end
       end
-      if t and l then
-        local el = 0
-        if l > now then last = l else el = now - l end
-        tokens = t + math.floor(el * per)
-        if tokens > effb then tokens = effb end
-      end
+    end
+    if t and l then
+      local el = 0
+      if l > now then last = l else el = now - l end
+      tokens = t + math.floor(el * per)
+      if tokens > effb then tokens = effb end
     end
     local ok = tokens >= cost
     local retry = 0
@@ -237,6 +257,7 @@ local function decide(kb, ab)
     st[o] = retry
   end
 
+  local wrote = false
   local reply = {allowed, now}
   local r = 2
   for i = 1, nl do
@@ -244,8 +265,13 @@ local function decide(kb, ab)
     local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
     if allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
-      local ttl = math.ceil((effb - tokens) / per / 1000) + slack
-      redis.call("SET", KEYS[kb + i], struct.pack("<dd", tokens, st[o - 4]), "PX", ttl)
+      -- written once, after the batch (see the header)
+      local key = KEYS[kb + i]
+      if not wtok[key] then written[#written + 1] = key end
+      wtok[key] = tokens
+      wlast[key] = st[o - 4]
+      wttl[key] = math.ceil((effb - tokens) / per / 1000) + slack
+      wrote = true
     end
     local reset = now
     if effb > tokens and per > 0 then
@@ -275,25 +301,58 @@ local function decide(kb, ab)
     pf = "<" .. string.rep("d", r)
     packfmts[r] = pf
   end
-  return struct.pack(pf, unpack(reply, 1, r))
+  return struct.pack(pf, unpack(reply, 1, r)), wrote
 end
 
 local n = tonumber(ARGV[1])
 local out = {}
-local kb, ab = 0, 1
+local wrote = {}
+local kb = 0
 for d = 1, n do
-  local nkeys = tonumber(ARGV[ab + 1])
-  local nargs = tonumber(ARGV[ab + 2])
+  local blob = ARGV[2 * d]
+  local nv = #blob / 8
+  local uf = packfmts[nv]
+  if not uf then
+    uf = "<" .. string.rep("d", nv)
+    packfmts[nv] = uf
+  end
+  local a = {struct.unpack(uf, blob)}
   -- one decision's error (a key of the wrong type) is its own: it is
-  -- answered {3, message} and the batch goes on
-  local ok, r = pcall(decide, kb, ab + 2)
+  -- answered {3, message}, it wrote nothing, and the batch goes on
+  local ok, r, w = pcall(decide, kb, a, ARGV[2 * d + 1])
   if ok then
     out[d] = r
+    wrote[d] = w
   else
     if type(r) == "table" then r = r.err end
     out[d] = {3, tostring(r)}
   end
-  kb = kb + nkeys
-  ab = ab + 2 + nargs
+  kb = kb + a[1]
+end
+-- Every bucket the batch took from, written once with its latest state.
+-- Should a write fail (out of memory: Redis then refuses the script's
+-- first write and so every write), the decisions that took tokens fail
+-- with it: none of their state was kept.
+-- Expiries repeat (most buckets of a policy refill within the same
+-- millisecond), so each is formatted once per batch: a number passed to
+-- redis.call is formatted by Redis with snprintf at every call.
+local ttls = {}
+local ok, err = pcall(function()
+  for i = 1, #written do
+    local key = written[i]
+    local ttl = wttl[key]
+    local ts = ttls[ttl]
+    if not ts then
+      ts = string.format("%d", ttl)
+      ttls[ttl] = ts
+    end
+    redis.call("SET", key, struct.pack("<dd", wtok[key], wlast[key]), "PX", ts)
+  end
+end)
+if not ok then
+  if type(err) == "table" then err = err.err end
+  for d = 1, n do
+    if wrote[d] then out[d] = {3, tostring(err)} end
+  end
 end
 return out

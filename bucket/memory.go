@@ -64,15 +64,8 @@ func (s *MemoryStore) trustedLocked(l Lock, req *Request, i int, now float64) bo
 
 type memShard struct {
 	mu      sync.Mutex
-	buckets map[string]*memBucket
-	_       [40]byte // keep shards on separate cache lines
-}
-
-// memBucket is one bucket's state: the same two numbers decide.lua stores.
-type memBucket struct {
-	tokens float64 // micro-tokens, a whole number
-	last   float64 // microseconds
-	full   float64 // microseconds: when it is full again (eviction order and expiry)
+	buckets memTable
+	_       [48]byte // keep shards on separate cache lines (128 bytes each)
 }
 
 // NewMemoryStore returns a MemoryStore with opts applied.
@@ -100,9 +93,6 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		trusts:      make(map[string]map[string]time.Time),
 		setAt:       make(map[string]time.Time),
 	}
-	for i := range s.shards {
-		s.shards[i].buckets = make(map[string]*memBucket)
-	}
 	return s
 }
 
@@ -116,7 +106,7 @@ func (s *MemoryStore) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.buckets)
+		n += sh.buckets.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -129,11 +119,7 @@ func (s *MemoryStore) Sweep(now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.buckets {
-			if b.full <= us {
-				delete(sh.buckets, k)
-			}
-		}
+		sh.buckets.sweep(us)
 		sh.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -221,11 +207,15 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 
 	// Lock every shard the request touches, in ascending order, so the
 	// decision is atomic across its buckets and cannot deadlock.
+	// Each key is hashed once: the low bits pick the shard, the others the
+	// slot in the shard's table.
 	var idx, order [MaxLimits]uint8
+	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
 	for i := range req.Limits {
-		sh := uint8(maphash.String(s.seed, req.Limits[i].Key) % memShards)
-		idx[i] = sh
+		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
+		sh := uint8(h % memShards)
+		idx[i], hashes[i] = sh, h
 		j := i
 		for ; j > 0 && order[j-1] > sh; j-- {
 			order[j] = order[j-1]
@@ -241,13 +231,16 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Limits) > len(evsA) {
 		evs = make([]eval, len(req.Limits))
 	}
+	// Find every bucket before evaluating any: the look-ups do not depend
+	// on each other, so their cache misses overlap.
+	for i := range req.Limits {
+		evs[i].b = s.shards[idx[i]].buckets.find(hashes[i], req.Limits[i].Key)
+	}
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		b := s.shards[idx[i]].buckets[l.Key]
-		evs[i] = evaluate(now, b, l, m, pend, unknown, cost)
-		evs[i].b = b
+		evaluate(&evs[i], now, l, m, pend, unknown, cost)
 		if !evs[i].ok && !l.Shadow {
 			allowed = false
 		}
@@ -263,19 +256,20 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if allowed && cost > 0 {
 		// Buckets that exist are updated in place (the pointers were read
 		// under the locks still held) before any new bucket is inserted,
-		// since an insertion may evict.
+		// since an insertion may evict, grow the table or move slots.
 		for pass := 0; pass < 2; pass++ {
 			for i := range req.Limits {
 				ev := &evs[i]
 				if ev.ok && (ev.b != nil) == (pass == 0) {
 					ev.tokens -= cost
-					s.store(&s.shards[idx[i]], req.Limits[i].Key, ev, now)
+					s.store(&s.shards[idx[i]], hashes[i], req.Limits[i].Key, ev, now)
 				}
 			}
 		}
 	}
 	for i := range req.Limits {
-		res.Limits = append(res.Limits, evs[i].result(now, &req.Limits[i]))
+		res.Limits = append(res.Limits, LimitResult{})
+		evs[i].resultTo(&res.Limits[len(res.Limits)-1], now, &req.Limits[i])
 	}
 	return nil
 }
@@ -294,38 +288,17 @@ func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
 	}
 }
 
-// store writes ev's state for key; sh.mu must be held.
-func (s *MemoryStore) store(sh *memShard, key string, ev *eval, now float64) {
+// store writes ev's state for key (hashed h); sh.mu must be held.
+func (s *MemoryStore) store(sh *memShard, h uint64, key string, ev *eval, now float64) {
 	full := resetAt(now, ev.tokens, ev.effb, ev.per)
 	if b := ev.b; b != nil {
 		b.tokens, b.last, b.full = ev.tokens, ev.last, full
 		return
 	}
-	if len(sh.buckets) >= s.maxPerShard {
-		s.evict(sh, now)
+	if sh.buckets.n >= s.maxPerShard {
+		sh.buckets.evict(now)
 	}
-	sh.buckets[key] = &memBucket{tokens: ev.tokens, last: ev.last, full: full}
-}
-
-// evict removes one bucket from sh, preferring ones already full; sh.mu held.
-func (s *MemoryStore) evict(sh *memShard, now float64) {
-	const samples = 8
-	var victim string
-	best := math.Inf(1)
-	n := 0
-	for k, b := range sh.buckets {
-		if b.full <= now {
-			delete(sh.buckets, k)
-			return
-		}
-		if b.full < best {
-			best, victim = b.full, k
-		}
-		if n++; n >= samples {
-			break
-		}
-	}
-	delete(sh.buckets, victim)
+	sh.buckets.put(h, key, memBucket{tokens: ev.tokens, last: ev.last, full: full})
 }
 
 // unit is the number of micro-tokens in a token: buckets count whole
@@ -339,8 +312,9 @@ type eval struct {
 	b                              *memBucket // the stored state read, nil when absent
 }
 
-func (ev *eval) result(now float64, l *Limit) LimitResult {
-	return limitResult(ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
+// resultTo writes ev's LimitResult to lr.
+func (ev *eval) resultTo(lr *LimitResult, now float64, l *Limit) {
+	limitResultTo(lr, ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
 }
 
 // resetAt is when a bucket holding tokens is full again (decide.lua's reset).
@@ -354,20 +328,28 @@ func resetAt(now, tokens, effb, per float64) float64 {
 // limitResult converts a limit's integer outcome to a LimitResult; both
 // stores build their results here.
 func limitResult(ok bool, tokens, effb, reset, retry float64, l *Limit) LimitResult {
-	return LimitResult{
-		Allowed:    ok,
-		Remaining:  tokens / unit,
-		Burst:      effb / unit,
-		Multiplier: effb / (l.Burst * unit),
-		Reset:      time.UnixMicro(int64(reset)),
-		RetryAfter: time.Duration(retry) * time.Microsecond,
-	}
+	var lr LimitResult
+	limitResultTo(&lr, ok, tokens, effb, reset, retry, l)
+	return lr
 }
 
-// evaluate is decide.lua's per-limit arithmetic, operation for operation.
-// b is the stored state (nil when absent); now is in microseconds, cost in
-// micro-tokens.
-func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool, cost float64) eval {
+// limitResultTo is limitResult into lr, field by field (assigning a whole
+// struct that holds a pointer goes through a copy on the stack).
+func limitResultTo(lr *LimitResult, ok bool, tokens, effb, reset, retry float64, l *Limit) {
+	lr.Allowed = ok
+	lr.Remaining = tokens / unit
+	lr.Burst = effb / unit
+	lr.Multiplier = effb / (l.Burst * unit)
+	lr.Reset = time.UnixMicro(int64(reset))
+	lr.RetryAfter = time.Duration(retry) * time.Microsecond
+}
+
+// evaluate is decide.lua's per-limit arithmetic, operation for operation,
+// into ev (in place: a returned struct would be copied through the stack).
+// ev.b is the stored state (nil when absent); now is in microseconds, cost
+// in micro-tokens.
+func evaluate(ev *eval, now float64, l *Limit, m, pend float64, unknown bool, cost float64) {
+	b := ev.b
 	effb := math.Floor(l.Burst * m * unit)
 	per := l.Rate * m * unit / float64(l.Period.Microseconds())
 	tokens := effb
@@ -397,7 +379,7 @@ func evaluate(now float64, b *memBucket, l *Limit, m, pend float64, unknown bool
 			retry = math.Ceil((cost - tokens) / per)
 		}
 	}
-	return eval{tokens: tokens, last: last, effb: effb, per: per, retry: retry, ok: ok}
+	ev.tokens, ev.last, ev.effb, ev.per, ev.retry, ev.ok = tokens, last, effb, per, retry, ok
 }
 
 // limitMultiplier multiplies the subjects' multipliers in index order and

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +18,7 @@ import (
 // *redis.ClusterClient and *redis.Ring (any redis.UniversalClient) fit.
 type Client interface {
 	redis.Scripter
+	Do(ctx context.Context, args ...interface{}) *redis.Cmd
 	Pipeline() redis.Pipeliner
 	HDel(ctx context.Context, key string, fields ...string) *redis.IntCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
@@ -60,7 +60,7 @@ type RedisStore struct {
 	prefix  string
 	timeout time.Duration
 	max     int
-	slack   string
+	slack   float64 // ExpirySlack in ms
 	cluster bool
 	queue   chan *call
 	stop    chan struct{}
@@ -71,8 +71,9 @@ type RedisStore struct {
 // call is one decision waiting for its lane.
 type call struct {
 	keys     []string
-	args     []interface{}
-	nums     []byte // the decision's numbers, packed (see build)
+	nums     []byte      // the decision's numbers, packed (see build)
+	blob     interface{} // nums, boxed once for the command
+	device   string
 	reply    interface{}
 	err      error
 	done     chan struct{}
@@ -81,7 +82,7 @@ type call struct {
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{keys: make([]string, 0, 16), args: make([]interface{}, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
+	return &call{keys: make([]string, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
 }}
 
 // NewRedisStore returns a RedisStore over c and starts its lanes.
@@ -104,7 +105,7 @@ func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
 	s := &RedisStore{
 		c:       c,
 		prefix:  opts.Prefix,
-		slack:   strconv.FormatInt(opts.ExpirySlack.Milliseconds(), 10),
+		slack:   float64(opts.ExpirySlack.Milliseconds()),
 		cluster: opts.Cluster,
 		timeout: opts.Timeout,
 		max:     opts.MaxBatch,
@@ -157,19 +158,8 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	} else {
 		c.timer.Reset(time.Until(c.deadline))
 	}
-	select {
-	case s.queue <- c:
-	case <-c.timer.C:
-		callPool.Put(c) // no lane has seen it
-		return errDeadline
-	case <-ctx.Done():
-		c.timer.Stop()
-		callPool.Put(c)
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	case <-s.stop:
-		c.timer.Stop()
-		callPool.Put(c)
-		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	if err := s.enqueue(ctx, c); err != nil {
+		return err
 	}
 	select {
 	case <-c.done:
@@ -192,15 +182,52 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	return nil
 }
 
-// build fills c's keys and args for req (see decide.lua for the layout).
-func (c *call) build(req *Request, slack string) {
+// enqueue hands c to a lane. The common case, room in the queue, costs
+// one non-blocking send (no lock on the other channels, no timer in the
+// heap); otherwise it waits for room within c's deadline. On an error c
+// is back in the pool.
+func (s *RedisStore) enqueue(ctx context.Context, c *call) error {
+	select {
+	case <-s.stop:
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	default:
+	}
+	select {
+	case s.queue <- c:
+		return nil
+	default:
+	}
+	select {
+	case s.queue <- c:
+		return nil
+	case <-c.timer.C:
+		callPool.Put(c) // no lane has seen it
+		return errDeadline
+	case <-ctx.Done():
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case <-s.stop:
+		c.timer.Stop()
+		callPool.Put(c)
+		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
+	}
+}
+
+// build fills c's keys and arguments for req (see decide.lua for the
+// layout): its keys, its numbers as one string of little-endian float64s
+// and its device.
+func (c *call) build(req *Request, slack float64) {
 	c.keys = c.keys[:0]
-	c.args = c.args[:0]
 	for i := range req.Limits {
 		c.keys = append(c.keys, req.Limits[i].Key)
 	}
 	for i := range req.Subjects {
-		c.keys = append(c.keys, req.Subjects[i].Key)
+		if !req.Subjects[i].Cached {
+			c.keys = append(c.keys, req.Subjects[i].Key)
+		}
 	}
 	c.keys = append(c.keys, req.Locks...)
 	for _, k := range req.TrustKeys {
@@ -208,22 +235,22 @@ func (c *call) build(req *Request, slack string) {
 			c.keys = append(c.keys, k)
 		}
 	}
-	now := "0"
+	now := 0.0
 	if !req.Now.IsZero() {
-		now = strconv.FormatInt(req.Now.UnixMicro(), 10)
+		now = float64(req.Now.UnixMicro())
 	}
-	c.args = append(c.args, now, len(req.Limits), len(req.Subjects), len(req.Locks), num(req.Cost), slack, req.Device)
+	// The numbers go as one string of little-endian float64s: the script
+	// reads them with one struct.unpack, and the values are exact (what
+	// tonumber of the shortest decimal form would give).
+	b := appendF64(c.nums[:0], float64(len(c.keys)), now, float64(len(req.Limits)), float64(len(req.Subjects)),
+		float64(len(req.Locks)), req.Cost, slack)
 	for i := range req.Locks {
 		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" {
-			c.args = append(c.args, "1")
+			b = appendF64(b, 1)
 		} else {
-			c.args = append(c.args, "0")
+			b = appendF64(b, 0)
 		}
 	}
-	// Every other number goes as one string of little-endian float64s: the
-	// script reads them with one struct.unpack, and the values are exact
-	// (what tonumber of the shortest decimal form would give).
-	b := c.nums[:0]
 	for i := range req.Subjects {
 		sub := &req.Subjects[i]
 		if sub.Cached {
@@ -252,7 +279,7 @@ func (c *call) build(req *Request, slack string) {
 		}
 	}
 	c.nums = b
-	c.args = append(c.args, b)
+	c.blob, c.device = b, req.Device
 }
 
 // appendF64 appends each of vs to b as a little-endian float64.
@@ -264,29 +291,6 @@ func appendF64(b []byte, vs ...float64) []byte {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-// numCache holds formatted, boxed script arguments: a decision's numbers
-// are mostly the policy's bursts, rates and periods and a few multipliers,
-// so most are formatted and allocated once. Direct-mapped and lock-free:
-// a collision replaces the entry.
-var numCache [256]atomic.Pointer[numEntry]
-
-type numEntry struct {
-	bits uint64
-	arg  interface{} // ftoa(f), boxed
-}
-
-// num returns ftoa(f) as a script argument, from numCache when it can.
-func num(f float64) interface{} {
-	bits := math.Float64bits(f)
-	slot := &numCache[(bits^bits>>29^bits>>47)*0x9E3779B97F4A7C15>>56]
-	if e := slot.Load(); e != nil && e.bits == bits {
-		return e.arg
-	}
-	e := &numEntry{bits: bits, arg: ftoa(f)}
-	slot.Store(e)
-	return e.arg
-}
 
 // lane collects queued calls into batches and runs them, until Close.
 func (s *RedisStore) lane() {
@@ -319,15 +323,41 @@ type batchBuf struct {
 	args []interface{}
 }
 
-// fill lays calls out as one decide.lua batch (see its header).
+// fill lays calls out as one decide.lua batch (see its header), for
+// EvalSha.
 func (b *batchBuf) fill(calls []*call) (keys []string, args []interface{}) {
 	b.keys, b.args = b.keys[:0], append(b.args[:0], len(calls))
 	for _, c := range calls {
 		b.keys = append(b.keys, c.keys...)
-		b.args = append(b.args, len(c.keys), len(c.args))
-		b.args = append(b.args, c.args...)
+		b.args = append(b.args, c.blob, c.device)
 	}
 	return b.keys, b.args
+}
+
+// decideHash is decide.lua's SHA1, boxed once.
+var decideHash interface{} = decideScript.Hash()
+
+// evalsha lays calls out as the arguments of one EVALSHA of decide.lua,
+// into dst: the same batch as fill, with every key and string passed by
+// pointer into its call (go-redis writes *string as it writes string), so
+// the batch costs no allocation per key or device. The calls must not change until
+// the command has run.
+func evalsha(dst []interface{}, calls []*call) []interface{} {
+	nk := 0
+	for _, c := range calls {
+		nk += len(c.keys)
+	}
+	dst = append(dst[:0], "evalsha", decideHash, nk)
+	for _, c := range calls {
+		for i := range c.keys {
+			dst = append(dst, &c.keys[i])
+		}
+	}
+	dst = append(dst, len(calls))
+	for _, c := range calls {
+		dst = append(dst, c.blob, &c.device)
+	}
+	return dst
 }
 
 // run evaluates batch in one round trip (see exec) and hands each call
@@ -395,9 +425,9 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 	if s.cluster {
 		per = 1 // one script's keys must share a slot; a batch's do not
 	}
-	if len(batch) <= per {
-		keys, args := buf.fill(batch)
-		v, err := s.c.EvalSha(ctx, decideScript.Hash(), keys, args...).Result()
+	if len(batch) <= per && !s.cluster {
+		buf.args = evalsha(buf.args, batch)
+		v, err := s.c.Do(ctx, buf.args...).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -407,9 +437,16 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, (len(batch)+per-1)/per)
 	for i := 0; i < len(batch); i += per {
-		// EvalSha copies keys and args, so buf is free for the next script
-		keys, args := buf.fill(batch[i:min(i+per, len(batch))])
-		cmds = append(cmds, pipe.EvalSha(ctx, decideScript.Hash(), keys, args...))
+		part := batch[i:min(i+per, len(batch))]
+		if s.cluster {
+			// EvalSha copies keys and args, so buf is free for the next
+			// script, and routes the script by its first key
+			keys, args := buf.fill(part)
+			cmds = append(cmds, pipe.EvalSha(ctx, decideScript.Hash(), keys, args...))
+		} else {
+			// each script of the pipeline holds its own arguments until Exec
+			cmds = append(cmds, pipe.Do(ctx, evalsha(nil, part)...))
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	out := make([]reply, len(batch))

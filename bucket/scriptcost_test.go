@@ -99,11 +99,13 @@ func (m costMeter) stop(b *testing.B, c *redis.Client) {
 // of its own (TOLLGATE_TEST_REDIS): the counters are the server's.
 func BenchmarkRedisScriptCost(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		n    int
-		mult bool
-	}{{"decide4-batch1", 1, false}, {"decide4-batch8", 8, false}, {"decide4-batch8-mult", 8, true}} {
-		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, bc.mult) })
+		name  string
+		n     int
+		mult  bool
+		route bool
+	}{{"decide4-batch1", 1, false, false}, {"decide4-batch8", 8, false, false}, {"decide4-batch8-mult", 8, true, false},
+		{"bench-policy-batch8", 8, false, true}, {"bench-policy-batch8-mult", 8, true, true}} {
+		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, bc.mult, bc.route) })
 	}
 	b.Run("raw1", func(b *testing.B) {
 		c, p := testenv.Redis(b)
@@ -142,18 +144,27 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 }
 
 // benchScriptCost runs decide.lua in batches of n; with mult, every
-// subject has a multiplier in force (2x, never expiring).
-func benchScriptCost(b *testing.B, n int, mult bool) {
+// subject has a multiplier in force (2x, never expiring). Without route,
+// 4 subjects each with a bucket of its own; with route, the layout of
+// scripts/bench's policy: 3 subjects each with its bucket and a fourth
+// bucket, the route's, shared by every decision.
+func benchScriptCost(b *testing.B, n int, mult, route bool) {
 	c, p := testenv.Redis(b)
 	ctx := context.Background()
 	if err := decideScript.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
 	}
 	parts := []string{"ip", "user", "device", "account"}
+	if route {
+		parts = parts[:3]
+	}
 	calls := make([]*call, 1000)
 	for i := range calls {
 		id := strconv.Itoa(i)
 		req := Request{Cost: 1}
+		if route {
+			req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: 1e9, Rate: 1e9, Period: time.Second})
+		}
 		for k, part := range parts {
 			key := MultiplierKey(p, part, id)
 			if mult {
@@ -166,7 +177,7 @@ func benchScriptCost(b *testing.B, n int, mult bool) {
 				Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
 		}
 		calls[i] = &call{}
-		calls[i].build(&req, "1000")
+		calls[i].build(&req, 1000)
 	}
 	var buf batchBuf
 	run := func(from, k int) {

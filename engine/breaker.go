@@ -101,6 +101,20 @@ func (b *Breaker) Allow() bool {
 	}
 }
 
+// Abandon releases a call that Allow let through whose end says nothing
+// about the store (its caller went away first): a half-open breaker's
+// probe slot is freed, and nothing else changes.
+func (b *Breaker) Abandon() {
+	if b.healthy.Load() {
+		return
+	}
+	b.mu.Lock()
+	if b.state == BreakerHalfOpen {
+		b.probing = false
+	}
+	b.mu.Unlock()
+}
+
 // Done records the outcome of a call that Allow let through.
 func (b *Breaker) Done(ok bool) {
 	if ok && b.healthy.Load() {

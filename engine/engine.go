@@ -455,6 +455,16 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		return nil
 	}
 	err := e.o.Store.Decide(ctx, req, &d.bres)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The caller went away (a client that disconnected, its own
+		// deadline): no verdict on the store, so neither a store error nor
+		// a failure for the breaker (a burst of disconnects would open it
+		// for everyone else).
+		e.o.Breaker.Abandon()
+		e.fail(d, p, ci, err, start)
+		e.record(d, p, start)
+		return nil
+	}
 	e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
 	if err != nil {
 		if errors.Is(err, bucket.ErrBadRequest) {

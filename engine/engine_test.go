@@ -2,8 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
@@ -213,5 +217,48 @@ limits:
 		if err := e.Decide(ctx, &in, &d); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// blockingStore answers nothing until its caller's context ends.
+type blockingStore struct{ *bucket.MemoryStore }
+
+func (blockingStore) Decide(ctx context.Context, _ *bucket.Request, _ *bucket.Result) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w: %w", bucket.ErrUnavailable, ctx.Err())
+}
+
+// TestCallerGoneIsNoStoreFailure: decisions whose callers went away
+// before the store answered (canceled contexts) are answered by the
+// failure mode but neither counted as store errors nor held against the
+// store by the breaker.
+func TestCallerGoneIsNoStoreFailure(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	p, err := policy.Parse("p.yaml", []byte(keyPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := NewBreaker(BreakerOptions{Failures: 2}, nil, nil)
+	e, err := New(Options{Store: blockingStore{bucket.NewMemoryStore(bucket.MemoryOptions{})}, Policy: func() *policy.Policy { return p }, Metrics: m, Breaker: br})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var d Decision
+		if err := e.Decide(ctx, &Input{Endpoint: "GET /x", IP: "10.0.0.1", Cost: 1}, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome != Degraded {
+			t.Fatalf("decision %d: outcome %v, want Degraded", i, d.Outcome)
+		}
+	}
+	if st := br.State(); st != BreakerClosed {
+		t.Fatalf("breaker %v after 5 canceled callers, want closed", st)
+	}
+	if v := testutil.ToFloat64(m.StoreErrors); v != 0 {
+		t.Fatalf("store errors %v, want 0", v)
 	}
 }

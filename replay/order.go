@@ -41,6 +41,7 @@ type reorder struct {
 	// sorted is how many of buf's first events are in order.
 	sorted  int
 	scratch []event
+	runs    []int // sortRuns: where each run ends
 }
 
 // add takes ev and returns the events now released (valid until the next
@@ -86,17 +87,70 @@ func (o *reorder) flush(out []event) []event {
 // sort orders the buffer by time; equal times keep arrival order. A
 // buffer already in order (one publisher) costs one pass. The events held
 // back by the last release are in order already: only those added since
-// are sorted, then merged with them.
+// are sorted (sortRuns), then merged with them.
 func (o *reorder) sort() {
 	k := min(o.sorted, len(o.buf))
 	tail := o.buf[k:]
-	if !slices.IsSortedFunc(tail, byTime) {
-		slices.SortFunc(tail, byTime)
-	}
+	o.sortRuns(tail)
 	if k > 0 && len(tail) > 0 && byTime(o.buf[k-1], tail[0]) > 0 {
 		o.merge(k)
 	}
 	o.sorted = len(o.buf)
+}
+
+// sortRuns orders s. Events arrive in runs already in order (one message's
+// decisions, one publisher's batches), so it merges the runs pairwise,
+// about log2(runs) passes; many short runs (no such structure) are sorted.
+func (o *reorder) sortRuns(s []event) {
+	o.runs = o.runs[:0]
+	for i := 1; i < len(s); i++ {
+		if s[i-1].ns > s[i].ns || s[i-1].ns == s[i].ns && s[i-1].seq > s[i].seq {
+			o.runs = append(o.runs, i)
+		}
+	}
+	switch {
+	case len(o.runs) == 0:
+		return
+	case len(o.runs) > len(s)/16:
+		slices.SortFunc(s, byTime)
+		return
+	}
+	o.runs = append(o.runs, len(s))
+	o.scratch = append(o.scratch[:0], s...)
+	src, dst := o.scratch, s
+	for len(o.runs) > 1 {
+		from, n := 0, 0
+		for i := 0; i < len(o.runs); i += 2 {
+			if i+1 == len(o.runs) {
+				copy(dst[from:], src[from:o.runs[i]])
+			} else {
+				mergeInto(dst[from:o.runs[i+1]], src[from:o.runs[i]], src[o.runs[i]:o.runs[i+1]])
+			}
+			from = o.runs[min(i+1, len(o.runs)-1)]
+			o.runs[n] = from
+			n++
+		}
+		o.runs = o.runs[:n]
+		src, dst = dst, src
+	}
+	if &src[0] != &s[0] {
+		copy(s, src)
+	}
+	clear(o.scratch)
+}
+
+// mergeInto merges the ordered a and b into dst (len(a)+len(b) long).
+func mergeInto(dst, a, b []event) {
+	i, j := 0, 0
+	for n := range dst {
+		if j == len(b) || i < len(a) && byTime(a[i], b[j]) <= 0 {
+			dst[n] = a[i]
+			i++
+		} else {
+			dst[n] = b[j]
+			j++
+		}
+	}
 }
 
 // merge merges the ordered runs buf[:k] and buf[k:] in place.

@@ -71,3 +71,30 @@ func TestReorderSortMerge(t *testing.T) {
 		}
 	}
 }
+
+// TestReorderSortRuns: merging the runs already in order gives the full
+// sort's order, for few long runs (merged) and many short ones (sorted).
+func TestReorderSortRuns(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 300 {
+		n, runs := rng.IntN(3000), 1+rng.IntN(100)
+		in := make([]event, n)
+		for i := range in {
+			in[i] = event{ns: rng.Int64N(1000), seq: uint64(i + 1)}
+		}
+		// cut into runs, each sorted
+		for from := 0; from < n; {
+			to := min(n, from+1+rng.IntN(2*n/runs+1))
+			slices.SortFunc(in[from:to], byTime)
+			from = to
+		}
+		want := slices.Clone(in)
+		slices.SortFunc(want, byTime)
+		var o reorder
+		o.sortRuns(in)
+		if !slices.Equal(in, want) {
+			t.Fatalf("round %d (n %d, about %d runs): differs from a full sort", round, n, runs)
+		}
+	}
+}

@@ -102,16 +102,18 @@ func (t *tally) build() *Report {
 		return 0
 	})
 	var affected, fps []Identity
-	for k, x := range t.ids {
-		g := t.good[k]
-		x.LoggedIn, x.ValidDeviceToken = g&goodLogin != 0, g&goodToken != 0
-		if x.NewlyDenied+x.NewlyAllowed > 0 {
-			affected = append(affected, *x)
-		}
-		if x.NewlyDenied > 0 && g != 0 {
-			fps = append(fps, *x)
-			r.FalsePositiveIdentities++
-			r.FalsePositiveDenials += x.NewlyDenied
+	for kind, ids := range t.ids {
+		for id, x := range ids {
+			g := t.good[kind][id]
+			x.LoggedIn, x.ValidDeviceToken = g&goodLogin != 0, g&goodToken != 0
+			if x.NewlyDenied+x.NewlyAllowed > 0 {
+				affected = append(affected, *x)
+			}
+			if x.NewlyDenied > 0 && g != 0 {
+				fps = append(fps, *x)
+				r.FalsePositiveIdentities++
+				r.FalsePositiveDenials += x.NewlyDenied
+			}
 		}
 	}
 	slices.SortFunc(affected, func(a, b Identity) int {

@@ -91,11 +91,6 @@ var subjectNames = [...]string{subjIP: "ip", subjUser: "user", subjDevice: "devi
 
 type rowKey struct{ class, limit string }
 
-type idKey struct {
-	kind uint8
-	id   string
-}
-
 type measureKey struct {
 	rule, kind string
 	shadow     bool
@@ -111,29 +106,36 @@ const (
 // identities and maxIDs good identities are tracked; the rest are counted
 // as untracked.
 type tally struct {
-	n        int64 // decisions tallied (row stamps)
-	total    Row
-	classes  map[string]*Row
-	rows     map[rowKey]*Row
-	byLimit  [2]map[string][]*Row // per policy: class -> rows by limit index
-	touched  []*Row
-	ids      map[idKey]*Identity
-	good     map[idKey]uint8
-	maxIDs   int
-	measures map[measureKey]*Measure
+	n       int64 // decisions tallied (row stamps)
+	total   Row
+	classes map[string]*Row
+	rows    map[rowKey]*Row
+	byLimit [2]map[string][]*Row // per policy: class -> rows by limit index
+	touched []*Row
+	// ids and good are by subject kind, then id; nIDs and nGood count
+	// their entries.
+	ids         [len(subjectNames)]map[string]*Identity
+	good        [len(subjectNames)]map[string]uint8
+	nIDs, nGood int
+	maxIDs      int
+	measures    map[measureKey]*Measure
 
 	decisions, reports, skipped int64
 	untrackedIDs, untrackedGood int64
 }
 
 func newTally(maxIDs int) *tally {
-	return &tally{
+	t := &tally{
 		total:   Row{Class: "all"},
 		classes: map[string]*Row{}, rows: map[rowKey]*Row{},
-		byLimit: [2]map[string][]*Row{{}, {}},
-		ids:     map[idKey]*Identity{}, good: map[idKey]uint8{}, maxIDs: maxIDs,
+		byLimit:  [2]map[string][]*Row{{}, {}},
+		maxIDs:   maxIDs,
 		measures: map[measureKey]*Measure{},
 	}
+	for k := range t.ids {
+		t.ids[k], t.good[k] = map[string]*Identity{}, map[string]uint8{}
+	}
+	return t
 }
 
 // denied reports whether an outcome refused the request.
@@ -274,15 +276,15 @@ func (t *tally) identity(kind uint8, id string, bd, cd bool) {
 	if id == "" {
 		return
 	}
-	k := idKey{kind, id}
-	x := t.ids[k]
+	x := t.ids[kind][id]
 	if x == nil {
-		if len(t.ids) >= t.maxIDs {
+		if t.nIDs >= t.maxIDs {
 			t.untrackedIDs++
 			return
 		}
 		x = &Identity{Subject: subjectNames[kind], ID: id}
-		t.ids[k] = x
+		t.ids[kind][id] = x
+		t.nIDs++
 	}
 	if bd {
 		x.DeniedBaseline++
@@ -321,11 +323,13 @@ func (t *tally) markGood(kind uint8, id string, flag uint8) {
 	if id == "" || flag == 0 {
 		return
 	}
-	k := idKey{kind, id}
-	old, ok := t.good[k]
-	if !ok && len(t.good) >= t.maxIDs {
-		t.untrackedGood++
-		return
+	old, ok := t.good[kind][id]
+	if !ok {
+		if t.nGood >= t.maxIDs {
+			t.untrackedGood++
+			return
+		}
+		t.nGood++
 	}
-	t.good[k] = old | flag
+	t.good[kind][id] = old | flag
 }

@@ -1,6 +1,9 @@
 package signals
 
-import "strings"
+import (
+	"hash/maphash"
+	"strings"
+)
 
 // maxFree is how many removed entries an lru keeps for reuse.
 const maxFree = 64
@@ -12,11 +15,17 @@ const maxFree = 64
 // the list from the least recent entry towards the most recent one, a step
 // at a time, so that callers can drop idle entries without a full scan.
 //
+// The keys are found through an open-addressing table of (hash, entry)
+// slots (linear probing, backward-shift deletion): a look-up hashes the key
+// once, reads a slot and compares keys only when the hashes match.
+//
 // An lru is not safe for concurrent use and must not be copied after newLRU.
 type lru[V any] struct {
-	m    map[string]*entry[V]
-	root entry[V] // sentinel: root.next is the most recent entry, root.prev the least recent
-	max  int
+	slots []lruSlot[V] // len is a power of two, at most three quarters full
+	n     int          // entries held
+	seed  maphash.Seed
+	root  entry[V] // sentinel: root.next is the most recent entry, root.prev the least recent
+	max   int
 	// cursor is the next entry the sweep looks at; &root means "start over
 	// at the least recent entry".
 	cursor *entry[V]
@@ -29,24 +38,45 @@ type lru[V any] struct {
 // entry is one key of an lru.
 type entry[V any] struct {
 	key        string
+	hash       uint64 // of key, with the lru's seed
 	prev, next *entry[V]
 	val        V
 }
 
+// lruSlot is one slot of an lru's table: e nil marks it empty.
+type lruSlot[V any] struct {
+	hash uint64
+	e    *entry[V]
+}
+
 // newLRU returns an empty table bounded to n entries (at least 1).
 func newLRU[V any](n int) *lru[V] {
-	t := &lru[V]{m: make(map[string]*entry[V]), max: max(n, 1)}
+	t := &lru[V]{slots: make([]lruSlot[V], 16), seed: maphash.MakeSeed(), max: max(n, 1)}
 	t.root.next, t.root.prev = &t.root, &t.root
 	t.cursor = &t.root
 	return t
 }
 
 // len returns the number of entries.
-func (t *lru[V]) len() int { return len(t.m) }
+func (t *lru[V]) len() int { return t.n }
+
+// find returns the entry of key, hashed h, or nil.
+func (t *lru[V]) find(h uint64, key string) *entry[V] {
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.e == nil {
+			return nil
+		}
+		if s.hash == h && s.e.key == key {
+			return s.e
+		}
+	}
+}
 
 // get returns the entry of key, marking it most recently used, or nil.
 func (t *lru[V]) get(key string) *entry[V] {
-	e := t.m[key]
+	e := t.find(maphash.String(t.seed, key), key)
 	if e != nil {
 		t.touch(e)
 	}
@@ -55,7 +85,7 @@ func (t *lru[V]) get(key string) *entry[V] {
 
 // getBytes is get for a key held in a byte slice; it does not allocate.
 func (t *lru[V]) getBytes(key []byte) *entry[V] {
-	e := t.m[string(key)]
+	e := t.peekBytes(key)
 	if e != nil {
 		t.touch(e)
 	}
@@ -63,10 +93,12 @@ func (t *lru[V]) getBytes(key []byte) *entry[V] {
 }
 
 // peek returns the entry of key without marking it used, or nil.
-func (t *lru[V]) peek(key string) *entry[V] { return t.m[key] }
+func (t *lru[V]) peek(key string) *entry[V] { return t.find(maphash.String(t.seed, key), key) }
 
 // peekBytes is peek for a key held in a byte slice.
-func (t *lru[V]) peekBytes(key []byte) *entry[V] { return t.m[string(key)] }
+func (t *lru[V]) peekBytes(key []byte) *entry[V] {
+	return t.find(maphash.Bytes(t.seed, key), string(key))
+}
 
 // add inserts key, which must be absent, as the most recent entry, evicting
 // the least recent entries while the table is full. The key is copied. The
@@ -82,7 +114,7 @@ func (t *lru[V]) addBytes(key []byte) *entry[V] {
 }
 
 func (t *lru[V]) insert(key string) *entry[V] {
-	for len(t.m) >= t.max && t.root.prev != &t.root {
+	for t.n >= t.max && t.root.prev != &t.root {
 		t.remove(t.root.prev)
 	}
 	var e *entry[V]
@@ -93,10 +125,63 @@ func (t *lru[V]) insert(key string) *entry[V] {
 	} else {
 		e = new(entry[V])
 	}
-	e.key = key
-	t.m[key] = e
+	e.key, e.hash = key, maphash.String(t.seed, key)
+	t.index(e)
 	t.linkFront(e)
 	return e
+}
+
+// index adds e to the table, growing it past three quarters full.
+func (t *lru[V]) index(e *entry[V]) {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		old := t.slots
+		t.slots = make([]lruSlot[V], 2*len(old))
+		for _, s := range old {
+			if s.e != nil {
+				t.place(s)
+			}
+		}
+	}
+	t.place(lruSlot[V]{hash: e.hash, e: e})
+	t.n++
+}
+
+// place puts s in the first free slot of its probe sequence.
+func (t *lru[V]) place(s lruSlot[V]) {
+	mask := uint64(len(t.slots) - 1)
+	i := s.hash & mask
+	for t.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = s
+}
+
+// unindex removes e from the table: it empties e's slot and shifts the
+// slots after it back so that no probe sequence is broken.
+func (t *lru[V]) unindex(e *entry[V]) {
+	mask := uint64(len(t.slots) - 1)
+	i := e.hash & mask
+	for t.slots[i].e != e {
+		i = (i + 1) & mask
+	}
+	t.n--
+	for {
+		t.slots[i] = lruSlot[V]{}
+		j := i
+		for {
+			j = (j + 1) & mask
+			if t.slots[j].e == nil {
+				return
+			}
+			// slot j may fill the hole at i only if its home is not in (i, j]
+			k := t.slots[j].hash & mask
+			if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
+				break
+			}
+		}
+		t.slots[i] = t.slots[j]
+		i = j
+	}
 }
 
 // remove deletes e from the table.
@@ -110,7 +195,7 @@ func (t *lru[V]) remove(e *entry[V]) {
 	e.prev.next = e.next
 	e.next.prev = e.prev
 	e.prev, e.next = nil, nil
-	delete(t.m, e.key)
+	t.unindex(e)
 	e.key = ""
 	if len(t.free) < maxFree {
 		t.free = append(t.free, e)
@@ -154,7 +239,7 @@ func (t *lru[V]) sweepNext() *entry[V] {
 // setMax changes the bound, evicting least recent entries down to it.
 func (t *lru[V]) setMax(n int) {
 	t.max = max(n, 1)
-	for len(t.m) > t.max {
+	for t.n > t.max {
 		t.remove(t.root.prev)
 	}
 }

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"encoding/json"
+	"hash/maphash"
 
 	"github.com/tollgate-dev/tollgate/internal/jsonscan"
 )
@@ -27,22 +28,39 @@ func DecodeDecisionBatch(data []byte, b *DecisionBatch) error {
 // except that the outcome fields (request_id, class, route, limit,
 // result, remaining, allowed) are left zero and the identity strings (ip,
 // user_id, device_id, account, asn, endpoint) equal to one seen in an
-// earlier message are shared with it, up to a bound. The fields read are
+// earlier message are often shared with it (through a bounded cache). The fields read are
 // exactly DecodeDecisionBatch's. The zero value is ready to use; it is not
 // safe for concurrent use.
 type ReplayDecoder struct {
 	d decoder
 }
 
-// maxInterned bounds a ReplayDecoder's shared strings; when full, it
-// starts over.
-const maxInterned = 1 << 17
+// internSlots is the size of a ReplayDecoder's cache of identity
+// strings: a direct-mapped table (a string's hash picks its one slot; a
+// new string replaces the one there), so it holds at most this many.
+const internSlots = 1 << 16
+
+// internTable is a ReplayDecoder's cache of identity strings.
+type internTable struct {
+	seed  maphash.Seed
+	slots [internSlots]string
+}
+
+// get returns a string equal to v: the one cached in v's slot, or a new
+// one, which takes the slot.
+func (t *internTable) get(v []byte) string {
+	i := maphash.Bytes(t.seed, v) & (internSlots - 1)
+	if t.slots[i] != string(v) {
+		t.slots[i] = string(v)
+	}
+	return t.slots[i]
+}
 
 // Decode decodes data into b (reset first; its Decisions array is reused).
 func (r *ReplayDecoder) Decode(data []byte, b *DecisionBatch) error {
 	r.d.skipOutcome = true
-	if r.d.intern == nil || len(r.d.intern) >= maxInterned {
-		r.d.intern = make(map[string]string, 1024)
+	if r.d.intern == nil {
+		r.d.intern = &internTable{seed: maphash.MakeSeed()}
 	}
 	err := r.d.decode(data, b)
 	if err == nil && r.d.fallback {
@@ -77,7 +95,7 @@ type decoder struct {
 	// skipOutcome leaves the outcome fields zero (ReplayDecoder).
 	skipOutcome bool
 	// intern, when set, shares identity strings across messages.
-	intern map[string]string
+	intern *internTable
 	// fallback: the message was decoded by encoding/json.
 	fallback bool
 }
@@ -208,12 +226,8 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	if string(v) != d.last[f] {
 		if d.intern == nil || outcome {
 			d.last[f] = string(v)
-		} else if sv, ok := d.intern[string(v)]; ok {
-			d.last[f] = sv
 		} else {
-			sv := string(v)
-			d.intern[sv] = sv
-			d.last[f] = sv
+			d.last[f] = d.intern.get(v)
 		}
 	}
 	*dst = d.last[f]

@@ -53,6 +53,9 @@ func record(url string, n, rate int) error {
 	if err := streams.EnsureStreams(ctx, js, cfg); err != nil {
 		return err
 	}
+	// on a loaded machine the server may fall behind for a while: wait for
+	// acknowledgements instead of failing after the default 200 ms
+	stall := jetstream.WithStallWait(30 * time.Second)
 	step := time.Second / time.Duration(rate)
 	t0 := time.Now().UTC().Add(-time.Duration(n) * step)
 	batches := map[string][]streams.Decision{}
@@ -62,7 +65,7 @@ func record(url string, n, rate int) error {
 			return err
 		}
 		batches[class] = batches[class][:0]
-		_, err = js.PublishAsync(streams.DefaultPrefix+"decisions."+class, data)
+		_, err = js.PublishAsync(streams.DefaultPrefix+"decisions."+class, data, stall)
 		return err
 	}
 	reports := 0
@@ -83,7 +86,7 @@ func record(url string, n, rate int) error {
 				r := streams.Report{V: streams.SchemaVersion, ID: "rep" + strconv.Itoa(i), TS: ts.Add(time.Millisecond),
 					Type: typ, Source: "api", Account: d.Account, IP: d.IP}
 				data, _ := json.Marshal(r)
-				if _, err := js.PublishAsync(streams.DefaultPrefix+"reports."+typ, data); err != nil {
+				if _, err := js.PublishAsync(streams.DefaultPrefix+"reports."+typ, data, stall); err != nil {
 					return err
 				}
 				reports++
