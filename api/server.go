@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/health"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -83,10 +83,9 @@ type Options struct {
 type Server struct {
 	o        Options
 	mux      *http.ServeMux
-	tokenSum [32]byte // of the admin token
-	apiSum   [32]byte // of the API token
-	ready    sync.Mutex
-	state    string // "starting", "ready", "draining"
+	tokenSum [32]byte          // of the admin token
+	apiSum   [32]byte          // of the API token
+	health   *health.Readiness // "starting", "ready", "draining"
 	admin    *adminGuard
 	apiGuard *adminGuard    // failed API token attempts
 	proxy    *proxy         // reverse-proxy mode, when enabled
@@ -121,7 +120,13 @@ func New(o Options) (*Server, error) {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), state: "starting", admin: newAdminGuard(o.Now), apiGuard: newAdminGuard(o.Now)}
+	s := &Server{o: o, mux: http.NewServeMux(), admin: newAdminGuard(o.Now), apiGuard: newAdminGuard(o.Now)}
+	s.health = health.New("starting", func(ctx context.Context) health.Probe {
+		if o.Dependencies == nil {
+			return health.Probe{}
+		}
+		return health.Probe{Dependencies: o.Dependencies(ctx)}
+	})
 	s.tokenSum = sha256.Sum256([]byte(o.AdminToken))
 	s.apiSum = sha256.Sum256([]byte(o.APIToken))
 	getenv := o.Getenv
@@ -135,11 +140,7 @@ func New(o Options) (*Server, error) {
 
 // SetState sets the readiness state: "starting" and "draining" answer 503
 // on /readyz, "ready" 200.
-func (s *Server) SetState(state string) {
-	s.ready.Lock()
-	s.state = state
-	s.ready.Unlock()
-}
+func (s *Server) SetState(state string) { s.health.SetState(state) }
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.apiOnly(s.handleCheck))
@@ -293,40 +294,11 @@ func saneID(id string) bool {
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	requestID(w, r)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	health.Healthz(w, r)
 }
 
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	rid := requestID(w, r)
-	s.ready.Lock()
-	state := s.state
-	s.ready.Unlock()
-	var deps map[string]string
-	if s.o.Dependencies != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		deps = s.o.Dependencies(ctx)
-		cancel()
-	}
-	b := []byte(`{"status":`)
-	b = appendJSONString(b, state)
-	b = append(b, `,"dependencies":{`...)
-	for i, k := range sortedKeys(deps) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		b = appendJSONString(b, deps[k])
-	}
-	b = append(b, `},"request_id":`...)
-	b = appendJSONString(b, rid)
-	b = append(b, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	if state != "ready" {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}
-	_, _ = w.Write(b)
+	s.health.Serve(w, r, requestID(w, r))
 }
 
 // adminGuard throttles failed admin token attempts per client address:

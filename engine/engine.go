@@ -265,24 +265,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		return err
 	}
 	if e.o.Reputation != nil {
-		if rules := e.o.Reputation(); rules != nil {
-			ip := in.Addr
-			if !ip.IsValid() {
-				ip, _ = netip.ParseAddr(in.IP)
-			}
-			if ip.IsValid() {
-				res := rules.Lookup(ip)
-				if res.HasASN && in.ASN == "" {
-					in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
-				}
-				if !in.StaticSet[policy.PartIP] {
-					in.Static[policy.PartIP], in.StaticSet[policy.PartIP] = res.IP, true
-				}
-				if !in.StaticSet[policy.PartASN] {
-					in.Static[policy.PartASN], in.StaticSet[policy.PartASN] = res.ASNMult, true
-				}
-			}
-		}
+		e.reputation(in)
 	}
 	verified, verifiedDevice := attestation(p, in)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
@@ -297,6 +280,48 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
+	req := e.request(d, in, verifiedDevice, start)
+	e.appendLimits(p, ci, in, d, routeVal, verified)
+	locks := e.appendLocks(in, d, verifiedDevice)
+	if len(req.Limits) == 0 && !locks {
+		d.Outcome = Allowed
+		d.Now = start
+		e.record(d, p, start)
+		return nil
+	}
+	handOutKeys(d, req)
+	return e.decideStore(ctx, p, ci, d, req, start)
+}
+
+// reputation fills the request's ASN and its ip and asn static
+// multipliers from the reputation rules in force (unless set already).
+func (e *Engine) reputation(in *Input) {
+	rules := e.o.Reputation()
+	if rules == nil {
+		return
+	}
+	ip := in.Addr
+	if !ip.IsValid() {
+		ip, _ = netip.ParseAddr(in.IP)
+	}
+	if !ip.IsValid() {
+		return
+	}
+	res := rules.Lookup(ip)
+	if res.HasASN && in.ASN == "" {
+		in.ASN = strconv.FormatUint(uint64(res.ASN), 10)
+	}
+	if !in.StaticSet[policy.PartIP] {
+		in.Static[policy.PartIP], in.StaticSet[policy.PartIP] = res.IP, true
+	}
+	if !in.StaticSet[policy.PartASN] {
+		in.Static[policy.PartASN], in.StaticSet[policy.PartASN] = res.ASNMult, true
+	}
+}
+
+// request resets d's store request for in: no limits, subjects or locks
+// yet, the cost and the time.
+func (e *Engine) request(d *Decision, in *Input, verifiedDevice bool, start time.Time) *bucket.Request {
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
 	req.Device = ""
@@ -308,8 +333,14 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	if req.Now.IsZero() && e.localClock {
 		req.Now = start
 	}
+	return req
+}
 
-	// Build every key into one buffer, then cut them out of one string.
+// appendLimits appends to d's request every limit of the class ci that
+// applies to in, with its bucket key and its subjects' multiplier keys
+// (each subject once), keys built into one buffer (d.keybuf, d.spans).
+func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, routeVal string, verified float64) {
+	req := &d.breq
 	var subjOf [8]int8 // key part -> subject index + 1
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
@@ -359,8 +390,13 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			Burst: l.Burst, Rate: l.Rate, Period: l.Period, Shadow: l.Shadow, Subjects: mask,
 		})
 	}
-	// Lockouts and step-up apply on auth routes to the account, and to the
-	// IP for velocity rules keyed by ip.
+}
+
+// appendLocks appends the lock keys of an auth route (6.5): lockouts and
+// step-up apply to the account, and to the IP for velocity rules keyed by
+// ip; a proven device is looked up in the account's trusted devices. It
+// reports whether it appended any.
+func (e *Engine) appendLocks(in *Input, d *Decision, verifiedDevice bool) bool {
 	locks := false
 	if d.Class == "auth" {
 		if in.Account != "" {
@@ -375,13 +411,12 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
 		locks = true
 	}
-	if len(req.Limits) == 0 && !locks {
-		d.Outcome = Allowed
-		d.Now = start
-		e.record(d, p, start)
-		return nil
-	}
-	// Hand the keys out in the order they were appended.
+	return locks
+}
+
+// handOutKeys cuts the keys out of one string of d.keybuf and hands them
+// to req in the order they were appended.
+func handOutKeys(d *Decision, req *bucket.Request) {
 	keys := string(d.keybuf)
 	from, li, si := 0, 0, 0
 	for _, sp := range d.spans {
@@ -401,7 +436,12 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 			li++
 		}
 	}
+}
 
+// decideStore answers from the L1 cache when it can, else asks the store
+// (unless the breaker is open), applying the failure modes when the store
+// fails, and records the decision.
+func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *Decision, req *bucket.Request, start time.Time) error {
 	if e.o.L1 != nil && e.fromL1(d, req, start) {
 		e.record(d, p, start)
 		return nil
@@ -414,7 +454,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
-	err = e.o.Store.Decide(ctx, req, &d.bres)
+	err := e.o.Store.Decide(ctx, req, &d.bres)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The caller went away (a client that disconnected, its own
 		// deadline): no verdict on the store, so neither a store error nor

@@ -44,7 +44,7 @@ func flags(a *Args, fromSeq *int64) []cli.Flag {
 		cli.Int64(fromSeq, "from-seq", "", 0, "replay the decisions stream from sequence N on, and the reports since that decision"),
 		cli.Bool(&a.JSON, "json", "", false, "print the report as one JSON object instead of Markdown"),
 		cli.String(&a.Streams.Prefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", streams.DefaultPrefix, "PREFIX", "prefix of every NATS subject, as the limiters'"),
-		cli.String(&a.Streams.Name, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names, as the limiters'"),
+		cli.String(&a.Streams.Name, "stream-name", "TOLLGATE_STREAM_NAME", streams.DefaultName, "NAME", "prefix of the JetStream stream names, as the limiters'"),
 		cli.Int(&a.Limits.MaxKeys, "max-keys", "", DefaultMaxKeys, "bound on buckets held by each policy's memory store"),
 		cli.Int(&a.Limits.MaxIdentities, "max-identities", "", DefaultMaxIdentities, "bound on identities tallied (more are counted as untracked)"),
 		cli.Duration(&a.ReorderWindow, "reorder-window", "", DefaultReorderWindow, "how far out of event-time order events may arrive and still replay in order"),

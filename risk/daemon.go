@@ -82,6 +82,8 @@ const (
 	DefaultMaxKeys = 200_000
 	// DefaultTrustFor is Options.TrustFor when unset: 30 days.
 	DefaultTrustFor = 30 * 24 * time.Hour
+	// DefaultDurable is Options.Durable when unset.
+	DefaultDurable = "riskd"
 )
 
 // Daemon is a running risk engine. Use New, then Run.
@@ -110,7 +112,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, errors.New("risk: publisher, store and policy are required")
 	}
 	if o.Durable == "" {
-		o.Durable = "riskd"
+		o.Durable = DefaultDurable
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -180,39 +182,18 @@ type source struct {
 }
 
 // Run consumes until ctx ends. It returns the error of the first part that
-// fails (a consumer deleted or closed under it, the audit reader): the
-// other parts are stopped with it, so riskd never runs half-deaf.
+// fails (a consumer deleted or closed under it, the audit reader, the
+// housekeeping that notices a consumer gone): the other parts are stopped
+// with it, so riskd never runs half-deaf. A part that stops while ctx
+// lives has failed too.
 func (d *Daemon) Run(ctx context.Context) error {
 	if err := streams.EnsureStreams(ctx, d.js, d.o.Streams); err != nil {
 		return err
 	}
-	decWin, evWin := windows(d.o.Policy())
-	pfx := d.o.Streams.Prefix
-	// One consumer per subject filter, with FilterSubject (not
-	// FilterSubjects): nats-server 2.9 ignores FilterSubjects and would
-	// deliver the whole stream (6.7).
-	srcs := []source{
-		{d.o.Streams.Stream(streams.DecisionsStream), d.o.Durable + "-decisions", pfx + "decisions.>", decWin},
-		{d.o.Streams.Stream(streams.EventsStream), d.o.Durable + "-reports", pfx + "reports.>", evWin},
-	}
-	var cons []jetstream.Consumer
-	for _, s := range srcs {
-		c, err := d.consumer(ctx, s)
-		if err != nil {
-			return err
-		}
-		info := c.CachedInfo()
-		if floor := info.AckFloor.Stream; floor > 0 {
-			n, err := d.replay(ctx, s, floor)
-			if err != nil {
-				return err
-			}
-			d.log.Info("replayed state", "stream", s.stream, "messages", n, "up_to_seq", floor)
-		}
-		d.mu.Lock()
-		d.last[s.stream] = info.AckFloor.Stream
-		d.mu.Unlock()
-		cons = append(cons, c)
+	srcs := d.sources()
+	cons, err := d.start(ctx, srcs)
+	if err != nil {
+		return err
 	}
 	// The audit stream is read whole, then followed: admin multipliers to
 	// re-apply, lifted lockouts never to re-assert.
@@ -224,37 +205,87 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.readyOne.Do(func() { close(d.ready) })
+	parts := []part{
+		{"audit reader", func(ctx context.Context) error { return d.readAudit(ctx, audit, false) }},
+		{"housekeeping", func(ctx context.Context) error { return d.housekeeping(ctx, cons, srcs) }},
+	}
+	for i, c := range cons {
+		parts = append(parts, part{"consumer " + srcs[i].durable, func(ctx context.Context) error { return d.consume(ctx, srcs[i], c) }})
+	}
+	return d.runParts(ctx, parts)
+}
 
+// sources are the daemon's durable consumers: one per subject filter,
+// with FilterSubject (not FilterSubjects): nats-server 2.9 ignores
+// FilterSubjects and would deliver the whole stream (6.7).
+func (d *Daemon) sources() []source {
+	decWin, evWin := windows(d.o.Policy())
+	pfx := d.o.Streams.Prefix
+	return []source{
+		{d.o.Streams.Stream(streams.DecisionsStream), d.o.Durable + "-decisions", pfx + "decisions.>", decWin},
+		{d.o.Streams.Stream(streams.EventsStream), d.o.Durable + "-reports", pfx + "reports.>", evWin},
+	}
+}
+
+// start gets each source's consumer and replays its recent window up to
+// the consumer's ack floor (actions suppressed), so the signals have the
+// state a restarted riskd had.
+func (d *Daemon) start(ctx context.Context, srcs []source) ([]jetstream.Consumer, error) {
+	var cons []jetstream.Consumer
+	for _, s := range srcs {
+		c, err := d.consumer(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		info := c.CachedInfo()
+		if floor := info.AckFloor.Stream; floor > 0 {
+			n, err := d.replay(ctx, s, floor)
+			if err != nil {
+				return nil, err
+			}
+			d.log.Info("replayed state", "stream", s.stream, "messages", n, "up_to_seq", floor)
+		}
+		d.mu.Lock()
+		d.last[s.stream] = info.AckFloor.Stream
+		d.mu.Unlock()
+		cons = append(cons, c)
+	}
+	return cons, nil
+}
+
+// part is one of the daemon's concurrent parts.
+type part struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// runParts runs parts until ctx ends. The first part that returns while
+// ctx lives (with an error, or nil: it stopped) cancels the others, and
+// runParts returns its error once all have returned.
+func (d *Daemon) runParts(ctx context.Context, parts []part) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	fail := func(err error) {
-		if err != nil && rctx.Err() == nil {
-			d.log.Error("consumer failed; riskd stops consuming", "err", err)
-			cancel(err)
-		}
-	}
-	for i, c := range cons {
+	for _, p := range parts {
 		wg.Add(1)
-		go func(s source, c jetstream.Consumer) {
+		go func() {
 			defer wg.Done()
-			fail(d.consume(rctx, s, c))
-		}(srcs[i], c)
+			err := p.run(rctx)
+			if rctx.Err() != nil {
+				return // stopped with the others
+			}
+			if err == nil {
+				err = fmt.Errorf("risk: %s stopped", p.name)
+			}
+			d.log.Error("consumer failed; riskd stops consuming", "part", p.name, "err", err)
+			cancel(err)
+		}()
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		fail(d.readAudit(rctx, audit, false))
-	}()
-	go func() {
-		defer wg.Done()
-		fail(d.housekeeping(rctx, cons, srcs))
-	}()
 	wg.Wait()
-	if err := context.Cause(rctx); err != nil && ctx.Err() == nil {
-		return err
+	if ctx.Err() != nil {
+		return nil
 	}
-	return nil
+	return context.Cause(rctx)
 }
 
 // filterOf returns a consumer's single subject filter ("" for none or several).
@@ -363,10 +394,8 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 	if err != nil {
 		return fmt.Errorf("risk: consume %s: %w", s.durable, err)
 	}
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
 	var actions []signals.Action
 	for {
 		m, err := it.Next()
@@ -481,7 +510,10 @@ func (d *Daemon) execute(ctx context.Context, actions []signals.Action) {
 			if err = d.do(ctx, a); err == nil || ctx.Err() != nil {
 				break
 			}
-			time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+			}
 		}
 		if err != nil {
 			d.log.Warn("action failed; re-asserted later", "kind", a.Kind, "subject", a.Subject, "err", err)

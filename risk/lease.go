@@ -36,18 +36,23 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// Acquire blocks until the lease is held or ctx ends, trying every poll.
+// Acquire blocks until the lease is held or ctx ends (then it returns
+// ctx's error), trying every poll. A Redis that cannot be reached is
+// tried again at the next poll: a standby waits out an outage.
 func (l *Lease) Acquire(ctx context.Context, poll time.Duration) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 		ok, err := l.c.SetNX(ctx, l.key, l.owner, l.ttl).Result()
 		if err == nil && ok {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(poll):
-		}
+		t.Reset(poll)
 	}
 }
 
@@ -62,7 +67,7 @@ func (l *Lease) Hold(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = releaseScript.Run(rctx, l.c, []string{l.key}, l.owner).Err()
 			cancel()
 			return nil

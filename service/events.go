@@ -7,168 +7,147 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/bucket"
-	"github.com/tollgate-dev/tollgate/policy"
-	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
-// events is the limiter's NATS side: the publisher, and in the
-// one-process default the embedded server and risk daemon.
-type events struct {
-	url       string
-	nc        *nats.Conn
-	publisher *streams.Publisher
-	offenders func(ctx context.Context) ([]signals.Offender, error)
-	close     func()
+// embeddedNATS is the one-process default's NATS server: JetStream in a
+// temp dir, loopback. Run stops it and removes the dir when ctx ends.
+type embeddedNATS struct {
+	dir string
+	srv *streams.Embedded
 }
 
-func (e *events) state() string {
-	if e.nc != nil && e.nc.IsConnected() {
-		return "up"
-	}
-	return "down"
+var _ component = (*embeddedNATS)(nil)
+
+// natsServerConfig configures the embedded NATS server.
+type natsServerConfig struct {
+	// Port is the client port (0: a free one).
+	Port int
 }
 
-// offendersKey holds riskd's offender list (JSON) for the limiter to serve.
-func offendersKey(prefix string) string { return bucket.OffendersKey(prefix) }
-
-// startEvents connects to NATS (or starts the embedded server and risk
-// engine) and returns the publisher.
-func startEvents(ctx context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer, store bucket.Store, rc redis.UniversalClient, holder *policy.Holder) (*events, error) {
-	dropped := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tollgate_events_dropped_total",
-		Help: "Decision events dropped instead of published (queue full, NATS down, publish failed).",
-	})
-	reg.MustRegister(dropped)
-	e := &events{url: cfg.NATSURL}
-	var closers []func()
-	e.close = func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
+// Validate checks the port.
+func (c natsServerConfig) Validate() error {
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("service: nats port %d is not a TCP port", c.Port)
 	}
-	embedded := cfg.NATSURL == ""
-	if embedded {
-		dir, err := os.MkdirTemp("", "tollgate-nats-")
-		if err != nil {
-			return nil, fmt.Errorf("service: nats temp dir: %w", err)
-		}
-		closers = append(closers, func() { _ = os.RemoveAll(dir) })
-		srv, err := streams.StartEmbedded(dir, cfg.NATSPort)
-		if err != nil {
-			e.close()
-			return nil, err
-		}
-		closers = append(closers, srv.Stop)
-		e.url = srv.URL
+	return nil
+}
+
+// newEmbeddedNATS validates c and starts the server.
+func newEmbeddedNATS(c natsServerConfig) (*embeddedNATS, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tollgate-nats-")
+	if err != nil {
+		return nil, fmt.Errorf("service: nats temp dir: %w", err)
+	}
+	srv, err := streams.StartEmbedded(dir, c.Port)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return &embeddedNATS{dir: dir, srv: srv}, nil
+}
+
+// Run waits for ctx, then stops the server and removes its store.
+func (e *embeddedNATS) Run(ctx context.Context) error {
+	<-ctx.Done()
+	e.srv.Stop()
+	if err := os.RemoveAll(e.dir); err != nil {
+		return fmt.Errorf("remove nats store: %w", err)
+	}
+	return nil
+}
+
+// eventsConfig configures the event publisher component: a connection
+// to NATS and the publisher of decisions, reports, audits and alerts.
+type eventsConfig struct {
+	// URL is the NATS server(s) (required).
+	URL string
+	// Client names the connection ("tollgate-limiter", "tollgate-riskd").
+	Client string
+	// Streams names the subjects and streams.
+	Streams streams.Config
+	// OnDrop counts dropped decisions (nil: not counted).
+	OnDrop func(n int)
+	// Ensure creates or updates the streams at start (the limiter; riskd's
+	// daemon ensures them itself). A failure is logged, not fatal.
+	Ensure bool
+	// Dial dials once first and logs a failure with its cause (an
+	// embedded server needs none); Consequence says what it means.
+	Dial        bool
+	Consequence string
+	Logger      *slog.Logger
+}
+
+// Validate checks that a server is named.
+func (c eventsConfig) Validate() error {
+	if c.URL == "" {
+		return errors.New("service: events: no nats url")
+	}
+	return nil
+}
+
+// eventsComponent holds the NATS connection and the publisher; Run closes
+// both (the publisher flushing what is queued) when ctx ends.
+type eventsComponent struct {
+	url string
+	nc  *nats.Conn
+	pub *streams.Publisher
+}
+
+var _ component = (*eventsComponent)(nil)
+
+// newEvents connects (retrying in the background: the daemons never wait
+// on NATS) and starts the publisher.
+func newEvents(ctx context.Context, c eventsConfig) (*eventsComponent, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
 	// One dial first, for its real cause: the retrying connection below
 	// would only report "outbound buffer limit exceeded" for the streams.
-	reachable := embedded || dialNATSOnce(log, e.url, "decisions and reports are dropped (and counted) until it answers")
-	nc, err := streams.Connect(e.url, "tollgate-limiter")
+	reachable := !c.Dial || dialNATSOnce(c.Logger, c.URL, c.Consequence)
+	nc, err := streams.Connect(c.URL, c.Client)
 	if err != nil {
-		e.close()
 		return nil, err
 	}
-	e.nc = nc
-	closers = append(closers, nc.Close)
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
-		DecisionsMaxAge: cfg.DecisionsMaxAge, EventsMaxBytes: cfg.EventsMaxBytes}
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg, OnDrop: func(n int) { dropped.Add(float64(n)) }})
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: c.Streams, OnDrop: c.OnDrop})
 	if err != nil {
-		e.close()
+		nc.Close()
 		return nil, err
 	}
-	e.publisher = pub
-	closers = append(closers, pub.Close)
-	if reachable {
-		err = ensureStreams(ctx, pub, scfg)
+	if c.Ensure && reachable {
+		if err := ensureStreams(ctx, pub, c.Streams); err != nil {
+			// The limiter never waits on NATS: it starts, drops and counts
+			// events, and riskd creates the streams when NATS is back.
+			c.Logger.Warn("nats streams not ensured; decisions are dropped until NATS answers", "err", err)
+		}
 	}
-	if err != nil {
-		// The limiter never waits on NATS: it starts, drops and counts
-		// events, and riskd creates the streams when NATS is back.
-		log.Warn("nats streams not ensured; decisions are dropped until NATS answers", "err", err)
-	}
+	return &eventsComponent{url: c.URL, nc: nc, pub: pub}, nil
+}
 
-	if !embedded {
-		if rc != nil {
-			e.offenders = func(ctx context.Context) ([]signals.Offender, error) {
-				v, err := rc.Get(ctx, offendersKey(cfg.KeyPrefix)).Bytes()
-				if errors.Is(err, redis.Nil) {
-					return nil, nil
-				}
-				if err != nil {
-					return nil, fmt.Errorf("service: read offenders: %w", err)
-				}
-				var list []signals.Offender
-				if err := json.Unmarshal(v, &list); err != nil {
-					return nil, fmt.Errorf("service: decode offenders: %w", err)
-				}
-				return list, nil
-			}
-		}
-		return e, nil
-	}
+// Run waits for ctx, then flushes and closes the publisher and the connection.
+func (e *eventsComponent) Run(ctx context.Context) error {
+	<-ctx.Done()
+	e.pub.Close()
+	e.nc.Close()
+	return nil
+}
 
-	metrics := risk.NewMetrics(reg)
-	newDaemon := func() (*risk.Daemon, error) {
-		o := risk.Options{
-			Publisher: pub, Store: store, Policy: holder.Current, Streams: scfg,
-			Metrics: metrics, Logger: cfg.Logger.With("component", "riskd"),
-		}
-		if rc != nil {
-			o.StoreLost = storeLost(rc, bucket.StoreEpochKey(cfg.KeyPrefix, "riskd"))
-		}
-		return risk.New(o)
+// state is "up" while connected, else "down".
+func (e *eventsComponent) state() string {
+	if e.nc.IsConnected() {
+		return "up"
 	}
-	d, err := newDaemon()
-	if err != nil {
-		e.close()
-		return nil, err
-	}
-	var cur atomic.Pointer[risk.Daemon]
-	cur.Store(d)
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// A daemon that fails (a consumer gone) is started again: the
-		// one-process limiter never keeps a half-deaf risk engine.
-		for d := d; ; {
-			err := d.Run(rctx)
-			if rctx.Err() != nil {
-				return
-			}
-			log.Error("risk engine stopped; restarting it", "err", err)
-			select {
-			case <-rctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			if nd, err := newDaemon(); err == nil {
-				d = nd
-				cur.Store(d)
-			}
-		}
-	}()
-	closers = append(closers, func() { stop(); <-done })
-	select {
-	case <-d.Ready():
-	case <-done:
-	case <-time.After(10 * time.Second):
-		log.Warn("risk engine not ready after 10s; continuing")
-	}
-	e.offenders = func(context.Context) ([]signals.Offender, error) { return cur.Load().Offenders(), nil }
-	return e, nil
+	return "down"
 }
 
 // ensureStreams creates or updates the streams, waiting up to 5s.
@@ -176,4 +155,25 @@ func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Con
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return streams.EnsureStreams(sctx, pub.JetStream(), scfg)
+}
+
+// offendersKey holds riskd's offender list (JSON) for the limiter to serve.
+func offendersKey(prefix string) string { return bucket.OffendersKey(prefix) }
+
+// redisOffenders reads the offender list riskd writes to Redis.
+func redisOffenders(rc redis.UniversalClient, prefix string) func(ctx context.Context) ([]signals.Offender, error) {
+	return func(ctx context.Context) ([]signals.Offender, error) {
+		v, err := rc.Get(ctx, offendersKey(prefix)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("service: read offenders: %w", err)
+		}
+		var list []signals.Offender
+		if err := json.Unmarshal(v, &list); err != nil {
+			return nil, fmt.Errorf("service: decode offenders: %w", err)
+		}
+		return list, nil
+	}
 }

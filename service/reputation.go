@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -21,14 +22,18 @@ type reputationState struct {
 	reloads *prometheus.CounterVec
 	rules   atomic.Pointer[reputation.Rules]
 
-	mu     sync.Mutex // guards db, path, cancel
-	db     *reputation.DB
-	path   string
-	cancel context.CancelFunc
-	every  time.Duration
+	mu    sync.Mutex // guards db, path
+	db    *reputation.DB
+	path  string
+	every time.Duration
 }
 
+var _ component = (*reputationState)(nil)
+
 func newReputationState(log *slog.Logger, reg prometheus.Registerer, every time.Duration) *reputationState {
+	if every <= 0 {
+		every = DefaultASNWatchInterval
+	}
 	r := &reputationState{log: log, every: every, reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_asn_database_reloads_total",
 		Help: "ASN database reloads by result (ok, error); a refused file keeps the database in force.",
@@ -40,8 +45,8 @@ func newReputationState(log *slog.Logger, reg prometheus.Registerer, every time.
 // Current returns the rules in force (nil without a reputation section).
 func (r *reputationState) Current() *reputation.Rules { return r.rules.Load() }
 
-// apply builds the rules of p; the database is opened (and watched) when
-// its path is new. An unreadable database is an error: at start the
+// apply builds the rules of p; the database is opened when its path is
+// new (Run watches the one in force). An unreadable database is an error: at start the
 // limiter refuses to run, on reload the old rules stay.
 func (r *reputationState) apply(p *policy.Policy) error {
 	rep := p.Risk.Reputation
@@ -61,29 +66,10 @@ func (r *reputationState) apply(p *policy.Policy) error {
 			info := db.Info()
 			r.log.Info("ASN database loaded", "path", rep.ASNDatabase, "build", info.BuildTime, "nodes", info.NodeCount)
 		}
-		if r.cancel != nil {
-			r.cancel()
-			r.cancel = nil
-		}
 		if r.db != nil {
 			_ = r.db.Close()
 		}
 		r.db, r.path = db, rep.ASNDatabase
-		if db != nil {
-			ctx, cancel := context.WithCancel(context.Background())
-			r.cancel = cancel
-			go db.Watch(ctx, r.every, func(changed bool, err error) {
-				if err != nil {
-					r.reloads.WithLabelValues("error").Inc()
-					r.log.Error("ASN database refused; the old one stays", "path", rep.ASNDatabase, "err", err)
-					return
-				}
-				if changed {
-					r.reloads.WithLabelValues("ok").Inc()
-					r.log.Info("ASN database reloaded", "path", rep.ASNDatabase, "build", db.Info().BuildTime)
-				}
-			})
-		}
 	}
 	rules := reputation.New(rep, r.db)
 	// The built-in policy's ASN rule is an example that needs a database
@@ -99,14 +85,42 @@ func (r *reputationState) apply(p *policy.Policy) error {
 	return nil
 }
 
-// close stops the watcher and closes the database.
-func (r *reputationState) close() {
+// Run is the ASN watcher: every interval it reloads the database in
+// force if its file changed (a refused file keeps the old one; a failure
+// that repeats for the same file is logged once). When ctx ends it closes
+// the database.
+func (r *reputationState) Run(ctx context.Context) error {
+	var (
+		last    *reputation.DB
+		lastErr error
+	)
+	every(ctx, r.every, func() {
+		r.mu.Lock()
+		db, path := r.db, r.path
+		r.mu.Unlock()
+		if db == nil {
+			return
+		}
+		if db != last {
+			last, lastErr = db, nil
+		}
+		changed, err := db.Reload()
+		switch {
+		case errors.Is(err, reputation.ErrClosed): // swapped by a reload meanwhile
+		case err != nil && err != lastErr:
+			r.reloads.WithLabelValues("error").Inc()
+			r.log.Error("ASN database refused; the old one stays", "path", path, "err", err)
+		case changed:
+			r.reloads.WithLabelValues("ok").Inc()
+			r.log.Info("ASN database reloaded", "path", path, "build", db.Info().BuildTime)
+		}
+		lastErr = err
+	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cancel != nil {
-		r.cancel()
-	}
 	if r.db != nil {
 		_ = r.db.Close()
+		r.db, r.path = nil, ""
 	}
+	return nil
 }

@@ -2,28 +2,21 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/bucket"
-	"github.com/tollgate-dev/tollgate/risk"
-	"github.com/tollgate-dev/tollgate/signals"
+	"github.com/tollgate-dev/tollgate/internal/health"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -83,88 +76,132 @@ func (c *RiskdConfig) Validate() error {
 	return checkAddr("listen address", c.Listen)
 }
 
-// riskdState is what riskd's /readyz reports: its role and the last
-// failure of its daemon. Safe for concurrent use.
-type riskdState struct {
-	state   atomic.Value // "standby", "starting", "ready"
-	failure atomic.Value // "" or why the daemon last stopped (until it is ready again)
+// defaults fills the zero fields (the defaults of defaults.go).
+func (c *RiskdConfig) defaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultRiskdListen
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
 }
 
-func newRiskdState() *riskdState {
-	s := &riskdState{}
-	s.state.Store("standby")
-	s.failure.Store("")
-	return s
+// streams is the streams' configuration of c.
+func (c *RiskdConfig) streams() streams.Config {
+	return streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName, DecisionsMaxBytes: c.DecisionsMaxBytes,
+		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes}
 }
 
-// lead runs the daemon while this instance holds the lease: acquire,
-// replay and consume, and stop consuming the moment the lease is lost. A
-// daemon that fails (a consumer gone) is logged at ERROR, makes riskd not
-// ready until a new one is ready, and is started again after a pause.
-func lead(ctx context.Context, lease *risk.Lease, newDaemon func() (*risk.Daemon, error), st *riskdState, metrics *risk.Metrics, log *slog.Logger) error {
-	for ctx.Err() == nil {
-		st.state.Store("standby")
-		metrics.StandBy()
-		if err := lease.Acquire(ctx, 500*time.Millisecond); err != nil {
-			return nil
-		}
-		st.state.Store("starting")
-		metrics.Leader.Set(1)
-		log.Info("leadership acquired; replaying state")
-		d, err := newDaemon()
+// StartRiskd starts riskd and returns once it listens; it stops when ctx
+// ends (Done is closed, Err holds why it stopped: nil, or the part that
+// failed, such as a consumer of its daemon).
+func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	quietRedis(cfg.Logger)
+	g := &group{log: cfg.Logger.With("component", "riskd")}
+	run, err := buildRiskd(ctx, cfg, g)
+	if err != nil {
+		g.abort()
+		return nil, err
+	}
+	g.start(ctx)
+	go func() {
+		run.Err = g.wait(ctx)
+		g.log.Info("stopped")
+		close(run.Done)
+	}()
+	return run, nil
+}
+
+// buildRiskd adds riskd's components to g: the store, the event
+// publisher, the risk daemon under its lease, the policy and list
+// watchers, the dependency watcher and the HTTP listener.
+func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error) {
+	log := g.log
+	holder, err := loadPolicy(cfg.ConfigPath, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: time.Second, Logger: log,
+		Consequence: "riskd is not ready until it answers"})
+	if err != nil {
+		return nil, err
+	}
+	g.add("store", st)
+	ev, err := newEvents(ctx, eventsConfig{URL: cfg.NATSURL, Client: "tollgate-riskd", Streams: cfg.streams(), Dial: true,
+		Consequence: "riskd is not ready until it answers", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.add("events", ev)
+	reg := newRegistry()
+	rk, err := newRisk(riskConfig{Publisher: ev.pub, Store: st.store, Policy: holder.Current, Redis: st.client, KeyPrefix: cfg.KeyPrefix,
+		Streams: cfg.streams(), Durable: cfg.Durable, Reassert: cfg.Reassert, LeaseTTL: cfg.LeaseTTL, ShareOffenders: true,
+		Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.add("risk daemon", rk)
+	if err := addWatchers(g, watchConfig{Holder: holder, Path: cfg.ConfigPath, Logger: cfg.Logger.With("component", "policy")}); err != nil {
+		return nil, err
+	}
+	g.add("dependency watcher", componentFunc(func(ctx context.Context) error { watchDeps(ctx, st.client, ev.nc, log); return nil }))
+	ready := health.New("standby", riskdProbe(st, ev, rk))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", health.Healthz)
+	mux.Handle("GET /readyz", ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hl, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, Drain: riskdDrainTimeout})
+	if err != nil {
+		return nil, err
+	}
+	g.add("http", hl)
+	log.Info("listening", "addr", hl.addr(), "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
+	return &Running{Addr: hl.addr(), Done: make(chan struct{})}, nil
+}
+
+// riskdProbe is riskd's /readyz (6.7): 200 while it leads and consumes
+// ("ready") or stands by with its dependencies up ("standby"); 503 while
+// starting, after its daemon failed, or while Redis or NATS is
+// unreachable, naming each dependency's state, the role and the causes.
+func riskdProbe(st *storeComponent, ev *eventsComponent, rk *riskComponent) func(ctx context.Context) health.Probe {
+	return func(ctx context.Context) health.Probe {
+		p := health.Probe{Dependencies: map[string]string{"nats": ev.state()}}
+		var err error
+		p.Dependencies["redis"], err = st.ping(ctx)
 		if err != nil {
-			return err
+			p.Causes = append(p.Causes, "redis unreachable: "+err.Error())
 		}
-		tctx, cancel := context.WithCancel(ctx)
-		held := make(chan error, 1)
-		go func() { held <- lease.Hold(tctx) }()
-		go func() {
-			select {
-			case <-d.Ready():
-				st.state.Store("ready")
-				st.failure.Store("")
-			case <-tctx.Done():
-			}
-		}()
-		runErr := make(chan error, 1)
-		go func() { runErr <- d.Run(tctx) }()
-		select {
-		case err := <-held:
-			log.Warn("leadership lost; standing by", "err", err)
-			cancel()
-			<-runErr
-		case err := <-runErr:
-			cancel()
-			<-held
-			if err != nil && ctx.Err() == nil {
-				st.failure.Store(err.Error())
-				log.Error("risk daemon stopped; not ready, retrying", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
+		if p.Dependencies["nats"] != "up" {
+			p.Causes = append(p.Causes, "nats unreachable: "+natsCause(ev.nc).Error())
 		}
+		var failure string
+		p.State, p.Role, failure = rk.status()
+		if failure != "" {
+			p.Causes = append(p.Causes, "risk daemon failed: "+failure)
+		}
+		return p
 	}
-	return nil
 }
 
-// storeLost returns a risk.Options.StoreLost over rc: it keeps a marker
-// key in Redis and reports true whenever the marker is missing (a Redis
-// that restarted empty, or the first call).
-func storeLost(rc redis.UniversalClient, key string) func(ctx context.Context) (bool, error) {
-	return func(ctx context.Context) (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		n, err := rc.Exists(ctx, key).Result()
-		if err != nil || n == 1 {
-			return false, err
-		}
-		if err := rc.Set(ctx, key, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
+// newRegistry is a daemon's Prometheus registry, with the Go and process
+// collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // watchDeps checks Redis and NATS every second until ctx ends, logging
@@ -210,178 +247,4 @@ func natsCause(nc *nats.Conn) error {
 		return err
 	}
 	return errors.New("not connected")
-}
-
-// readyz serves riskd's /readyz: 200 while it leads and consumes ("ready")
-// or stands by with its dependencies up ("standby"); 503 while starting,
-// after its daemon failed, or while Redis or NATS is unreachable. The body
-// names each dependency's state, the role (leader or standby) and the
-// cause of a 503.
-func readyz(rc redis.UniversalClient, nc *nats.Conn, st *riskdState) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		deps := map[string]string{"redis": "up", "nats": "up"}
-		var causes []string
-		if err := rc.Ping(ctx).Err(); err != nil {
-			deps["redis"] = "down"
-			causes = append(causes, "redis unreachable: "+err.Error())
-		}
-		if !nc.IsConnected() {
-			deps["nats"] = "down"
-			causes = append(causes, "nats unreachable: "+natsCause(nc).Error())
-		}
-		status := st.state.Load().(string)
-		role := "standby"
-		if status != "standby" {
-			role = "leader"
-		}
-		if f := st.failure.Load().(string); f != "" {
-			causes = append(causes, "risk daemon failed: "+f)
-		}
-		code := http.StatusOK
-		switch {
-		case len(causes) > 0:
-			status, code = "not_ready", http.StatusServiceUnavailable
-		case status == "starting":
-			code = http.StatusServiceUnavailable
-		}
-		body := map[string]any{"status": status, "role": role, "dependencies": deps}
-		if len(causes) > 0 {
-			body["error"] = strings.Join(causes, "; ")
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(body)
-	}
-}
-
-// StartRiskd starts the risk daemon and its HTTP endpoints; it stops when
-// ctx ends.
-func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:9090"
-	}
-	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = "tg:"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 5 * time.Second
-	}
-	if cfg.Durable == "" {
-		cfg.Durable = "riskd"
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	log := cfg.Logger.With("component", "riskd")
-	quietRedis(cfg.Logger)
-	holder, err := loadPolicy(cfg.ConfigPath, cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
-
-	opts, err := redisOptions(cfg.RedisURL, cfg.RedisCA)
-	if err != nil {
-		return nil, err
-	}
-	opts.MaxRetries = 2
-	rc := redis.NewUniversalClient(opts)
-	dialRedisOnce(ctx, log, rc, cfg.RedisURL, "riskd is not ready until it answers")
-	dialNATSOnce(log, cfg.NATSURL, "riskd is not ready until it answers")
-	store := bucket.NewRedisStore(rc, bucket.RedisOptions{Timeout: time.Second, Prefix: cfg.KeyPrefix})
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	nc, err := streams.Connect(cfg.NATSURL, "tollgate-riskd")
-	if err != nil {
-		_ = store.Close()
-		_ = rc.Close()
-		return nil, err
-	}
-	scfg := streams.Config{Prefix: cfg.SubjectPrefix, Name: cfg.StreamName, DecisionsMaxBytes: cfg.DecisionsMaxBytes,
-		DecisionsMaxAge: cfg.DecisionsMaxAge, EventsMaxBytes: cfg.EventsMaxBytes}
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: scfg})
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	metrics := risk.NewMetrics(reg)
-	newDaemon := func() (*risk.Daemon, error) {
-		return risk.New(risk.Options{
-			Publisher: pub, Store: store, Policy: holder.Current, Streams: scfg, Durable: cfg.Durable,
-			Metrics: metrics, Logger: log, Reassert: cfg.Reassert,
-			StoreLost: storeLost(rc, bucket.StoreEpochKey(cfg.KeyPrefix, cfg.Durable)),
-			OffenderSink: func(ctx context.Context, list []signals.Offender) error {
-				b, err := json.Marshal(list)
-				if err != nil {
-					return err
-				}
-				return rc.Set(ctx, offendersKey(cfg.KeyPrefix), b, 2*time.Minute).Err()
-			},
-		})
-	}
-	if _, err := newDaemon(); err != nil {
-		pub.Close()
-		nc.Close()
-		return nil, err
-	}
-	owner := ulid.Make().String()
-	lease := risk.NewLease(rc, bucket.LeaderKey(cfg.KeyPrefix, cfg.Durable), owner, cfg.LeaseTTL)
-	st := newRiskdState()
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
-	})
-	mux.HandleFunc("GET /readyz", readyz(rc, nc, st))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		pub.Close()
-		nc.Close()
-		return nil, fmt.Errorf("service: listen %s: %w", cfg.Listen, err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	run := &Running{Addr: ln.Addr().String(), Done: make(chan struct{})}
-	log.Info("listening", "addr", run.Addr, "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
-	go func() { _ = hs.Serve(ln) }()
-
-	dctx, stop := context.WithCancel(context.Background())
-	derr := make(chan error, 1)
-	go func() { derr <- lead(dctx, lease, newDaemon, st, metrics, log) }()
-	go watchDeps(dctx, rc, nc, log)
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	if cfg.ConfigPath != "" {
-		go holder.Watch(watchCtx, 0)
-	}
-	go func() {
-		defer close(run.Done)
-		select {
-		case <-ctx.Done():
-		case err := <-derr:
-			run.Err = err
-		}
-		stop()
-		stopWatch()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = hs.Shutdown(sctx)
-		cancel()
-		if run.Err == nil {
-			if err := <-derr; err != nil {
-				run.Err = err
-			}
-		}
-		pub.Close()
-		nc.Close()
-		_ = store.Close()
-		_ = rc.Close()
-		log.Info("stopped")
-	}()
-	return run, nil
 }

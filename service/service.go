@@ -1,6 +1,13 @@
-// Package service wires the limiter together: policy, store, engine, HTTP
-// API, metrics, signals. cmd/limiter is a thin main over Run, and tests run
-// the whole daemon in-process through it.
+// Package service builds both daemons from components: the store, the
+// event publisher, the embedded NATS server, the risk daemon, the HTTP and
+// gRPC listeners, the policy, list and ASN watchers and pprof. Each has a
+// config with Validate, a constructor that acquires what it holds, and
+// Run(ctx), which serves until ctx ends or the part fails and then
+// releases it. One group runs a daemon's components: the first failure
+// stops the rest and is the daemon's exit cause; shutdown goes in reverse
+// order of start (see docs/design.md). cmd/limiter and cmd/riskd are thin
+// mains over Start and StartRiskd, which handle no signals, and tests run
+// the whole daemons in-process through them.
 package service
 
 import (
@@ -9,23 +16,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"net/url"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/api"
-	"github.com/tollgate-dev/tollgate/bucket"
-	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -126,30 +123,31 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// defaults fills the zero fields (the defaults of defaults.go).
 func (c *Config) defaults() {
 	if c.Listen == "" {
-		c.Listen = "127.0.0.1:8080"
+		c.Listen = DefaultListen
 	}
 	if c.APIListen == "" && c.Upstream != "" {
-		c.APIListen = "127.0.0.1:8081"
+		c.APIListen = DefaultAPIListen
 	}
 	if c.AttestPrefix == "" {
-		c.AttestPrefix = "/v1/attest/"
+		c.AttestPrefix = DefaultAttestPrefix
 	}
 	if c.BodyTimeout <= 0 {
-		c.BodyTimeout = 30 * time.Second
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	if c.KeyPrefix == "" {
-		c.KeyPrefix = "tg:"
+		c.KeyPrefix = DefaultKeyPrefix
 	}
 	if c.StoreTimeout <= 0 {
-		c.StoreTimeout = 50 * time.Millisecond
+		c.StoreTimeout = DefaultStoreTimeout
 	}
 	if c.WatchInterval <= 0 {
-		c.WatchInterval = 2 * time.Second
+		c.WatchInterval = DefaultWatchInterval
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -219,21 +217,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// redisLog sends go-redis's internal log lines (dial failures during an
-// outage, one per attempt) to slog at debug level instead of stderr.
-type redisLog struct{ l *slog.Logger }
-
-func (r redisLog) Printf(ctx context.Context, format string, v ...interface{}) {
-	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
-}
-
-var redisLogOnce sync.Once
-
-// quietRedis installs redisLog once per process (go-redis's logger is global).
-func quietRedis(l *slog.Logger) {
-	redisLogOnce.Do(func() { redis.SetLogger(redisLog{l}) })
-}
-
 // Running is a started limiter.
 type Running struct {
 	// Addr is the address the HTTP server listens on (the public
@@ -247,359 +230,59 @@ type Running struct {
 	APIAddr string
 	// NATSURL is the NATS server in use (the embedded one's, when embedded).
 	NATSURL string
-	// Done is closed when the limiter has stopped; Err then holds why.
+	// Done is closed when the daemon has stopped; Err then holds why: nil
+	// after a clean stop, else the part that failed first.
 	Done chan struct{}
 	Err  error
+
+	reload func() error
+}
+
+// Reload rereads the policy file now (cmd/limiter calls it on SIGHUP); a
+// refused file keeps the policy in force and is returned. Without a
+// policy file (or for riskd, which rereads its file as it changes) it
+// does nothing.
+func (r *Running) Reload() error {
+	if r.reload == nil {
+		return nil
+	}
+	return r.reload()
 }
 
 // Start starts the limiter and returns once it listens. It stops when ctx
 // ends: readiness turns to draining, in-flight requests finish (up to
-// ShutdownTimeout), then the store closes.
+// ShutdownTimeout), then the other parts stop in reverse order of start,
+// the store last. A part that fails stops the limiter too; Running.Err
+// then names it.
 func Start(ctx context.Context, cfg Config) (*Running, error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger.With("component", "limiter")
 	quietRedis(cfg.Logger)
-
-	holder, err := loadPolicy(cfg.ConfigPath, cfg.Logger)
+	g := &group{log: cfg.Logger.With("component", "limiter")}
+	l, err := buildLimiter(ctx, cfg, g)
 	if err != nil {
+		g.abort()
 		return nil, err
 	}
-	if err := checkUserKey(cfg, holder.Current()); err != nil {
-		return nil, err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tollgate_policy_reloads_total",
-		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
-	}, []string{"result"})
-	reg.MustRegister(reloads)
-	reloads.WithLabelValues("ok") // export both series from the start, for alerting
-	reloads.WithLabelValues("error")
-	listReloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tollgate_list_reloads_total",
-		Help: "Reloads of changed allow/deny list files by list and result (ok, error); a refused file keeps the list's old entries.",
-	}, []string{"list", "result"})
-	reg.MustRegister(listReloads)
-	reg.MustRegister(listEntries{holder: holder, desc: prometheus.NewDesc("tollgate_list_entries",
-		"Entries in force per allow/deny list of the running policy.", []string{"list"}, nil)})
-	holder.OnListReload = func(l *policy.List, err error) {
-		result := "ok"
-		if err != nil {
-			result = "error" // the holder logged it with FILE:LINE
-		}
-		listReloads.WithLabelValues(l.Name, result).Inc()
-	}
-	rep := newReputationState(cfg.Logger.With("component", "reputation"), reg, cfg.ASNWatchInterval)
-	if err := rep.apply(holder.Current()); err != nil {
-		return nil, err
-	}
-	var att *attestState // set below, before the policy can reload
-	holder.OnReload = func(np *policy.Policy, err error) {
-		// The Holder logs each attempt once (file, routes, limits or the
-		// error); this counts it.
-		if err != nil {
-			reloads.WithLabelValues("error").Inc()
-			return
-		}
-		reloads.WithLabelValues("ok").Inc()
-		// The new limits are in force; a reputation database or attestation
-		// key it names that cannot be read keeps the previous one serving.
-		if err := rep.apply(np); err != nil {
-			log.Error("policy reloaded, but its ASN database could not be loaded; the previous reputation rules stay", "err", err.Error())
-		}
-		if att != nil {
-			if err := att.apply(np); err != nil {
-				log.Error("policy reloaded, but its attestation settings could not be loaded; the previous ones stay", "err", err.Error())
-			}
+	g.start(ctx)
+	if l.risk != nil {
+		select {
+		case <-l.risk.ready():
+		case <-g.fail:
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			g.log.Warn("risk engine not ready after 10s; continuing")
 		}
 	}
-
-	metrics := engine.NewMetrics(reg)
-	breaker := engine.NewBreaker(engine.BreakerOptions{}, nil, func(s engine.BreakerState) {
-		metrics.Circuit.Set(float64(s))
-		log.Warn("store circuit breaker", "state", s.String())
-	})
-
-	var (
-		store   bucket.Store
-		rclient redis.UniversalClient
-		closers []func()
-	)
-	if cfg.RedisURL == "" {
-		ms := bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: cfg.MemoryMaxKeys, Prefix: cfg.KeyPrefix})
-		store = ms
-		sweepCtx, stop := context.WithCancel(context.Background())
-		closers = append(closers, stop)
-		go func() {
-			t := time.NewTicker(10 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case now := <-t.C:
-					ms.Sweep(now)
-				case <-sweepCtx.Done():
-					return
-				}
-			}
-		}()
-	} else {
-		opts, _ := redisOptions(cfg.RedisURL, cfg.RedisCA) // checked by Validate
-		// Every check answers within the store timeout (6.6): the client
-		// honours the decision's deadline, and no dial, read or write
-		// outlasts it.
-		opts.DialTimeout = cfg.StoreTimeout
-		opts.ReadTimeout = cfg.StoreTimeout
-		opts.WriteTimeout = cfg.StoreTimeout
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		rclient = redis.NewUniversalClient(opts)
-		dialRedisOnce(ctx, log, rclient, cfg.RedisURL, "the limiter serves as each limit's failure mode says until it answers")
-		rs := bucket.NewRedisStore(rclient, bucket.RedisOptions{Timeout: cfg.StoreTimeout, Lanes: cfg.RedisLanes, Cluster: opts.IsClusterMode, Prefix: cfg.KeyPrefix})
-		store = rs
-		closers = append(closers, func() { _ = rs.Close(); _ = rclient.Close() })
-	}
-	closers = append(closers, rep.close)
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-
-	ev, err := startEvents(ctx, cfg, log, reg, store, rclient, holder)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	closers = append(closers, ev.close)
-
-	var l1 *engine.L1
-	if cfg.RedisURL != "" && !cfg.NoL1 {
-		l1 = engine.NewL1(engine.L1Options{MaxEntries: cfg.L1MaxEntries, TTL: cfg.L1TTL, NoMultipliers: cfg.L1NoMultipliers})
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_l1_entries",
-			Help: "Entries held by the local L1 cache (bounded by --l1-max-entries)."}, func() float64 { return float64(l1.Len()) }))
-	}
-	eng, err := engine.New(engine.Options{
-		Store: store, Policy: holder.Current, Prefix: cfg.KeyPrefix, Metrics: metrics, Breaker: breaker, L1: l1,
-		Reputation: rep.Current,
-	})
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	att = newAttestState(cfg.Logger.With("component", "attestation"), store, rclient, cfg.KeyPrefix)
-	att.getenv = cfg.Getenv
-	if err := att.apply(holder.Current()); err != nil {
-		closeAll()
-		return nil, err
-	}
-	srv, err := api.New(api.Options{
-		Engine:       eng,
-		AdminToken:   cfg.AdminToken,
-		Store:        l1.Wrap(store),
-		Getenv:       cfg.Getenv,
-		APIToken:     cfg.APIToken,
-		AttestPrefix: cfg.AttestPrefix,
-		BodyTimeout:  cfg.BodyTimeout,
-		Logger:       log,
-		Gatherer:     reg,
-		Events:       ev.publisher,
-		Reporter:     ev.publisher,
-		Audit:        ev.publisher,
-		Offenders:    ev.offenders,
-		Attestation:  att.view,
-		DeviceTokens: att.Tokens,
-		Dependencies: func(ctx context.Context) map[string]string {
-			deps := map[string]string{"redis": "disabled", "nats": ev.state()}
-			if rclient != nil {
-				deps["redis"] = "up"
-				if err := rclient.Ping(ctx).Err(); err != nil {
-					deps["redis"] = "down"
-				}
-			}
-			return deps
-		},
-	})
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-
-	srv.Handle("/v1/attest/", srv.Guard(att))
-
-	if cfg.Upstream != "" {
-		u, _ := upstreamURL(cfg.Upstream) // checked by Validate
-		forged := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_forged_user_total",
-			Help: "Proxied requests whose user header failed its signature (treated as unauthenticated)."})
-		upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
-			Help: "Proxied requests the upstream could not answer (502/504)."})
-		reg.MustRegister(forged, upErrs)
-		po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc, Getenv: cfg.Getenv}
-		if cfg.UpstreamTransport == "std" {
-			po.Transport = api.StdUpstreamTransport() // Validate allowed only lean (the default) or std
-		}
-		if err := srv.EnableProxy(po); err != nil {
-			closeAll()
-			return nil, err
-		}
-	}
-
-	ls, err := listen(cfg, srv, log)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	addr, apiAddr := ls[0].addr(), ls[len(ls)-1].addr()
-	store_ := "memory"
-	if cfg.RedisURL != "" {
-		store_ = "redis " + RedactURL(cfg.RedisURL)
-	}
-	policyName := cfg.ConfigPath
-	if policyName == "" {
-		policyName = "built-in example"
-	}
-	log.Info("listening", "addr", addr, "api_addr", apiAddr, "store", store_, "policy", policyName, "nats", RedactURL(ev.url), "upstream", RedactURL(cfg.Upstream),
-		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, apiAddr))
-
-	if cfg.PprofListen != "" {
-		pm := http.NewServeMux()
-		pm.HandleFunc("/debug/pprof/", pprof.Index)
-		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ps := &http.Server{Addr: cfg.PprofListen, Handler: pm, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = ps.ListenAndServe() }()
-		closers = append(closers, func() { _ = ps.Close() })
-		log.Info("pprof listening", "addr", cfg.PprofListen)
-	}
-	run := &Running{Addr: addr, APIAddr: apiAddr, NATSURL: ev.url, Done: make(chan struct{})}
-	serveErr := make(chan error, len(ls)+1)
-	var gs *grpcService
-	if cfg.GRPCListen != "" {
-		if gs, err = startGRPC(cfg, log, reg, srv, holder.Current, serveErr); err != nil {
-			for _, l := range ls {
-				_ = l.ln.Close()
-			}
-			closeAll()
-			return nil, err
-		}
-		run.GRPCAddr = gs.addr
-	}
-	for _, l := range ls {
-		go func() { serveErr <- l.hs.Serve(l.ln) }()
-	}
-	srv.SetState("ready")
-
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	if cfg.ConfigPath != "" {
-		go holder.Watch(watchCtx, cfg.WatchInterval)
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-
+	l.srv.SetState("ready")
 	go func() {
-		defer close(run.Done)
-		defer closeAll()
-		if gs != nil {
-			defer gs.server.Stop() // after a serve error too (a no-op once drained)
-		}
-		defer stopWatch()
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-hup:
-				if cfg.ConfigPath != "" {
-					_ = holder.Reload()
-				}
-				continue
-			case err := <-serveErr:
-				run.Err = fmt.Errorf("service: serve: %w", err)
-				return
-			case <-ctx.Done():
-			}
-			break
-		}
-		log.Info("draining")
-		srv.SetState("draining")
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		if gs != nil {
-			gs.stop(sctx)
-		}
-		var wg sync.WaitGroup
-		errs := make([]error, len(ls))
-		for i, l := range ls {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = l.hs.Shutdown(sctx) }()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			run.Err = fmt.Errorf("service: shutdown: %w", err)
-		}
-		for range ls {
-			if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && run.Err == nil {
-				run.Err = fmt.Errorf("service: serve: %w", err)
-			}
-		}
-		srv.WaitReports()
-		log.Info("stopped")
+		l.run.Err = g.wait(ctx)
+		g.log.Info("stopped")
+		close(l.run.Done)
 	}()
-	return run, nil
-}
-
-// listener is one HTTP listener of the limiter.
-type listener struct {
-	ln net.Listener
-	hs *http.Server
-}
-
-func (l listener) addr() string { return l.ln.Addr().String() }
-
-// listen opens the limiter's listeners (6.1): without an upstream, one on
-// cfg.Listen serving everything; in proxy mode the public one on
-// cfg.Listen (health, attestation, everything else forwarded) first and
-// the API one on cfg.APIListen (the limiter's API and /metrics) last.
-func listen(cfg Config, srv *api.Server, log *slog.Logger) ([]listener, error) {
-	type spec struct {
-		addr    string
-		handler http.Handler
-		public  bool
-	}
-	specs := []spec{{cfg.Listen, srv, false}}
-	if cfg.Upstream != "" {
-		specs = []spec{{cfg.Listen, srv.Public(), true}, {cfg.APIListen, srv, false}}
-	}
-	var ls []listener
-	for _, sp := range specs {
-		ln, err := net.Listen("tcp", sp.addr)
-		if err != nil {
-			for _, l := range ls {
-				_ = l.ln.Close()
-			}
-			return nil, fmt.Errorf("service: listen %s: %w", sp.addr, err)
-		}
-		hs := &http.Server{
-			Handler:           sp.handler,
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-		if sp.public {
-			// The body's deadline is set per request (BodyTimeout, from
-			// arrival); the answer may follow a body that took that long.
-			hs.ReadTimeout = 0
-			hs.WriteTimeout = max(30*time.Second, cfg.BodyTimeout+30*time.Second)
-		}
-		ls = append(ls, listener{ln: ln, hs: hs})
-	}
-	return ls, nil
+	return l.run, nil
 }
 
 // loadPolicy loads the policy file (or the built-in policy for "") into

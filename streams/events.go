@@ -15,6 +15,9 @@ const SchemaVersion = 1
 // DefaultPrefix is the default subject prefix ("tollgate.").
 const DefaultPrefix = "tollgate."
 
+// DefaultName is the default stream-name prefix ("TOLLGATE").
+const DefaultName = "TOLLGATE"
+
 // Decision is one limiter decision. Decisions are published in batches on
 // <prefix>decisions.<class>.
 type Decision struct {

@@ -52,7 +52,7 @@ func (c *Config) defaults() {
 		c.Prefix = DefaultPrefix
 	}
 	if c.Name == "" {
-		c.Name = "TOLLGATE"
+		c.Name = DefaultName
 	}
 	if c.DecisionsMaxAge <= 0 {
 		c.DecisionsMaxAge = time.Hour

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/policy"
@@ -35,34 +34,34 @@ type lookupEnv func(string) (string, bool)
 func flags(c *service.Config) []cli.Flag {
 	return []cli.Flag{
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file (default: the built-in example policy)"),
-		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:8080", "ADDR", "HTTP listen address (:0 picks a free port; the address is logged)"),
+		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", service.DefaultListen, "ADDR", "HTTP listen address (:0 picks a free port; the address is logged)"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "redis[s]://[user:pass@]host:port/db, redis[s]+cluster://[user:pass@]h1:p1,h2:p2 (or h1:p1,h2:p2), redis[s]+sentinel://[user:pass@]h1:p1,h2:p2/MASTER/db (default: in-process memory store)"),
 		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (default: embedded NATS server and in-process risk engine)"),
 		cli.Int(&c.NATSPort, "nats-port", "TOLLGATE_NATS_PORT", 0, "port of the embedded NATS server (default: a free port)"),
-		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject"),
-		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names"),
-		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
-		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", time.Hour, "how long the decisions stream keeps decisions; raise it to replay older traffic (limiter replay); riskd's must be the same"),
-		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", 1<<30, "bound on the JetStream reports-and-alerts stream, in bytes; the oldest go first (reserved on the NATS server)"),
+		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", service.DefaultSubjectPrefix, "PREFIX", "prefix of every NATS subject"),
+		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", service.DefaultStreamName, "NAME", "prefix of the JetStream stream names"),
+		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", service.DefaultDecisionsMaxAge, "how long the decisions stream keeps decisions; raise it to replay older traffic (limiter replay); riskd's must be the same"),
+		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; the oldest go first (reserved on the NATS server)"),
 		cli.Secret(&c.AdminToken, "admin-token", "TOLLGATE_ADMIN_TOKEN", "TOKEN", "bearer token for /v1/admin/* (default: admin API off)"),
 		cli.String(&c.GRPCListen, "grpc-listen", "TOLLGATE_GRPC_LISTEN", "", "ADDR", "serve Envoy's rate-limit service (gRPC, envoy.service.ratelimit.v3) on this address (default: off)"),
 		cli.Secret(&c.APIToken, "api-token", "TOLLGATE_API_TOKEN", "TOKEN", "bearer token /v1/check, /v1/report and /v1/forward-auth require (default: none needed)"),
 		cli.String(&c.Upstream, "upstream", "TOLLGATE_UPSTREAM", "", "URL", "reverse-proxy mode: forward allowed requests to this http(s) URL"),
-		cli.String(&c.APIListen, "api-listen", "TOLLGATE_API_LISTEN", "127.0.0.1:8081", "ADDR", "proxy mode: address of the limiter's own API (/v1/check, /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics; never the public one"),
-		cli.String(&c.AttestPrefix, "attest-prefix", "TOLLGATE_ATTEST_PREFIX", "/v1/attest/", "PATH", "proxy mode: path prefix of the attestation endpoints on the public listener"),
-		cli.Duration(&c.BodyTimeout, "body-timeout", "TOLLGATE_BODY_TIMEOUT", 30*time.Second, "proxy mode: a request body not arrived this long after the request is answered 408"),
+		cli.String(&c.APIListen, "api-listen", "TOLLGATE_API_LISTEN", service.DefaultAPIListen, "ADDR", "proxy mode: address of the limiter's own API (/v1/check, /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics; never the public one"),
+		cli.String(&c.AttestPrefix, "attest-prefix", "TOLLGATE_ATTEST_PREFIX", service.DefaultAttestPrefix, "PATH", "proxy mode: path prefix of the attestation endpoints on the public listener"),
+		cli.Duration(&c.BodyTimeout, "body-timeout", "TOLLGATE_BODY_TIMEOUT", service.DefaultBodyTimeout, "proxy mode: a request body not arrived this long after the request is answered 408"),
 		cli.String(&c.UpstreamTransport, "upstream-transport", "TOLLGATE_UPSTREAM_TRANSPORT", "lean", "lean|std", "proxy upstream client: lean (round trip on the request's goroutine; https, upgrades and streamed bodies use net/http) or std (net/http for all)"),
-		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key"),
-		cli.Duration(&c.StoreTimeout, "store-timeout", "TOLLGATE_STORE_TIMEOUT", 50*time.Millisecond, "deadline of each check's store work from its arrival (lane wait, dial, write, read); past it the failure mode answers"),
-		cli.Int(&c.RedisLanes, "redis-lanes", "TOLLGATE_REDIS_LANES", 4, "Redis round trips in flight at once (concurrent decisions are batched into each)"),
-		cli.Int(&c.MemoryMaxKeys, "memory-max-keys", "TOLLGATE_MEMORY_MAX_KEYS", 1<<20, "bound on buckets held by the memory store"),
+		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", service.DefaultKeyPrefix, "PREFIX", "prefix of every Redis key"),
+		cli.Duration(&c.StoreTimeout, "store-timeout", "TOLLGATE_STORE_TIMEOUT", service.DefaultStoreTimeout, "deadline of each check's store work from its arrival (lane wait, dial, write, read); past it the failure mode answers"),
+		cli.Int(&c.RedisLanes, "redis-lanes", "TOLLGATE_REDIS_LANES", service.DefaultRedisLanes, "Redis round trips in flight at once (concurrent decisions are batched into each)"),
+		cli.Int(&c.MemoryMaxKeys, "memory-max-keys", "TOLLGATE_MEMORY_MAX_KEYS", service.DefaultMemoryMaxKeys, "bound on buckets held by the memory store"),
 		cli.String(&c.PprofListen, "pprof-listen", "TOLLGATE_PPROF_LISTEN", "", "ADDR", "serve net/http/pprof on this address (keep it on loopback; default off)"),
 		cli.Bool(&c.NoL1, "no-l1", "TOLLGATE_NO_L1", false, "turn off the local L1 cache in front of Redis"),
-		cli.Duration(&c.L1TTL, "l1-ttl", "TOLLGATE_L1_TTL", 250*time.Millisecond, "longest the L1 cache reuses a denial or lockout answer: its staleness bound"),
-		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", 100_000, "bound on entries held by the L1 cache"),
+		cli.Duration(&c.L1TTL, "l1-ttl", "TOLLGATE_L1_TTL", service.DefaultL1TTL, "longest the L1 cache reuses a denial or lockout answer: its staleness bound"),
+		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", service.DefaultL1MaxEntries, "bound on entries held by the L1 cache"),
 		cli.Bool(&c.L1NoMultipliers, "no-l1-multipliers", "TOLLGATE_NO_L1_MULTIPLIERS", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)"),
-		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to drain on SIGTERM"),
+		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", service.DefaultShutdownTimeout, "how long in-flight requests may take to drain on SIGTERM"),
 	}
 }
 
@@ -127,12 +126,29 @@ func run(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limiter:", err)
 		return cli.ExitFailure
 	}
-	<-r.Done
+	reloadOnHUP(r)
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "limiter:", r.Err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
+}
+
+// reloadOnHUP rereads the policy file on each SIGHUP until the limiter
+// has stopped (a refused file is logged by the limiter and keeps the
+// policy in force).
+func reloadOnHUP(r *service.Running) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			_ = r.Reload()
+		case <-r.Done:
+			return
+		}
+	}
 }
 
 // parse parses the limiter's flags and environment into cfg. When it

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/service"
@@ -30,17 +29,17 @@ func main() {
 func flags(c *service.RiskdConfig) []cli.Flag {
 	return []cli.Flag{
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file, the limiters' (default: the built-in example policy)"),
-		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", "127.0.0.1:9090", "ADDR", "HTTP address of /healthz, /readyz, /metrics"),
+		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", service.DefaultRiskdListen, "ADDR", "HTTP address of /healthz, /readyz, /metrics"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "the limiters' Redis, in the same URL forms as the limiter's --redis (required)"),
 		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (required)"),
-		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", "tg:", "PREFIX", "prefix of every Redis key (must match the limiters')"),
-		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", "tollgate.", "PREFIX", "prefix of every NATS subject (must match the limiters')"),
-		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", "TOLLGATE", "NAME", "prefix of the JetStream stream names (must match the limiters')"),
-		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", 1<<30, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
-		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", time.Hour, "how long the decisions stream keeps decisions (for limiter replay); must match the limiters'"),
-		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", 1<<30, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)"),
-		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", "riskd", "NAME", "name of riskd's durable consumers and of its leadership lease"),
+		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", service.DefaultKeyPrefix, "PREFIX", "prefix of every Redis key (must match the limiters')"),
+		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", service.DefaultSubjectPrefix, "PREFIX", "prefix of every NATS subject (must match the limiters')"),
+		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", service.DefaultStreamName, "NAME", "prefix of the JetStream stream names (must match the limiters')"),
+		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
+		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", service.DefaultDecisionsMaxAge, "how long the decisions stream keeps decisions (for limiter replay); must match the limiters'"),
+		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)"),
+		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", service.DefaultDurable, "NAME", "name of riskd's durable consumers and of its leadership lease"),
 	}
 }
 

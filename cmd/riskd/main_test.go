@@ -2,10 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -84,5 +93,60 @@ func TestRuntimeFailureExit1(t *testing.T) {
 	code, _, errs := runT(envMap("TOLLGATE_REDIS", "redis://127.0.0.1:1/0", "TOLLGATE_NATS", "nats://127.0.0.1:1"), "--listen", l.Addr().String())
 	if code != 1 || !strings.Contains(errs, "listen "+l.Addr().String()) {
 		t.Fatalf("exit %d %q", code, errs)
+	}
+}
+
+// TestConsumerFailureExits1 (6.7, issue 12): a consumer deleted under a
+// leading riskd stops the whole process with exit 1, naming the consumer:
+// it never runs half-deaf.
+func TestConsumerFailureExits1(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t) // a private server: the default stream names are free
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	env := envMap("TOLLGATE_REDIS", "redis://"+testenv.RedisAddr()+"/0", "TOLLGATE_NATS", ns.URL, "TOLLGATE_LISTEN", addr,
+		"TOLLGATE_KEY_PREFIX", testenv.Prefix(t), "TOLLGATE_DECISIONS_MAX_BYTES", "16777216", "TOLLGATE_EVENTS_MAX_BYTES", "16777216")
+	type result struct {
+		code         int
+		stdout, errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errs := runT(env)
+		done <- result{code, out, errs}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), `"status":"ready"`) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("riskd not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(context.Background(), "TOLLGATE_EVENTS", "riskd-reports"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != 1 || !strings.Contains(r.errs, "riskd-reports") {
+			t.Fatalf("exit %d, stderr %q; want 1 naming the consumer", r.code, r.errs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("riskd kept running without its reports consumer")
 	}
 }

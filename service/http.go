@@ -1,0 +1,124 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+)
+
+// httpConfig configures one HTTP listener component.
+type httpConfig struct {
+	// Addr is the listen address (host:port; ":0" picks a port).
+	Addr string
+	// Server serves the listener: its handler and timeouts (required).
+	Server *http.Server
+	// Drain bounds the drain of in-flight requests when ctx ends (0: they
+	// are cut at once).
+	Drain time.Duration
+	// AfterDrain, when set, runs once the listener has drained (the proxy
+	// waits there for the reports of the requests it served).
+	AfterDrain func()
+}
+
+// Validate checks the address and that a server with a handler is given.
+func (c httpConfig) Validate() error {
+	if c.Server == nil || c.Server.Handler == nil {
+		return errors.New("service: http listener without a handler")
+	}
+	if c.Drain < 0 {
+		return fmt.Errorf("service: drain timeout %v must not be negative", c.Drain)
+	}
+	return checkAddr("listen address", c.Addr)
+}
+
+// httpListener is a bound HTTP listener; Run serves it until ctx ends,
+// then drains it.
+type httpListener struct {
+	c  httpConfig
+	ln net.Listener
+}
+
+var _ component = (*httpListener)(nil)
+
+// newHTTP validates c and binds its address.
+func newHTTP(c httpConfig) (*httpListener, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("service: listen %s: %w", c.Addr, err)
+	}
+	return &httpListener{c: c, ln: ln}, nil
+}
+
+// addr is the bound address.
+func (l *httpListener) addr() string { return l.ln.Addr().String() }
+
+// Run serves until ctx ends or serving fails; when ctx ends in-flight
+// requests finish (up to Drain), then the rest are cut.
+func (l *httpListener) Run(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- l.c.Server.Serve(l.ln) }()
+	select {
+	case err := <-served:
+		_ = l.c.Server.Close()
+		return err // never ErrServerClosed: only Run shuts it down
+	case <-ctx.Done():
+	}
+	if l.c.Drain == 0 {
+		_ = l.c.Server.Close()
+		<-served
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.Drain)
+	defer cancel()
+	err := l.c.Server.Shutdown(sctx)
+	if err != nil {
+		_ = l.c.Server.Close()
+		err = fmt.Errorf("drain: %w", err)
+	}
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if l.c.AfterDrain != nil {
+		l.c.AfterDrain()
+	}
+	return err
+}
+
+// apiServer is the limiter's listener server: bounded header, read, write
+// and idle times; on the public listener of proxy mode the read deadline
+// is set per request (the body's BodyTimeout, from arrival) and the
+// answer may follow a body that took that long.
+func apiServer(h http.Handler, public bool, bodyTimeout time.Duration, log *slog.Logger) *http.Server {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if public {
+		hs.ReadTimeout = 0
+		hs.WriteTimeout = max(30*time.Second, bodyTimeout+30*time.Second)
+	}
+	return hs
+}
+
+// pprofServer serves net/http/pprof (keep it on loopback).
+func pprofServer() *http.Server {
+	pm := http.NewServeMux()
+	pm.HandleFunc("/debug/pprof/", pprof.Index)
+	pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{Handler: pm, ReadHeaderTimeout: 5 * time.Second}
+}

@@ -1,0 +1,243 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/risk"
+	"github.com/tollgate-dev/tollgate/signals"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// riskConfig configures the risk component: riskd's daemon, run by
+// cmd/riskd under a leadership lease and by the one-process limiter
+// without one.
+type riskConfig struct {
+	// Publisher, Store and Policy are the daemon's (required).
+	Publisher *streams.Publisher
+	Store     risk.Writer
+	Policy    func() *policy.Policy
+	// Redis is the store's client (nil with the memory store): it keeps
+	// the store-epoch marker, the lease and the shared offender list.
+	Redis redis.UniversalClient
+	// KeyPrefix, Streams and Durable must match the limiters'.
+	KeyPrefix string
+	Streams   streams.Config
+	Durable   string
+	// Reassert is how often active measures are written again (0: the daemon's default).
+	Reassert time.Duration
+	// LeaseTTL, when > 0, runs the daemon only while this process holds
+	// the leadership lease in Redis (riskd); 0 runs it at once (one process).
+	LeaseTTL time.Duration
+	// ShareOffenders writes the offender list to Redis for the limiters'
+	// admin API (riskd); else Offenders serves it from this process.
+	ShareOffenders bool
+	Registerer     prometheus.Registerer
+	Logger         *slog.Logger
+}
+
+// Validate checks that the daemon's parts are there and that a lease or
+// a shared offender list has Redis.
+func (c riskConfig) Validate() error {
+	if c.Publisher == nil || c.Store == nil || c.Policy == nil || c.Registerer == nil || c.Logger == nil {
+		return errors.New("service: risk: publisher, store, policy, registerer and logger are required")
+	}
+	if (c.LeaseTTL > 0 || c.ShareOffenders) && c.Redis == nil {
+		return errors.New("service: risk: a lease or a shared offender list needs redis")
+	}
+	return nil
+}
+
+// riskComponent runs the risk daemon. A daemon that fails (a consumer
+// gone) ends Run with its error: the process stops rather than run
+// half-deaf (6.7).
+type riskComponent struct {
+	c       riskConfig
+	metrics *risk.Metrics
+	lease   *risk.Lease // nil: no lease
+	leader  atomic.Bool
+	cur     atomic.Pointer[risk.Daemon] // the daemon in force (nil while standing by)
+	failure atomic.Pointer[string]      // why the daemon stopped
+}
+
+var _ component = (*riskComponent)(nil)
+
+// newRisk validates c and builds one daemon (to check its options).
+func newRisk(c riskConfig) (*riskComponent, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+	r := &riskComponent{c: c, metrics: risk.NewMetrics(c.Registerer)}
+	d, err := r.newDaemon()
+	if err != nil {
+		return nil, err
+	}
+	if c.LeaseTTL > 0 {
+		r.lease = risk.NewLease(c.Redis, bucket.LeaderKey(c.KeyPrefix, c.Durable), ulid.Make().String(), c.LeaseTTL)
+	} else {
+		r.cur.Store(d)
+		r.leader.Store(true)
+	}
+	return r, nil
+}
+
+// newDaemon builds a daemon of c.
+func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
+	c := r.c
+	o := risk.Options{
+		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Streams: c.Streams, Durable: c.Durable,
+		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert,
+	}
+	if c.Redis != nil {
+		o.StoreLost = storeLost(c.Redis, bucket.StoreEpochKey(c.KeyPrefix, c.Durable))
+	}
+	if c.ShareOffenders {
+		o.OffenderSink = func(ctx context.Context, list []signals.Offender) error {
+			b, err := json.Marshal(list)
+			if err != nil {
+				return err
+			}
+			return c.Redis.Set(ctx, offendersKey(c.KeyPrefix), b, 2*time.Minute).Err()
+		}
+	}
+	return risk.New(o)
+}
+
+// Run runs the daemon until ctx ends: at once without a lease, else
+// whenever this process holds it, standing by while another does.
+func (r *riskComponent) Run(ctx context.Context) error {
+	if r.lease == nil {
+		return r.serve(ctx, r.cur.Load())
+	}
+	for {
+		r.leader.Store(false)
+		r.metrics.StandBy()
+		if err := r.lease.Acquire(ctx, 500*time.Millisecond); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("acquire lease: %w", err)
+		}
+		r.leader.Store(true)
+		r.metrics.Leader.Set(1)
+		r.c.Logger.Info("leadership acquired; replaying state")
+		if err := r.lead(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// lead runs a new daemon while the lease is held. It returns nil when ctx
+// ends or the lease is lost (the caller stands by again), the daemon's
+// error when it fails.
+func (r *riskComponent) lead(ctx context.Context) error {
+	d, err := r.newDaemon()
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	held := make(chan error, 1)
+	go func() { held <- r.lease.Hold(tctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- r.serve(tctx, d) }()
+	select {
+	case err := <-held:
+		cancel()
+		<-ran
+		if ctx.Err() == nil {
+			r.c.Logger.Warn("leadership lost; standing by", "err", err)
+		}
+		return nil
+	case err := <-ran:
+		cancel()
+		<-held // releases the lease
+		return err
+	}
+}
+
+// serve runs d until ctx ends or d fails; a daemon that returns before
+// ctx ends has failed.
+func (r *riskComponent) serve(ctx context.Context, d *risk.Daemon) error {
+	r.cur.Store(d)
+	defer r.cur.Store(nil)
+	err := d.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("risk: daemon stopped")
+	}
+	msg := err.Error()
+	r.failure.Store(&msg)
+	r.c.Logger.Error("risk daemon failed; stopping", "err", msg)
+	return err
+}
+
+// status is riskd's readiness: "standby", "starting" (leading, replaying)
+// or "ready"; failure is why the daemon stopped ("" while it runs).
+func (r *riskComponent) status() (status, role, failure string) {
+	if f := r.failure.Load(); f != nil {
+		failure = *f
+	}
+	if !r.leader.Load() {
+		return "standby", "standby", failure
+	}
+	if d := r.cur.Load(); d != nil {
+		select {
+		case <-d.Ready():
+			return "ready", "leader", failure
+		default:
+		}
+	}
+	return "starting", "leader", failure
+}
+
+// ready is closed once the daemon in force has replayed and consumes
+// (never, while standing by).
+func (r *riskComponent) ready() <-chan struct{} {
+	if d := r.cur.Load(); d != nil {
+		return d.Ready()
+	}
+	return nil
+}
+
+// offenders serves GET /v1/admin/offenders from this process's daemon.
+func (r *riskComponent) offenders(context.Context) ([]signals.Offender, error) {
+	if d := r.cur.Load(); d != nil {
+		return d.Offenders(), nil
+	}
+	return nil, nil
+}
+
+// storeLost returns a risk.Options.StoreLost over rc: it keeps a marker
+// key in Redis and reports true whenever the marker is missing (a Redis
+// that restarted empty, or the first call).
+func storeLost(rc redis.UniversalClient, key string) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		n, err := rc.Exists(ctx, key).Result()
+		if err != nil || n == 1 {
+			return false, err
+		}
+		if err := rc.Set(ctx, key, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
