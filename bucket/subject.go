@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// DefaultPrefix starts every key of a store whose options name no prefix.
+// DefaultPrefix starts every key of a store whose options name no prefix,
+// and every Redis key of daemons given no --key-prefix (the engine and the
+// risk daemon default to it too).
 const DefaultPrefix = "tg:"
 
 // Subject names what multipliers, locks and trust sets attach to: a kind

@@ -74,7 +74,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 }
 
 // keyPrefix is the store prefix of the replay's private stores.
-const keyPrefix = bucket.DefaultKeyPrefix
+const keyPrefix = bucket.DefaultPrefix
 
 // tick moves the event clock to ts and sweeps the store when due.
 func (s *sim) tick(ts time.Time) {

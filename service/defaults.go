@@ -19,7 +19,7 @@ const (
 	// DefaultRiskdListen is riskd's HTTP address (/healthz, /readyz, /metrics).
 	DefaultRiskdListen = "127.0.0.1:9090"
 	// DefaultKeyPrefix starts every Redis key.
-	DefaultKeyPrefix = bucket.DefaultKeyPrefix
+	DefaultKeyPrefix = bucket.DefaultPrefix
 	// DefaultSubjectPrefix starts every NATS subject.
 	DefaultSubjectPrefix = streams.DefaultPrefix
 	// DefaultStreamName starts the JetStream stream names.
