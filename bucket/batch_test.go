@@ -3,9 +3,12 @@ package bucket
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
@@ -224,5 +227,72 @@ func TestBatchWritesEachBucketOnce(t *testing.T) {
 	ttl, err := c.PTTL(context.Background(), shared).Result()
 	if err != nil || ttl <= time.Hour || ttl > 5*time.Hour {
 		t.Fatalf("PTTL = %v, %v; want the last take's (about 4 h to refill plus an hour of slack)", ttl, err)
+	}
+}
+
+// commandCalls returns how many times Redis ran each of cmds (INFO
+// commandstats; script-internal calls included), from a private server.
+func commandCalls(t *testing.T, c *redis.Client, cmds ...string) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int, len(cmds))
+	for _, l := range strings.Split(info, "\n") {
+		for _, cmd := range cmds {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":calls="); ok {
+				n, _, _ := strings.Cut(rest, ",")
+				out[cmd], _ = strconv.Atoi(n)
+			}
+		}
+	}
+	return out
+}
+
+// TestBatchSkipsAbsentMultipliers: a batch whose subjects have no
+// multiplier hash reads none (one EXISTS for the batch), and one hash in
+// force makes the batch read them all, with the same answers as ever.
+func TestBatchSkipsAbsentMultipliers(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
+	defer s.Close()
+	now := time.Unix(1_800_000_000, 0)
+	batch := func() []Request {
+		reqs := make([]Request, 4)
+		for i := range reqs {
+			ip, user := "{ip:"+strconv.Itoa(i)+"}", "{user:"+strconv.Itoa(i)+"}"
+			reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
+				{Key: ip + ":b:ip", Burst: 10, Rate: 1, Period: time.Hour, Subjects: 1},
+				{Key: user + ":b:user", Burst: 10, Rate: 1, Period: time.Hour, Subjects: 2},
+			}, Subjects: []RequestSubject{{Key: ip + ":m", Static: 1, Unverified: 1}, {Key: user + ":m", Static: 1, Unverified: 1}}}
+		}
+		return reqs
+	}
+	check := func(round string, want func(i int) float64) {
+		t.Helper()
+		res, errs := runBatch(t, s, batch())
+		for i := range res {
+			if errs[i] != nil || !res[i].Allowed {
+				t.Fatalf("%s: decision %d: allowed=%v err=%v", round, i, res[i].Allowed, errs[i])
+			}
+			if got := res[i].Limits[1].Burst; got != want(i) {
+				t.Fatalf("%s: decision %d: user burst %v, want %v", round, i, got, want(i))
+			}
+		}
+	}
+	check("no multipliers", func(int) float64 { return 10 })
+	if got := commandCalls(t, c, "exists", "hgetall"); got["exists"] != 1 || got["hgetall"] != 0 {
+		t.Fatalf("no multipliers in force: %v calls; want exists=1 hgetall=0", got)
+	}
+	if err := c.HSet(context.Background(), "{user:2}:m", "admin", "0.5 0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("one multiplier", func(i int) float64 { return map[bool]float64{true: 5, false: 10}[i == 2] })
+	if got := commandCalls(t, c, "exists", "hgetall"); got["exists"] != 2 || got["hgetall"] != 8 {
+		t.Fatalf("one multiplier in force: %v calls; want exists=2 hgetall=8", got)
 	}
 }

@@ -44,11 +44,17 @@
 -- another on the state the ones before them left: the same answers as
 -- one script per decision.
 --
+-- Multiplier hashes: when the batch is to read two or more, one EXISTS over
+-- all of them comes first, and when it finds none no decision reads its
+-- hashes (most subjects have no multiplier in force; an absent hash reads
+-- as empty, so the answers are those of reading every hash).
+--
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
 -- change both or neither (the conformance tests compare them bit for bit).
 local match = string.match
 local U = 1000000
 local clock = nil
+local nomult = nil -- {} when the batch's multiplier hashes are all absent
 local packfmts = {} -- struct formats by value count, built once per batch
 
 -- subject returns a subject's effective multiplier and when its lowest
@@ -57,7 +63,8 @@ local packfmts = {} -- struct formats by value count, built once per batch
 local function subject(key, static, unverified, now)
   local lo = static
   local hi = static
-  local h = redis.call("HGETALL", key)
+  local h = nomult
+  if not h then h = redis.call("HGETALL", key) end
   if #h == 0 then
     -- no stored multiplier: the common case
     if unverified < lo then lo = unverified end
@@ -307,6 +314,13 @@ end
 local n = tonumber(ARGV[1])
 local out = {}
 local wrote = {}
+local as = {}
+-- Every decision's numbers, unpacked once, and the multiplier hash keys of
+-- the whole batch. Most subjects have no multiplier in force: when two or
+-- more hashes are to be read and one EXISTS finds none of them, no
+-- decision reads its hashes (one call instead of one HGETALL per subject;
+-- an absent hash reads as empty either way, so the answers are the same).
+local mk, nmk = {}, 0
 local kb = 0
 for d = 1, n do
   local blob = ARGV[2 * d]
@@ -317,6 +331,29 @@ for d = 1, n do
     packfmts[nv] = uf
   end
   local a = {struct.unpack(uf, blob)}
+  as[d] = a
+  local sk = kb + a[3]
+  local argi = 8 + a[5]
+  for j = 1, a[4] do
+    if a[argi + 5 * (j - 1) + 2] ~= 1 then
+      sk = sk + 1
+      nmk = nmk + 1
+      mk[nmk] = KEYS[sk]
+    end
+  end
+  kb = kb + a[1]
+end
+if nmk >= 2 then
+  local found = 0
+  for i = 1, nmk, 512 do
+    found = found + redis.call("EXISTS", unpack(mk, i, math.min(i + 511, nmk)))
+    if found > 0 then break end
+  end
+  if found == 0 then nomult = {} end
+end
+kb = 0
+for d = 1, n do
+  local a = as[d]
   -- one decision's error (a key of the wrong type) is its own: it is
   -- answered {3, message}, it wrote nothing, and the batch goes on
   local ok, r, w = pcall(decide, kb, a, ARGV[2 * d + 1])
