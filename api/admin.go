@@ -29,6 +29,7 @@ type AdminStore interface {
 	GetLock(ctx context.Context, s bucket.Subject) (bucket.Lock, bool, error)
 	ListLocks(ctx context.Context, limit int) ([]bucket.LockEntry, error)
 	ListMultipliers(ctx context.Context, limit int) ([]bucket.MultiplierEntry, error)
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // subjects are the subject kinds multipliers attach to.
@@ -134,7 +135,12 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 			writeError(w, rid, badRequest(`field "ttl" must be a positive duration such as "10m", at most 8760h`))
 			return
 		}
-		m.ExpiresAt = s.o.Now().Add(ttl)
+		now, err := s.o.Store.Now(r.Context()) // the clock the store judges expiry by
+		if err != nil {
+			s.storeError(w, rid, err)
+			return
+		}
+		m.ExpiresAt = now.Add(ttl)
 	}
 	if err := s.o.Store.SetMultiplier(r.Context(), bucket.Subject{Kind: subject, ID: id}, m); err != nil {
 		s.storeError(w, rid, err)
@@ -238,7 +244,12 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		}
 		v.Attestation = view
 	}
-	v.Effective, v.EffectiveWithToken, ms = s.effective(ms, s.computed(subject, id, v.Attestation))
+	now, err := s.o.Store.Now(ctx)
+	if err != nil {
+		s.storeError(w, rid, err)
+		return
+	}
+	v.Effective, v.EffectiveWithToken, ms = s.effective(ms, s.computed(subject, id, v.Attestation, now), now)
 	for _, m := range ms {
 		mv := multiplierView{Source: m.Source, Value: m.Value, Reason: m.Reason}
 		if !m.ExpiresAt.IsZero() {

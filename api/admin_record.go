@@ -148,8 +148,8 @@ func (s *Server) handleListMultipliers(w http.ResponseWriter, r *http.Request, r
 // computes per request rather than stores (6.5): reputation for ip and
 // asn subjects, and for devices "unverified" (requests without a valid
 // device token) and "attestation" (requests with one, while the device's
-// attestation is valid; attest is its view).
-func (s *Server) computed(subject, id string, attest any) []bucket.Multiplier {
+// attestation is valid at now, the store's clock; attest is its view).
+func (s *Server) computed(subject, id string, attest any, now time.Time) []bucket.Multiplier {
 	var out []bucket.Multiplier
 	switch subject {
 	case "ip":
@@ -175,7 +175,7 @@ func (s *Server) computed(subject, id string, attest any) []bucket.Multiplier {
 		}
 		if v, ok := attest.(attestationView); ok && v.Verified {
 			exp, err := time.Parse(time.RFC3339, v.ExpiresAt)
-			if err == nil && exp.After(s.o.Now()) {
+			if err == nil && exp.After(now) {
 				out = append(out, bucket.Multiplier{Source: "attestation", Value: a.VerifiedMultiplier, ExpiresAt: exp,
 					Reason: "requests presenting a valid device token (risk.attestation.verified_multiplier)"})
 			}
@@ -187,9 +187,9 @@ func (s *Server) computed(subject, id string, attest any) []bucket.Multiplier {
 // effective returns the subject's effective multiplier for a request
 // without a device token (stored and computed multipliers but
 // "attestation"), with one (nil unless an "attestation" entry is
-// computed), and every multiplier that applies, stored then computed.
-func (s *Server) effective(stored, computed []bucket.Multiplier) (float64, *float64, []bucket.Multiplier) {
-	now := s.o.Now()
+// computed), and every multiplier that applies, stored then computed, at
+// now (the store's clock).
+func (s *Server) effective(stored, computed []bucket.Multiplier, now time.Time) (float64, *float64, []bucket.Multiplier) {
 	all := make([]bucket.Multiplier, 0, len(stored)+len(computed))
 	for _, m := range stored {
 		if m.Source != "attestation" { // left by the first edition: ignored by the store too

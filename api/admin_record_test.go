@@ -83,3 +83,29 @@ func TestAdminNeedsStore(t *testing.T) {
 		t.Fatalf("err = %v, want the admin API's missing store", err)
 	}
 }
+
+// TestAdminTTLCountsFromStoreClock (issue 12): an admin multiplier's ttl
+// runs from the store's clock (Redis TIME in production), not the
+// limiter host's, and the subject view judges expiry by it too.
+func TestAdminTTLCountsFromStoreClock(t *testing.T) {
+	t.Parallel()
+	storeNow := t0.Add(time.Hour) // the store's clock is an hour ahead of the host's
+	store := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return storeNow }})
+	f := newFixture(t, store, "tok")
+	auth := []string{"Authorization", "Bearer tok"}
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/ip/192.0.2.1", `{"multiplier":0.1,"ttl":"10m"}`, auth...), 200, "")
+	ms, err := store.Multipliers(context.Background(), bucket.Subject{Kind: "ip", ID: "192.0.2.1"})
+	if err != nil || len(ms) != 1 || !ms[0].ExpiresAt.Equal(storeNow.Add(10*time.Minute)) {
+		t.Fatalf("stored %+v, %v; want one expiring at the store's clock + 10m (%v)", ms, err, storeNow.Add(10*time.Minute))
+	}
+	view := func(want string) {
+		t.Helper()
+		w := f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", auth...)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), want) {
+			t.Fatalf("subject view: %d %s; want %s", w.Code, w.Body, want)
+		}
+	}
+	view(`"effective":0.1,`)
+	storeNow = storeNow.Add(10 * time.Minute) // expired by the store's clock; the host's is still at t0
+	view(`"effective":1,`)
+}

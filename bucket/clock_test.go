@@ -55,6 +55,9 @@ func TestRedisJudgesExpiryByRedisTime(t *testing.T) {
 		devKey := bucket.MultiplierKey(p, "device", "d1")
 		must(t, c.HSet(ctx, devKey, "velocity", "0.5 "+strconv.FormatInt(past.UnixMicro(), 10)+" r").Err())
 
+		if now, err := s.Now(ctx); err != nil || now.Before(real) || now.After(future) {
+			t.Fatalf("Now = %v, %v; want Redis's clock, from %v", now, err, real)
+		}
 		if _, ok, err := s.GetLock(ctx, stale); err != nil || ok {
 			t.Fatalf("GetLock(stale) = %v, %v; want not in force", ok, err)
 		}
@@ -110,6 +113,9 @@ func TestMemoryJudgesExpiryByItsClock(t *testing.T) {
 	a, b := bucket.Subject{Kind: "account", ID: "a"}, bucket.Subject{Kind: "account", ID: "b"}
 	must(t, s.SetLock(ctx, a, bucket.Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Microsecond)}))
 	must(t, s.SetLock(ctx, b, bucket.Lock{Kind: "lockout", Rule: "r", Until: now}))
+	if got, err := s.Now(ctx); err != nil || !got.Equal(now) {
+		t.Fatalf("Now = %v, %v; want the injected clock's %v", got, err, now)
+	}
 	dev := bucket.Subject{Kind: "device", ID: "d"}
 	must(t, s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "admin", Value: 2, ExpiresAt: now.Add(time.Microsecond)}))
 	must(t, s.SetMultiplier(ctx, dev, bucket.Multiplier{Source: "velocity", Value: 0.5, ExpiresAt: now}))

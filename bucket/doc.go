@@ -48,7 +48,8 @@
 // locks and multipliers and hands it to every slot's script), never by the
 // host's clock, which RedisStore reads only for its deadlines.
 // MemoryStore judges by its injected clock (MemoryOptions.Now).
-// Request.Now, when set, is the decision time in both.
+// Request.Now, when set, is the decision time in both. Admin.Now reads
+// that clock for callers that compute an expiry (the admin API's ttl).
 //
 // # Key layout
 //

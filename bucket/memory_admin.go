@@ -159,3 +159,6 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 	set[device] = until
 	return nil
 }
+
+// Now implements Admin: the store's injected clock.
+func (s *MemoryStore) Now(context.Context) (time.Time, error) { return s.now(), nil }

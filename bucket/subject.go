@@ -64,6 +64,10 @@ type Admin interface {
 	// ListMultipliers lists the stored multipliers in force, newest
 	// first, at most limit.
 	ListMultipliers(ctx context.Context, limit int) ([]MultiplierEntry, error)
+	// Now reads the store's clock, the one it judges expiry by: Redis
+	// TIME for a RedisStore, the injected clock for a MemoryStore. An
+	// expiry computed for a write (now + a TTL) starts from it.
+	Now(ctx context.Context) (time.Time, error)
 }
 
 // Store is a bucket store: decisions plus administration, under one key
