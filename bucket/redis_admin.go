@@ -239,19 +239,8 @@ func redisTime(sec, usec interface{}, rest []interface{}) (time.Time, []interfac
 	return time.UnixMicro(a*1_000_000 + b), rest, nil
 }
 
-// Now implements Admin: Redis TIME, one round trip.
+// Now implements Admin: Redis TIME, one round trip (on a Cluster, from
+// the node of the lock index, as the listings read it).
 func (s *RedisStore) Now(ctx context.Context) (time.Time, error) {
-	v, err := s.c.Do(ctx, "TIME").Slice()
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: read TIME: %w", ErrUnavailable, err)
-	}
-	if len(v) != 2 {
-		return time.Time{}, fmt.Errorf("%w: TIME replied %d values, want 2", ErrUnavailable, len(v))
-	}
-	sec, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-	us, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return time.Time{}, fmt.Errorf("%w: TIME replied %q", ErrUnavailable, v)
-	}
-	return time.Unix(sec, us*1000), nil
+	return s.redisNow(ctx, lockIndex(s.prefix))
 }
