@@ -71,7 +71,7 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if l.srv, err = l.server(offenders); err != nil {
 		return nil, err
 	}
-	if err := addWatchers(g, watchConfig{Holder: l.holder, Path: cfg.ConfigPath, Interval: cfg.WatchInterval, Logger: cfg.Logger.With("component", "policy")}); err != nil {
+	if err := addWatchers(g, watchConfig{Holder: l.holder, Path: cfg.ConfigPath, Interval: cfg.WatchInterval}); err != nil {
 		return nil, err
 	}
 	if err := l.addListeners(); err != nil {

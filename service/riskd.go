@@ -154,7 +154,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 		return nil, err
 	}
 	g.add("risk daemon", rk)
-	if err := addWatchers(g, watchConfig{Holder: holder, Path: cfg.ConfigPath, Logger: cfg.Logger.With("component", "policy")}); err != nil {
+	if err := addWatchers(g, watchConfig{Holder: holder, Path: cfg.ConfigPath}); err != nil {
 		return nil, err
 	}
 	g.add("dependency watcher", componentFunc(func(ctx context.Context) error { watchDeps(ctx, st.client, ev.nc, log); return nil }))

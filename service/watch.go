@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/policy"
@@ -23,29 +22,28 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 	}
 }
 
-// watchConfig configures the policy watcher (a changed policy file is
-// reloaded) and the list watcher (changed allow/deny list files are
-// reloaded).
+// watchConfig configures the policy watcher: a changed policy file or
+// allow/deny list file is reloaded (policy.Holder.Watch).
 type watchConfig struct {
 	// Holder holds the policy (required); Path is its file ("": the
 	// built-in policy, which never reloads and names no lists).
 	Holder *policy.Holder
 	Path   string
-	// Interval is how often both look (<= 0: policy.DefaultWatchInterval).
+	// Interval is how often it looks (<= 0: policy.DefaultWatchInterval).
 	Interval time.Duration
-	Logger   *slog.Logger
 }
 
-// Validate checks that a holder and a logger are given.
+// Validate checks that a holder is given.
 func (c watchConfig) Validate() error {
-	if c.Holder == nil || c.Logger == nil {
-		return errors.New("service: watchers: holder and logger are required")
+	if c.Holder == nil {
+		return errors.New("service: policy watcher: a holder is required")
 	}
 	return nil
 }
 
-// addWatchers adds the policy watcher and the list watcher of c to g
-// (none for the built-in policy).
+// addWatchers adds the policy watcher of c to g (none for the built-in
+// policy). It checks the policy file and then the list files at every
+// interval, logging through the holder's logger.
 func addWatchers(g *group, c watchConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -53,19 +51,8 @@ func addWatchers(g *group, c watchConfig) error {
 	if c.Path == "" {
 		return nil
 	}
-	if c.Interval <= 0 {
-		c.Interval = policy.DefaultWatchInterval
-	}
 	g.add("policy watcher", componentFunc(func(ctx context.Context) error {
-		every(ctx, c.Interval, func() {
-			if changed, err := c.Holder.CheckOnce(); err != nil && !changed {
-				c.Logger.Warn("policy: cannot check policy file", "file", c.Path, "error", err.Error())
-			}
-		})
-		return nil
-	}))
-	g.add("list watcher", componentFunc(func(ctx context.Context) error {
-		every(ctx, c.Interval, func() { c.Holder.CheckListsOnce() })
+		c.Holder.Watch(ctx, c.Interval)
 		return nil
 	}))
 	return nil
