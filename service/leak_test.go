@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
@@ -165,18 +162,7 @@ func TestOneProcessRiskFailureStopsLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(r.NATSURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteConsumer(ctx, "TOLLGATE_EVENTS", "riskd-reports"); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteConsumer(t, r.NATSURL, "TOLLGATE_EVENTS", "riskd-reports")
 	select {
 	case <-r.Done:
 		if r.Err == nil || !strings.Contains(r.Err.Error(), "risk daemon: risk: consumer riskd-reports") {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,9 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
@@ -129,18 +125,7 @@ func TestConsumerFailureExits1(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	nc, err := nats.Connect(ns.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteConsumer(context.Background(), "TOLLGATE_EVENTS", "riskd-reports"); err != nil {
-		t.Fatal(err)
-	}
+	testenv.DeleteConsumer(t, ns.URL, "TOLLGATE_EVENTS", "riskd-reports")
 	select {
 	case r := <-done:
 		if r.code != 1 || !strings.Contains(r.errs, "riskd-reports") {

@@ -115,3 +115,21 @@ func DeleteStreams(url, name string) {
 		_ = js.DeleteStream(ctx, name+s)
 	}
 }
+
+// DeleteConsumer deletes the durable consumer name of stream on the NATS
+// server at url, as an operator's mistake would, failing t when it cannot.
+func DeleteConsumer(t testing.TB, url, stream, name string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(context.Background(), stream, name); err != nil {
+		t.Fatalf("testenv: delete consumer %s of %s: %v", name, stream, err)
+	}
+}
