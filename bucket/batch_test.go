@@ -296,3 +296,51 @@ func TestBatchSkipsAbsentMultipliers(t *testing.T) {
 		t.Fatalf("one multiplier in force: %v calls; want exists=2 hgetall=8", got)
 	}
 }
+
+// TestBatchReadsOnce: a batch reads its locks and buckets with one MGET
+// however many decisions it holds, and each decision still sees the state
+// the ones before it left (a shared bucket drains across the batch) and
+// the locks of its own subjects.
+func TestBatchReadsOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	if err := s.SetLock(ctx, Subject{Kind: "account", ID: "2"}, Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	before := commandCalls(t, c, "mget")["mget"]
+	reqs := make([]Request, 5)
+	for i := range reqs {
+		id := strconv.Itoa(i)
+		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
+			{Key: "{route:r}:b:route", Burst: 3, Rate: 1, Period: time.Hour},
+			{Key: "{ip:" + id + "}:b:ip", Burst: 10, Rate: 1, Period: time.Hour},
+		}, Locks: []string{LockKey(DefaultPrefix, "account", id)}}
+	}
+	res, errs := runBatch(t, s, reqs)
+	if got := commandCalls(t, c, "mget")["mget"] - before; got != 1 {
+		t.Fatalf("a batch of %d decisions ran %d MGETs, want 1", len(reqs), got)
+	}
+	// 0, 1, 3 take the route's 3 tokens; 2 is locked; 4 finds none left
+	want := []string{"allowed", "allowed", "locked", "allowed", "denied"}
+	for i := range res {
+		if errs[i] != nil {
+			t.Fatalf("decision %d: %v", i, errs[i])
+		}
+		got := map[bool]string{true: "allowed", false: "denied"}[res[i].Allowed]
+		if res[i].Locked {
+			got = "locked"
+		}
+		if got != want[i] {
+			t.Errorf("decision %d: %s, want %s", i, got, want[i])
+		}
+	}
+	if got := res[4].Limits[0].Remaining; got != 0 {
+		t.Errorf("the route bucket after the batch holds %v, want 0", got)
+	}
+}

@@ -35,7 +35,10 @@
 -- two little-endian float64s (16 bytes; the text "tokens last_us" of
 -- earlier builds is still read) and returned as integers: no number is
 -- ever formatted or parsed. Refill rounds down.
--- Locks and buckets are read with one MGET per decision. A bucket that a
+-- Locks and buckets are read with one MGET per batch, before the first
+-- decision (the script writes no lock, and no bucket before the batch's
+-- end, so each decision sees what a read of its own would have seen), each
+-- key once however many decisions name it. A bucket that a
 -- decision of the batch has written is not read or written again: later
 -- decisions of the batch take its state from the batch's own table, and
 -- each bucket written is SET once, after the last decision (a hot bucket,
@@ -51,7 +54,14 @@
 --
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
 -- change both or neither (the conformance tests compare them bit for bit).
+-- Globals and library functions used per decision, as locals: a global is
+-- a table lookup at every use in Lua 5.1, a local is a register.
+local KEYS, ARGV = KEYS, ARGV
+local rcall = redis.call
 local match = string.match
+local floor, ceil, mmin = math.floor, math.ceil, math.min
+local pack, sunpack = struct.pack, struct.unpack
+local unpack, tonumber, tostring, pcall, type = unpack, tonumber, tostring, pcall, type
 local U = 1000000
 local clock = nil
 local nomult = nil -- {} when the batch's multiplier hashes are all absent
@@ -64,7 +74,7 @@ local function subject(key, static, unverified, now)
   local lo = static
   local hi = static
   local h = nomult
-  if not h then h = redis.call("HGETALL", key) end
+  if not h then h = rcall("HGETALL", key) end
   if #h == 0 then
     -- no stored multiplier: the common case
     if unverified < lo then lo = unverified end
@@ -114,6 +124,13 @@ end
 -- of their latest state, and the keys in the order first written.
 local wtok, wlast, wttl = {}, {}, {}
 local written = {}
+-- What the batch's one MGET read, by key (false: no such string key).
+local vals = {}
+-- Space every decision of the batch reuses, overwritten in place (a
+-- table costs Redis an allocation and its growth): per subject its
+-- multiplier, penalty end and whether it was read; per limit i, at
+-- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
+local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
 -- decide evaluates the decision whose keys follow KEYS[kb], whose numbers
 -- are a (see the header) and whose device is device, and returns its reply
@@ -123,7 +140,7 @@ local function decide(kb, a, device)
   local now
   if a[2] == 0 then
     if not clock then
-      local t = redis.call("TIME")
+      local t = rcall("TIME")
       clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = clock
@@ -140,20 +157,6 @@ local function decide(kb, a, device)
   end
   local lk = sk + nread -- the lock keys: after them
 
-  -- one read of every lock and of every bucket this batch has not written:
-  -- locks first, then buckets
-  local rk = {}
-  for i = 1, nk do rk[i] = KEYS[lk + i] end
-  local nr = nk
-  local got = {}
-  for i = 1, nl do
-    if not wtok[KEYS[kb + i]] then
-      nr = nr + 1
-      rk[nr] = KEYS[kb + i]
-    end
-  end
-  if nr > 0 then got = redis.call("MGET", unpack(rk, 1, nr)) end
-
   -- A lock is "kind until_us flags rule"; flags "x" exempts the devices in
   -- the lock's trust set (attested devices that logged in to the account).
   local tk = lk + nk
@@ -163,14 +166,14 @@ local function decide(kb, a, device)
       tk = tk + 1
       tkey = KEYS[tk]
     end
-    local v = got[i]
+    local v = vals[KEYS[lk + i]]
     if v then
       local kind, us, flags, rule = match(v, "^(%S+) (%S+) (%S+) ?(.*)$")
       local u = tonumber(us)
       if u and u > now then
         local exempt = false
         if flags == "x" and tkey and device ~= "" then
-          exempt = redis.call("SISMEMBER", tkey, device) == 1
+          exempt = rcall("SISMEMBER", tkey, device) == 1
         end
         if not exempt then
           return {2, now, kind, us, rule, i}, false
@@ -179,14 +182,12 @@ local function decide(kb, a, device)
     end
   end
 
-  local mults = {}
-  local pens = {}
-  local fresh = {}
   for j = 1, ns do
     if a[argi + 2] == 1 then
       -- the caller's L1 cache already knows this subject's multiplier
       mults[j] = a[argi + 3]
       pens[j] = a[argi + 4]
+      fresh[j] = false
     else
       fresh[j] = true
       sk = sk + 1
@@ -196,11 +197,7 @@ local function decide(kb, a, device)
   end
 
   local allowed = 1
-  cost = math.floor(cost * U)
-  -- per limit i, at 6i-5 .. 6i: tokens, last, effb, per, ok, retry (one
-  -- table rather than six: each table costs Redis an allocation and growth)
-  local st = {}
-  local gi = nk
+  cost = floor(cost * U)
   for i = 1, nl do
     local burst = a[argi]
     local rate = a[argi + 1]
@@ -219,18 +216,17 @@ local function decide(kb, a, device)
         if pens[j] == 0 then unknown = true elseif pens[j] > pend then pend = pens[j] end
       end
     end
-    local effb = math.floor(burst * m * U)
+    local effb = floor(burst * m * U)
     local per = rate * m * U / period
     local tokens = effb
     local last = now
     local key = KEYS[kb + i]
     local t, l = wtok[key], wlast[key]
     if not t then
-      gi = gi + 1
-      local v = got[gi]
+      local v = vals[key]
       if v then
         if #v == 16 then
-          t, l = struct.unpack("<dd", v)
+          t, l = sunpack("<dd", v)
         else
           -- the text form "tokens last_us" of builds before the packed one
           local ts, ls = match(v, "^(%d+) (%d+)$")
@@ -242,7 +238,7 @@ local function decide(kb, a, device)
     if t and l then
       local el = 0
       if l > now then last = l else el = now - l end
-      tokens = t + math.floor(el * per)
+      tokens = t + floor(el * per)
       if tokens > effb then tokens = effb end
     end
     local ok = tokens >= cost
@@ -252,7 +248,7 @@ local function decide(kb, a, device)
       if cost > effb then
         if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
       else
-        retry = math.ceil((cost - tokens) / per)
+        retry = ceil((cost - tokens) / per)
       end
     end
     local o = 6 * i
@@ -265,7 +261,8 @@ local function decide(kb, a, device)
   end
 
   local wrote = false
-  local reply = {allowed, now}
+  reply[1] = allowed
+  reply[2] = now
   local r = 2
   for i = 1, nl do
     local o = 6 * i
@@ -277,12 +274,12 @@ local function decide(kb, a, device)
       if not wtok[key] then written[#written + 1] = key end
       wtok[key] = tokens
       wlast[key] = st[o - 4]
-      wttl[key] = math.ceil((effb - tokens) / per / 1000) + slack
+      wttl[key] = ceil((effb - tokens) / per / 1000) + slack
       wrote = true
     end
     local reset = now
     if effb > tokens and per > 0 then
-      reset = now + math.ceil((effb - tokens) / per)
+      reset = now + ceil((effb - tokens) / per)
     end
     local ok = 0
     if st[o - 1] then ok = 1 end
@@ -308,19 +305,28 @@ local function decide(kb, a, device)
     pf = "<" .. string.rep("d", r)
     packfmts[r] = pf
   end
-  return struct.pack(pf, unpack(reply, 1, r)), wrote
+  return pack(pf, unpack(reply, 1, r)), wrote
 end
 
 local n = tonumber(ARGV[1])
 local out = {}
 local wrote = {}
 local as = {}
--- Every decision's numbers, unpacked once, and the multiplier hash keys of
--- the whole batch. Most subjects have no multiplier in force: when two or
--- more hashes are to be read and one EXISTS finds none of them, no
--- decision reads its hashes (one call instead of one HGETALL per subject;
--- an absent hash reads as empty either way, so the answers are the same).
+-- Every decision's numbers, unpacked once; the multiplier hash keys of
+-- the whole batch; and its lock and bucket keys, each once. Most subjects
+-- have no multiplier in force: when two or more hashes are to be read and
+-- one EXISTS finds none of them, no decision reads its hashes (one call
+-- instead of one HGETALL per subject; an absent hash reads as empty either
+-- way, so the answers are the same).
 local mk, nmk = {}, 0
+local rk, nrk = {}, 0
+local function wants(key)
+  if vals[key] == nil then
+    vals[key] = false
+    nrk = nrk + 1
+    rk[nrk] = key
+  end
+end
 local kb = 0
 for d = 1, n do
   local blob = ARGV[2 * d]
@@ -330,9 +336,11 @@ for d = 1, n do
     uf = "<" .. string.rep("d", nv)
     packfmts[nv] = uf
   end
-  local a = {struct.unpack(uf, blob)}
+  local a = {sunpack(uf, blob)}
   as[d] = a
-  local sk = kb + a[3]
+  local nl = a[3]
+  for i = 1, nl do wants(KEYS[kb + i]) end
+  local sk = kb + nl
   local argi = 8 + a[5]
   for j = 1, a[4] do
     if a[argi + 5 * (j - 1) + 2] ~= 1 then
@@ -341,12 +349,18 @@ for d = 1, n do
       mk[nmk] = KEYS[sk]
     end
   end
+  for i = 1, a[5] do wants(KEYS[sk + i]) end
   kb = kb + a[1]
+end
+for i = 1, nrk, 512 do
+  local j = mmin(i + 511, nrk)
+  local got = rcall("MGET", unpack(rk, i, j))
+  for k = i, j do vals[rk[k]] = got[k - i + 1] end
 end
 if nmk >= 2 then
   local found = 0
   for i = 1, nmk, 512 do
-    found = found + redis.call("EXISTS", unpack(mk, i, math.min(i + 511, nmk)))
+    found = found + rcall("EXISTS", unpack(mk, i, mmin(i + 511, nmk)))
     if found > 0 then break end
   end
   if found == 0 then nomult = {} end
@@ -383,7 +397,7 @@ local ok, err = pcall(function()
       ts = string.format("%d", ttl)
       ttls[ttl] = ts
     end
-    redis.call("SET", key, struct.pack("<dd", wtok[key], wlast[key]), "PX", ts)
+    rcall("SET", key, pack("<dd", wtok[key], wlast[key]), "PX", ts)
   end
 end)
 if not ok then
