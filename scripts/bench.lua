@@ -12,6 +12,13 @@
 -- to them. All requests are formatted once, in init(), so request() only picks one and the
 -- cost of building bodies stays out of the measurement.
 --
+-- Pacing: with BENCH_RATE (requests per second, all connections together) and BENCH_CONNS (the
+-- connection count given to wrk) set, each connection waits about BENCH_CONNS / BENCH_RATE s
+-- after each answer before its next request (wrk's delay(), in whole milliseconds: the two
+-- nearest are drawn so that their mean is the interval). scripts/bench uses it to run the no-op
+-- handler at the limiter's own rate; the achieved rate is a little lower (the answer's own time
+-- adds to the wait) and is what gets reported.
+--
 -- When the run ends, done() prints one machine-readable line for scripts/bench:
 --   BENCH_RESULT requests=N duration_us=N rps=X p50_us=X p99_us=X non2xx=N connect_err=N ...
 -- (non2xx counts responses with a status of 400 or more, like wrk's "Non-2xx or 3xx responses").
@@ -61,6 +68,17 @@ function init(args)
   -- A different sequence in each thread (thread_id is set by setup).
   math.randomseed(os.time() * 1000 + (thread_id or 0) * 7919)
   for _ = 1, 10 do math.random() end
+end
+
+local rate, conns = tonumber(os.getenv("BENCH_RATE") or ""), tonumber(os.getenv("BENCH_CONNS") or "")
+if rate and conns and rate > 0 and conns > 0 then
+  local interval = conns / rate * 1000 -- ms between one connection's requests
+  local lo = math.floor(interval)
+  local frac = interval - lo
+  function delay()
+    if math.random() < frac then return lo + 1 end
+    return lo
+  end
 end
 
 function request()
