@@ -136,6 +136,9 @@ type Decision struct {
 	List *policy.List
 	// fromL1 is set when the L1 cache answered without the store.
 	fromL1 bool
+	// abandoned is set when the caller went away before the store
+	// answered: the failure mode answered, counted as abandoned.
+	abandoned bool
 
 	applied []*policy.Limit
 	breq    bucket.Request
@@ -462,6 +465,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		// for everyone else).
 		e.o.Breaker.Abandon()
 		e.fail(d, p, ci, err, start)
+		d.abandoned = true
 		e.record(d, p, start)
 		return nil
 	}
@@ -824,8 +828,12 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 		m.Decisions.WithLabelValues(d.List.Name, d.Class, d.Outcome.String()).Inc()
 		return
 	case Unavailable, Degraded:
+		result := d.Outcome.String()
+		if d.abandoned {
+			result = ResultAbandoned
+		}
 		for _, l := range d.applied {
-			m.Decisions.WithLabelValues(l.Name, d.Class, d.Outcome.String()).Inc()
+			m.Decisions.WithLabelValues(l.Name, d.Class, result).Inc()
 		}
 		return
 	}

@@ -261,4 +261,13 @@ func TestCallerGoneIsNoStoreFailure(t *testing.T) {
 	if v := testutil.ToFloat64(m.StoreErrors); v != 0 {
 		t.Fatalf("store errors %v, want 0", v)
 	}
+	// counted as abandoned, not as degraded (TollgateDegraded alerts on
+	// degraded and unavailable: disconnecting clients are no outage)
+	for _, limit := range []string{"global", "per-route"} {
+		for result, want := range map[string]float64{ResultAbandoned: 5, ResultDegraded: 0, ResultUnavailable: 0} {
+			if v := testutil.ToFloat64(m.Decisions.WithLabelValues(limit, "write", result)); v != want {
+				t.Errorf("decisions{limit=%q,result=%q} = %v, want %v", limit, result, v, want)
+			}
+		}
+	}
 }

@@ -17,6 +17,11 @@ const (
 	ResultUnavailable   = "unavailable"
 	ResultDegraded      = "degraded"
 	ResultShadowLimited = "shadow_limited"
+	// ResultAbandoned counts, per applicable limit, decisions whose caller
+	// went away before the store answered (a client that disconnected, its
+	// own deadline): no verdict was delivered and none on the store was
+	// reached, so they are neither degraded nor unavailable (which alert).
+	ResultAbandoned = "abandoned"
 	// ResultAllowedList and ResultDeniedList count requests an allow or
 	// deny list decided; their limit label is the list's name.
 	ResultAllowedList = "allowed_list"
