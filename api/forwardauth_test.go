@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -260,4 +261,29 @@ func TestForwardAuthReadsKeyThroughGetenv(t *testing.T) {
 	}
 	expect(t, fa(sign("u_1")), 200, "", "RateLimit-Policy", `"user";q=100;w=60`)
 	expect(t, fa("00"), 200, "", "RateLimit-Policy", `"ip-unauth";q=3;w=60`)
+}
+
+// TestForwardAuthWarnsEmptyKey: outside proxy mode the start is not
+// refused for an empty user_signature_key_env variable (the check API needs
+// no key), so the first user header forward auth cannot verify logs one
+// warning naming the variable; the request is judged unauthenticated.
+func TestForwardAuthWarnsEmptyKey(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse("proxy.yaml", []byte(proxyPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p }})
+	var logs strings.Builder
+	srv, _ := New(Options{Engine: eng, Getenv: func(string) string { return "" },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	f := &fixture{srv: srv}
+	for i := 0; i < 3; i++ {
+		w := f.do(t, "GET", "/v1/forward-auth", "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/feed",
+			"X-User-Id", "u_1", "X-User-Signature", sign("u_1"))
+		expect(t, w, 200, "", "RateLimit-Policy", `"ip-unauth";q=3;w=60`)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "TEST_USER_KEY") {
+		t.Fatalf("want one warning naming TEST_USER_KEY, got %d:\n%s", n, logs.String())
+	}
 }

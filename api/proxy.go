@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
 	"time"
 
@@ -45,6 +46,9 @@ type proxy struct {
 	s  *Server
 	o  ProxyOptions
 	rp *httputil.ReverseProxy
+	// noKey warns once that a signed user header met an empty key
+	// variable (outside proxy mode the start is not refused for it).
+	noKey sync.Once
 }
 
 // EnableProxy turns on reverse-proxy mode: the handler Public returns
@@ -253,7 +257,15 @@ func (p *proxy) userVerified(ident *policy.Identity, user, sig string) bool {
 		return true
 	}
 	key := p.o.Getenv(ident.UserSignatureKeyEnv)
-	if key == "" || sig == "" {
+	if key == "" {
+		p.noKey.Do(func() {
+			p.s.o.Logger.Warn("a user header arrived but environment variable "+ident.UserSignatureKeyEnv+
+				" (identity.user_signature_key_env) is empty: no user header can be verified, so every request is judged unauthenticated; set it",
+				"variable", ident.UserSignatureKeyEnv)
+		})
+		return false
+	}
+	if sig == "" {
 		return false
 	}
 	got, err := hex.DecodeString(sig)
