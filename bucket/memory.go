@@ -158,7 +158,10 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 	}
 }
 
-// Decide implements Decider.
+// Decide implements Decider. It reads req's keys only during the call and
+// keeps none of them (a bucket it creates gets a copy of its key), so a
+// caller may pass keys that alias a buffer it reuses after the call (the
+// engine does).
 func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error {
 	if err := req.validate(); err != nil {
 		return err
