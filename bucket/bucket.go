@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -227,30 +226,34 @@ func (r *Request) validate() error {
 // percent-encodes '{', '}', '%', ':' , '|', whitespace and control bytes.
 // It returns id itself, without allocating, when nothing needs escaping.
 func EscapeID(id string) string {
+	for i := 0; i < len(id); i++ {
+		if needsEscape(id[i]) {
+			return string(AppendEscapedID(make([]byte, 0, len(id)+8), id))
+		}
+	}
+	return id
+}
+
+// AppendEscapedID appends EscapeID(id) to dst without building the
+// escaped string: the key builders escape every identity of every key.
+func AppendEscapedID(dst []byte, id string) []byte {
 	i := 0
 	for ; i < len(id); i++ {
 		if needsEscape(id[i]) {
 			break
 		}
 	}
-	if i == len(id) {
-		return id
-	}
-	var b strings.Builder
-	b.Grow(len(id) + 8)
-	b.WriteString(id[:i])
+	dst = append(dst, id[:i]...)
 	const hex = "0123456789ABCDEF"
 	for ; i < len(id); i++ {
 		c := id[i]
 		if needsEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
+			dst = append(dst, '%', hex[c>>4], hex[c&15])
 			continue
 		}
-		b.WriteByte(c)
+		dst = append(dst, c)
 	}
-	return b.String()
+	return dst
 }
 
 func needsEscape(c byte) bool { return escapeTable[c] }
@@ -277,7 +280,7 @@ func AppendSubjectTag(dst []byte, prefix, subject, id string) []byte {
 	dst = append(dst, subject...)
 	if id != "" || subject != "global" {
 		dst = append(dst, ':')
-		dst = append(dst, EscapeID(id)...)
+		dst = AppendEscapedID(dst, id)
 	}
 	return append(dst, '}')
 }
@@ -291,7 +294,7 @@ func AppendAttrTag(dst []byte, prefix, name, value string) []byte {
 	dst = append(dst, "{attr:"...)
 	dst = append(dst, name...)
 	dst = append(dst, ':')
-	dst = append(dst, EscapeID(value)...)
+	dst = AppendEscapedID(dst, value)
 	return append(dst, '}')
 }
 
@@ -299,7 +302,7 @@ func AppendAttrTag(dst []byte, prefix, name, value string) []byte {
 // "|" and the escaped value.
 func AppendKeyPart(dst []byte, value string) []byte {
 	dst = append(dst, '|')
-	return append(dst, EscapeID(value)...)
+	return AppendEscapedID(dst, value)
 }
 
 // ErrFull reports that a MemoryStore holds as many subjects or locks as

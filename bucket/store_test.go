@@ -155,6 +155,9 @@ func TestEscapeID(t *testing.T) {
 		if got := bucket.EscapeID(in); got != want {
 			t.Errorf("EscapeID(%q) = %q, want %q", in, got, want)
 		}
+		if got := string(bucket.AppendEscapedID([]byte("k|"), in)); got != "k|"+want {
+			t.Errorf("AppendEscapedID(%q) = %q, want %q", in, got, "k|"+want)
+		}
 	}
 	if got := bucket.MultiplierKey("tg:", "device", "d}1"); got != "tg:{device:d%7D1}:m" {
 		t.Errorf("MultiplierKey = %q", got)

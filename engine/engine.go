@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
@@ -200,6 +201,12 @@ type Options struct {
 type Engine struct {
 	o          Options
 	localClock bool // the store keeps time in process: hand it our clock read
+	// borrowKeys: the store is a bare *bucket.MemoryStore, which keeps no
+	// request key past Decide, and there is no L1 (it keeps keys), so the
+	// keys may alias the Decision's key buffer (no string built per
+	// decision). Never for Redis (a call that timed out may still hold its
+	// keys) nor for a wrapper (it may keep them).
+	borrowKeys bool
 	obs        atomic.Pointer[obsCache]
 }
 
@@ -224,7 +231,8 @@ func New(o Options) (*Engine, error) {
 		o.Clock = time.Now
 	}
 	lc, _ := o.Store.(interface{ LocalClock() bool })
-	return &Engine{o: o, localClock: lc != nil && lc.LocalClock()}, nil
+	_, mem := o.Store.(*bucket.MemoryStore)
+	return &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil}, nil
 }
 
 // Policy returns the policy in force.
@@ -292,7 +300,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.record(d, p, start)
 		return nil
 	}
-	handOutKeys(d, req)
+	handOutKeys(d, req, e.borrowKeys)
 	return e.decideStore(ctx, p, ci, d, req, start)
 }
 
@@ -418,9 +426,16 @@ func (e *Engine) appendLocks(in *Input, d *Decision, verifiedDevice bool) bool {
 }
 
 // handOutKeys cuts the keys out of one string of d.keybuf and hands them
-// to req in the order they were appended.
-func handOutKeys(d *Decision, req *bucket.Request) {
-	keys := string(d.keybuf)
+// to req in the order they were appended. With borrow, that string is
+// d.keybuf itself, valid until d's next decision: only for a store that
+// keeps no key past Decide.
+func handOutKeys(d *Decision, req *bucket.Request, borrow bool) {
+	var keys string
+	if borrow {
+		keys = unsafe.String(unsafe.SliceData(d.keybuf), len(d.keybuf))
+	} else {
+		keys = string(d.keybuf)
+	}
 	from, li, si := 0, 0, 0
 	for _, sp := range d.spans {
 		k := keys[from:sp.end]

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -269,5 +270,54 @@ func TestCallerGoneIsNoStoreFailure(t *testing.T) {
 				t.Errorf("decisions{limit=%q,result=%q} = %v, want %v", limit, result, v, want)
 			}
 		}
+	}
+}
+
+// TestBorrowedKeys: over a bare memory store the engine hands out keys that
+// alias the Decision's buffer, and decides exactly as over a wrapper (which
+// gets copies); the keys a wrapper keeps stay intact across decisions.
+func TestBorrowedKeys(t *testing.T) {
+	t.Parallel()
+	bare := newEngine(t, keyPolicy, bucket.NewMemoryStore(bucket.MemoryOptions{}))
+	rs := &recordingStore{MemoryStore: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+	wrapped := newEngine(t, keyPolicy, rs)
+	if !bare.borrowKeys || wrapped.borrowKeys {
+		t.Fatalf("borrowKeys: bare %v, wrapped %v; want true, false", bare.borrowKeys, wrapped.borrowKeys)
+	}
+	inputs := []Input{
+		{Endpoint: "POST /auth/login", IP: "198.51.100.7", DeviceID: "d 1", Account: "alice@example.com", Cost: 1},
+		{Endpoint: "GET /feed", IP: "198.51.100.8", UserID: "u}1", DeviceID: "d 1", Cost: 1},
+		{Endpoint: "POST /auth/login", IP: "2001:db8::1", Account: "bob", Cost: 2},
+	}
+	t0 := time.Unix(1700000000, 0)
+	var db, dw Decision
+	var kept []string
+	for i := range 60 {
+		a := inputs[i%len(inputs)]
+		a.Now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		b := a
+		if err := bare.Decide(context.Background(), &a, &db); err != nil {
+			t.Fatal(err)
+		}
+		if err := wrapped.Decide(context.Background(), &b, &dw); err != nil {
+			t.Fatal(err)
+		}
+		if db.Outcome != dw.Outcome || db.Binding.Name != dw.Binding.Name || db.Limit != dw.Limit ||
+			db.Remaining != dw.Remaining || !db.Reset.Equal(dw.Reset) || db.RetryAfter != dw.RetryAfter {
+			t.Fatalf("decision %d: bare %v %d/%d retry %v, wrapped %v %d/%d retry %v", i,
+				db.Outcome, db.Remaining, db.Limit, db.RetryAfter, dw.Outcome, dw.Remaining, dw.Limit, dw.RetryAfter)
+		}
+		if i == 0 {
+			kept = append(kept, rs.req.Locks...)
+			for _, l := range rs.req.Limits {
+				kept = append(kept, l.Key)
+			}
+		}
+	}
+	want := []string{"tg:{account:alice@example.com}:l", "tg:{ip:198.51.100.7}:l", "tg:{global}:b:global",
+		"tg:{ip:198.51.100.7}:b:login-ip|POST%20/auth/login", "tg:{route:POST%20/auth/login}:b:per-route",
+		"tg:{account:alice@example.com}:b:acct|POST%20/auth/login"}
+	if !slices.Equal(kept, want) {
+		t.Errorf("keys kept from the first decision: %q, want %q", kept, want)
 	}
 }

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -287,5 +288,59 @@ func TestRing(t *testing.T) {
 	}
 	if floorDiv(-1, 10) != -1 || floorDiv(-10, 10) != -1 || floorDiv(9, 10) != 0 || slotMod(-1, 4) != 3 {
 		t.Fatal("floorDiv/slotMod")
+	}
+}
+
+// TestRingMatchesModel walks rings of several sizes through random slots
+// (negative ones too, jumps forward and back) and checks every add and
+// count against a model that keeps each slot's count by its index.
+func TestRingMatchesModel(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(14, 4))
+	for _, n := range []int{1, 2, 3, 7, 60} {
+		var r ring
+		r.init(n)
+		model := map[int64]uint64{}
+		head, used := int64(0), false
+		s := int64(-40)
+		for step := range 5000 {
+			switch rng.IntN(10) {
+			case 0:
+				s += int64(rng.IntN(3 * n)) // a jump, maybe past the whole ring
+			case 1:
+				s -= int64(rng.IntN(n + 2)) // late
+			default:
+				s += int64(rng.IntN(2))
+			}
+			want := !used || s > head-int64(n)
+			if want {
+				if !used || s > head {
+					head, used = s, true
+				}
+				model[s]++
+			}
+			if got := r.add(s); got != want {
+				t.Fatalf("n %d step %d: add(%d) = %v, want %v", n, step, s, got, want)
+			}
+			var sum uint64
+			for i, c := range model {
+				if i <= head-int64(n) {
+					delete(model, i)
+					continue
+				}
+				sum += c
+			}
+			if r.sum != sum || r.head != head {
+				t.Fatalf("n %d step %d: sum %d head %d, want %d %d", n, step, r.sum, r.head, sum, head)
+			}
+			to, k := s+int64(rng.IntN(5))-2, int64(rng.IntN(n+3))
+			var count uint64
+			for i := to - k + 1; i <= to; i++ {
+				count += model[i]
+			}
+			if got := r.countTo(to, k); got != count {
+				t.Fatalf("n %d step %d: countTo(%d, %d) = %d, want %d", n, step, to, k, got, count)
+			}
+		}
 	}
 }

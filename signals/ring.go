@@ -44,10 +44,15 @@ func (r *ring) add(s int64) bool {
 			clear(r.c)
 			r.sum = 0
 		} else {
-			for i := r.head + 1; i <= s; i++ {
-				j := slotMod(i, n)
+			// recycle the slots head+1..s, stepping j instead of taking
+			// each one's modulo
+			j := slotMod(r.head+1, n)
+			for k := r.head + 1; k <= s; k++ {
 				r.sum -= uint64(r.c[j])
 				r.c[j] = 0
+				if j++; j == n {
+					j = 0
+				}
 			}
 		}
 		r.head = s
@@ -72,8 +77,15 @@ func (r *ring) countTo(to, k int64) uint64 {
 	lo := max(to-k+1, r.head-n+1)
 	hi := min(to, r.head)
 	var sum uint64
+	if lo > hi {
+		return 0
+	}
+	j := slotMod(lo, n)
 	for i := lo; i <= hi; i++ {
-		sum += uint64(r.c[slotMod(i, n)])
+		sum += uint64(r.c[j])
+		if j++; j == n {
+			j = 0
+		}
 	}
 	return sum
 }
