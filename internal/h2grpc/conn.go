@@ -51,8 +51,8 @@ type conn struct {
 	mu       sync.Mutex
 	streams  map[uint32]*stream
 	free     []*stream // streams for reuse (mu)
-	maxID    uint32 // highest stream id taken (mu)
-	draining bool   // GOAWAY sent (mu)
+	maxID    uint32    // highest stream id taken (mu)
+	draining bool      // GOAWAY sent (mu)
 
 	wmu      sync.Mutex
 	wcond    sync.Cond    // wmu: a window opened, a stream reset or the connection closed
