@@ -65,6 +65,7 @@ type conn struct {
 	hbuf     []byte       // wmu: an error answer's header block
 	wdl      time.Time    // wmu: when the write deadline was last pushed back
 	ready    atomic.Bool  // the server's SETTINGS are sent
+	closing  atomic.Bool  // close began: answers are dropped
 
 	// reader
 	recvWin      int64 // connection receive window left
@@ -166,6 +167,7 @@ func (c *conn) handshake() error {
 // close ends the connection: calls in flight see their context
 // cancelled, and writers waiting for a window give up.
 func (c *conn) close() {
+	c.closing.Store(true) // before the calls see their context end: no answer after
 	c.cancel()
 	_ = c.nc.Close() // first: a writer blocked on the socket lets go of wmu
 	c.wmu.Lock()

@@ -98,7 +98,7 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 	c.wmu.Lock()
 	c.waiting.Add(-1)
 	defer c.wmu.Unlock()
-	if c.werr != nil || st.reset.Load() {
+	if c.werr != nil || st.reset.Load() || c.closing.Load() {
 		return
 	}
 	var werr error
