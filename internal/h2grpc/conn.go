@@ -54,18 +54,19 @@ type conn struct {
 	maxID    uint32    // highest stream id taken (mu)
 	draining bool      // GOAWAY sent (mu)
 
-	wmu      sync.Mutex
-	wcond    sync.Cond    // wmu: a window opened, a stream reset or the connection closed
-	waiting  atomic.Int32 // writers about to take wmu: the last one flushes
-	werr     error        // wmu: the first write error; later writes are dropped
-	sendWin  int64        // wmu: connection send window
-	peerWin  int64        // wmu: the peer's SETTINGS_INITIAL_WINDOW_SIZE
-	maxFrame int          // wmu: the peer's SETTINGS_MAX_FRAME_SIZE
-	wrote    atomic.Bool  // an answer was written since the last ping
-	hbuf     []byte       // wmu: an error answer's header block
-	wdl      time.Time    // wmu: when the write deadline was last pushed back
-	ready    atomic.Bool  // the server's SETTINGS are sent
-	closing  atomic.Bool  // close began: answers are dropped
+	wmu        sync.Mutex
+	wcond      sync.Cond    // wmu: a window opened, a stream reset or the connection closed
+	waiting    atomic.Int32 // writers about to take wmu: the last one flushes
+	werr       error        // wmu: the first write error; later writes are dropped
+	sendWin    int64        // wmu: connection send window
+	peerWin    int64        // wmu: the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	maxFrame   int          // wmu: the peer's SETTINGS_MAX_FRAME_SIZE
+	wrote      atomic.Bool  // an answer was written since the last ping
+	hbuf       []byte       // wmu: an error answer's header block
+	sizeUpdate bool         // wmu: begin the next header block with a table size update to 0
+	wdl        time.Time    // wmu: when the write deadline was last pushed back
+	ready      atomic.Bool  // the server's SETTINGS are sent
+	closing    atomic.Bool  // close began: answers are dropped
 
 	// reader
 	recvWin      int64 // connection receive window left

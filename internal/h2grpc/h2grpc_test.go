@@ -152,9 +152,9 @@ func TestOversizedAndCompressed(t *testing.T) {
 	}
 }
 
-// TestDeadlineAndCancel: grpc-timeout is the handler's deadline, and a
-// client's cancellation (RST_STREAM) cancels the handler's context,
-// mid-call; the connection serves on.
+// TestDeadlineAndCancel: grpc-timeout is the handler's deadline (its
+// error then DEADLINE_EXCEEDED), and a client's cancellation (RST_STREAM)
+// cancels the handler's context, mid-call; the connection serves on.
 func TestDeadlineAndCancel(t *testing.T) {
 	t.Parallel()
 	seen := make(chan error, 1)
@@ -171,25 +171,28 @@ func TestDeadlineAndCancel(t *testing.T) {
 		seen <- ctx.Err()
 		return nil, ctx.Err()
 	}}})
-	cc := dial(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err := call(ctx, cc, blockMethod, "x")
-	wantCode(t, err, codes.DeadlineExceeded, "")
-	if d := <-deadlines; d <= 0 || d > 200*time.Millisecond {
-		t.Fatalf("handler's deadline in %v, want within 200ms", d)
+	// A raw client: grpc-go's would reset the stream at its deadline.
+	rc := dialRaw(t, addr)
+	rc.headers(1, false, ":path", blockMethod, "grpc-timeout", "100m")
+	_ = rc.fr.WriteData(1, true, message(0, nil))
+	if a := rc.answer(1, 0); a.fields["grpc-status"] != "4" {
+		t.Fatalf("past grpc-timeout: %v", a.fields)
+	}
+	if d := <-deadlines; d <= 0 || d > 100*time.Millisecond {
+		t.Fatalf("handler's deadline in %v, want within 100ms", d)
 	}
 	<-started
 	if err := <-seen; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("handler saw %v", err)
 	}
 
-	ctx, cancel = context.WithCancel(context.Background())
+	cc := dial(t, addr)
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-started
 		cancel()
 	}()
-	_, err = call(ctx, cc, blockMethod, "x")
+	_, err := call(ctx, cc, blockMethod, "x")
 	wantCode(t, err, codes.Canceled, "")
 	if d := <-deadlines; d != 0 {
 		t.Fatalf("a deadline without grpc-timeout: %v", d)
@@ -531,5 +534,23 @@ func (c *rawClient) goAway() *http2.GoAwayFrame {
 		if ga, ok := c.read().(*http2.GoAwayFrame); ok {
 			return ga
 		}
+	}
+}
+
+// TestHeaderLimits: a header list above MaxHeaderListSize is HTTP 431,
+// and calls go on; so they do after the client's SETTINGS_HEADER_TABLE_SIZE
+// (the header blocks then start with a table size update to 0).
+func TestHeaderLimits(t *testing.T) {
+	t.Parallel()
+	_, addr := serve(t, Options{MaxHeaderListSize: 400})
+	c := dialRaw(t, addr, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
+	c.headers(1, true, ":authority", strings.Repeat("a", 250)) // each string below the bound, the list above
+	if a := c.answer(1, 0); a.fields[":status"] != "431" {
+		t.Fatalf("large headers: %v", a)
+	}
+	c.headers(3, false)
+	_ = c.fr.WriteData(3, true, message(0, []byte("ok")))
+	if a := c.answer(3, 0); a.fields["grpc-status"] != "0" || string(a.data) != string(message(0, []byte("ok"))) {
+		t.Fatalf("after: %v %q", a.fields, a.data)
 	}
 }

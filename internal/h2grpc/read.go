@@ -101,6 +101,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 
 	h, timeout, code, msg := c.request(f)
 	ended := f.StreamEnded()
+	if f.Truncated { // beyond MaxHeaderListSize
+		h, code, msg = nil, httpStatus, "431"
+	}
 	if code != codes.OK || h == nil {
 		c.writeEarly(id, code, msg, !ended)
 		return nil
@@ -218,22 +221,27 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	st := c.streams[f.StreamID]
 	idle := f.StreamID > c.maxID
 	c.mu.Unlock()
-	if st == nil {
-		if idle {
-			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
-		}
-		return c.credit(n) // a stream answered early or reset: the data is dropped
+	if st == nil && idle {
+		return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
 	}
-	if st.dispatched {
+	// The connection's credit goes back at once (the bytes are copied or
+	// dropped), as grpc-go's server does: held until calls complete, a
+	// few large requests sent in parts would exhaust it and stall every
+	// stream. What a connection holds is bounded per stream instead.
+	c.credit(n)
+	switch {
+	case st == nil: // a stream answered early or reset: the data is dropped
+		return nil
+	case st.dispatched:
 		c.drop(st)
 		c.writeReset(st.id, http2.ErrCodeStreamClosed)
-		return c.credit(n)
+		return nil
 	}
 	st.recvd += n
 	if st.recvd > recvWindow {
 		c.drop(st)
 		c.writeReset(st.id, http2.ErrCodeFlowControl)
-		return c.credit(st.recvd)
+		return nil
 	}
 	data := f.Data()
 	max := 5 + c.s.o.MaxRecvMsgSize
@@ -265,13 +273,12 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
-// refuse answers st at once with code and msg, before its call ran, and
-// gives back the stream's receive credit. rst: the client is still
-// sending (RST_STREAM NO_ERROR after the answer).
+// refuse answers st at once with code and msg, before its call ran.
+// rst: the client is still sending (RST_STREAM NO_ERROR after the answer).
 func (c *conn) refuse(st *stream, code codes.Code, msg string, rst bool) error {
 	c.drop(st)
 	c.writeEarly(st.id, code, msg, rst)
-	return c.credit(st.recvd)
+	return nil
 }
 
 // endRequest runs st's call once its request is complete: exactly one
@@ -285,25 +292,21 @@ func (c *conn) endRequest(st *stream) error {
 		return c.refuse(st, codes.Internal, msg, false)
 	}
 	st.dispatched = true
-	if err := c.credit(st.recvd); err != nil {
-		return err
-	}
 	c.s.dispatch(st)
 	return nil
 }
 
 // credit gives n bytes of receive window back to the client once a
 // quarter of the window is owed.
-func (c *conn) credit(n int64) error {
+func (c *conn) credit(n int64) {
 	c.recvWin += n
 	c.unacked += n
 	if c.unacked < recvWindow/4 {
-		return nil
+		return
 	}
 	inc := uint32(c.unacked)
 	c.unacked = 0
 	c.control(func() error { return c.fr.WriteWindowUpdate(0, inc) })
-	return nil
 }
 
 // onSettings applies the client's settings and acknowledges them.
@@ -324,6 +327,12 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingMaxFrameSize:
 			c.wmu.Lock()
 			c.maxFrame = int(s.Val)
+			c.wmu.Unlock()
+		case http2.SettingHeaderTableSize:
+			// The encoder keeps no dynamic table; a decoder that allows
+			// less than the default 4096 bytes still expects to be told.
+			c.wmu.Lock()
+			c.sizeUpdate = true
 			c.wmu.Unlock()
 		}
 		return nil

@@ -104,15 +104,15 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 	var werr error
 	if err != nil {
 		code, msg := errStatus(err)
-		werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.trailersOnly(code, msg),
+		werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.block(c.trailersOnly(code, msg)),
 			EndStream: true, EndHeaders: true})
 	} else {
-		werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: okHeaders, EndHeaders: true})
+		werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.block(okHeaders), EndHeaders: true})
 		if werr == nil {
 			werr = c.writeData(st, out)
 		}
 		if werr == nil && !st.reset.Load() {
-			werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: okTrailers,
+			werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.block(okTrailers),
 				EndStream: true, EndHeaders: true})
 		}
 	}
@@ -222,7 +222,7 @@ func (c *conn) writeEarly(id uint32, code codes.Code, msg string, rst bool) {
 		} else {
 			block = c.trailersOnly(code, msg)
 		}
-		err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true})
+		err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.block(block), EndStream: true, EndHeaders: true})
 		if err == nil && rst {
 			err = c.fr.WriteRSTStream(id, http2.ErrCodeNo)
 		}
@@ -280,6 +280,17 @@ var (
 	okHeaders  = appendField([]byte{0x88}, "content-type", "application/grpc") // 0x88: :status 200
 	okTrailers = appendField(nil, "grpc-status", "0")
 )
+
+// block is header block b, after a dynamic table size update to 0 if
+// the peer's SETTINGS_HEADER_TABLE_SIZE came since the last block (wmu
+// held).
+func (c *conn) block(b []byte) []byte {
+	if !c.sizeUpdate {
+		return b
+	}
+	c.sizeUpdate = false
+	return append([]byte{0x20}, b...)
+}
 
 // trailersOnly is the header block of an error's answer (wmu held: it
 // reuses the connection's buffer).
