@@ -14,6 +14,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	_ "net/http/pprof"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,7 +56,11 @@ func main() {
 	httpAddr := flag.String("http", "127.0.0.1:18080", "net/http's address (POST /v1/check)")
 	grpcAddr := flag.String("grpc", "127.0.0.1:18081", "grpc-go's address")
 	h2Addr := flag.String("h2", "127.0.0.1:18082", "internal/h2grpc's address")
+	pprofAddr := flag.String("pprof", "", "net/http/pprof's address (empty: none)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() { log.Fatal(http.ListenAndServe(*pprofAddr, nil)) }() // DefaultServeMux: net/http/pprof's handlers
+	}
 	resp := answer()
 	wire, err := proto.Marshal(resp)
 	if err != nil {
