@@ -554,3 +554,28 @@ func TestHeaderLimits(t *testing.T) {
 		t.Fatalf("after: %v %q", a.fields, a.data)
 	}
 }
+
+func TestParseTimeout(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"100m", 100 * time.Millisecond, true},
+		{"20S", 20 * time.Second, true},
+		{"1H", time.Hour, true},
+		{"5u", 5 * time.Microsecond, true},
+		{"0n", 0, true},
+		{"99999999H", 1<<63 - 1, true},
+		{"123456789m", 0, false},
+		{"10", 0, false},
+		{"m", 0, false},
+		{"-1S", 0, false},
+		{"1x", 0, false},
+	} {
+		if got, ok := parseTimeout(c.in); got != c.want || ok != c.ok {
+			t.Errorf("parseTimeout(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}

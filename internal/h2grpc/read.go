@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -119,8 +120,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 // (request returns it as the code, the status in the message).
 const httpStatus = codes.Code(1 << 20)
 
-// request validates a call's headers: its handler and deadline, or the
-// status it is answered with at once (httpStatus: an HTTP status).
+// request validates a call's headers: its handler and timeout (-1:
+// none; 0 is a deadline already past), or the status it is answered with
+// at once (httpStatus: an HTTP status).
 func (c *conn) request(f *http2.MetaHeadersFrame) (Handler, time.Duration, codes.Code, string) {
 	var method, path, ctype, enc, timeout string
 	for _, hf := range f.Fields {
@@ -150,7 +152,7 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (Handler, time.Duration, codes
 	if enc != "" && enc != "identity" {
 		return nil, 0, codes.Unimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", clip(enc))
 	}
-	var d time.Duration
+	d := time.Duration(-1) // no deadline
 	if timeout != "" {
 		var ok bool
 		if d, ok = parseTimeout(timeout); !ok {
@@ -166,7 +168,8 @@ func grpcContentType(ct string) bool {
 	return ok && (rest == "" || rest == "+proto" || rest[0] == ';' || strings.HasPrefix(rest, "+proto;"))
 }
 
-// parseTimeout reads grpc-timeout: at most 8 digits and a unit.
+// parseTimeout reads grpc-timeout: at most 8 digits and a unit. A value
+// beyond time.Duration's range is as good as none (the largest Duration).
 func parseTimeout(s string) (time.Duration, bool) {
 	if len(s) < 2 || len(s) > 9 {
 		return 0, false
@@ -175,32 +178,18 @@ func parseTimeout(s string) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	var unit time.Duration
-	switch s[len(s)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
+	unit, ok := timeoutUnits[s[len(s)-1]]
+	if !ok {
 		return 0, false
 	}
-	d := time.Duration(n) * unit
-	if d/unit != time.Duration(n) || d <= 0 {
-		d = max(d, time.Nanosecond) // 0 is a deadline already past; an overflow is as good as none
-		if time.Duration(n) > 0 && d/unit != time.Duration(n) {
-			d = 1<<63 - 1
-		}
+	if n > uint64(math.MaxInt64/unit) {
+		return math.MaxInt64, true
 	}
-	return d, true
+	return time.Duration(n) * unit, true
 }
+
+var timeoutUnits = map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+	'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}
 
 // clip bounds a value quoted back to the client.
 func clip(s string) string {

@@ -33,8 +33,8 @@ type stream struct {
 // maxKept bounds the buffers a stream keeps for its next call.
 const maxKept = 4 << 10
 
-// newStream returns a stream for call id with handler h, from the free
-// list if it can, and enters it in the table (reader).
+// newStream returns a stream for call id with handler h and timeout (-1:
+// none), from the free list if it can, and enters it in the table (reader).
 func (c *conn) newStream(id uint32, h Handler, timeout time.Duration) *stream {
 	c.mu.Lock()
 	var st *stream
@@ -50,7 +50,7 @@ func (c *conn) newStream(id uint32, h Handler, timeout time.Duration) *stream {
 	c.wmu.Lock()
 	st.sendWin = c.peerWin
 	c.wmu.Unlock()
-	if timeout > 0 {
+	if timeout >= 0 {
 		st.ctx, st.cancel = context.WithTimeout(c.ctx, timeout)
 	} else {
 		st.ctx, st.cancel = context.WithCancel(c.ctx)
@@ -117,7 +117,7 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 		}
 	}
 	c.wrote.Store(true)
-	c.wrote1(werr)
+	c.setErr(werr)
 	c.flushLocked()
 }
 
@@ -162,9 +162,9 @@ func (c *conn) writeData(st *stream, p []byte) error {
 	return nil
 }
 
-// wrote1 records the first write error (wmu held): the connection is
+// setErr records the first write error (wmu held): the connection is
 // closed, so the reader ends too.
-func (c *conn) wrote1(err error) {
+func (c *conn) setErr(err error) {
 	if err != nil && c.werr == nil {
 		c.werr = err
 		_ = c.nc.Close()
@@ -176,7 +176,7 @@ func (c *conn) wrote1(err error) {
 // will flush then).
 func (c *conn) flushLocked() {
 	if c.werr == nil && c.waiting.Load() == 0 && c.bw.Buffered() > 0 {
-		c.wrote1(c.flush())
+		c.setErr(c.flush())
 	}
 }
 
@@ -202,7 +202,7 @@ func (c *conn) control(fn func() error) {
 	if c.werr != nil {
 		return
 	}
-	c.wrote1(fn())
+	c.setErr(fn())
 	c.flushLocked()
 }
 
