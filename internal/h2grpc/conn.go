@@ -57,6 +57,7 @@ type conn struct {
 	wmu        sync.Mutex
 	wcond      sync.Cond    // wmu: a window opened, a stream reset or the connection closed
 	waiting    atomic.Int32 // writers about to take wmu: the last one flushes
+	running    atomic.Int32 // calls dispatched and not yet writing their answer
 	werr       error        // wmu: the first write error; later writes are dropped
 	sendWin    int64        // wmu: connection send window
 	peerWin    int64        // wmu: the peer's SETTINGS_INITIAL_WINDOW_SIZE

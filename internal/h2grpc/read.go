@@ -281,6 +281,7 @@ func (c *conn) endRequest(st *stream) error {
 		return c.refuse(st, codes.Internal, msg, false)
 	}
 	st.dispatched = true
+	c.running.Add(1)
 	c.s.dispatch(st)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,7 @@ func (c *conn) run(st *stream) {
 // respond writes st's answer: HEADERS, DATA and trailers, or with an
 // error the trailers alone.
 func (c *conn) respond(st *stream, out []byte, err error) {
+	c.running.Add(-1)
 	c.waiting.Add(1)
 	c.wmu.Lock()
 	c.waiting.Add(-1)
@@ -118,6 +120,13 @@ func (c *conn) respond(st *stream, out []byte, err error) {
 	}
 	c.wrote.Store(true)
 	c.setErr(werr)
+	if c.waiting.Load() == 0 && c.running.Load() > 0 {
+		// Other calls of the connection are running: give them a moment
+		// to finish and write behind this answer, in the same flush.
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	c.flushLocked()
 }
 
