@@ -1,12 +1,15 @@
 package rls
 
 import (
-	"sync/atomic"
+	"context"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/policy"
 )
@@ -23,7 +26,6 @@ func (s *Server) Codec() encoding.CodecV2 { return &codec{std: encoding.GetCodec
 type codec struct {
 	std encoding.CodecV2
 	s   *Server
-	in  atomic.Pointer[internTable]
 }
 
 // internTable is the interner of one envoy section.
@@ -71,16 +73,16 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return p.unmarshal(buf.ReadOnlyData(), c.interner())
+	return p.unmarshal(buf.ReadOnlyData(), c.s.interner())
 }
 
 // interner returns the interner of the envoy section in force.
-func (c *codec) interner() *interner {
-	e := c.s.o.Policy().Envoy
+func (s *Server) interner() *interner {
+	e := s.o.Policy().Envoy
 	if e == nil {
 		return nil
 	}
-	if t := c.in.Load(); t != nil && t.e == e {
+	if t := s.in.Load(); t != nil && t.e == e {
 		return t.in
 	}
 	keys := make([]string, 0, len(e.Entries))
@@ -88,6 +90,30 @@ func (c *codec) interner() *interner {
 		keys = append(keys, k)
 	}
 	t := &internTable{e: e, in: newInterner(e.Domain, keys)}
-	c.in.Store(t)
+	s.in.Store(t)
 	return t.in
 }
+
+// Handle is ShouldRateLimit for a transport that hands over the wire
+// bytes of the request (internal/h2grpc's Handler): it decodes req with
+// the fast decoder into a pooled message, decides as ShouldRateLimit
+// does, and appends the answer's wire bytes to buf. A request that does
+// not decode is INTERNAL, as with grpc-go.
+func (s *Server) Handle(ctx context.Context, req, buf []byte) ([]byte, error) {
+	p := getRequest()
+	defer putRequest(p)
+	if err := p.unmarshal(req, s.interner()); err != nil {
+		return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	}
+	r, err := s.shouldRateLimit(ctx, &p.msg)
+	if err != nil {
+		return nil, err
+	}
+	defer putResponse(r)
+	if out, ok := appendChecked(buf, &r.msg, false); ok {
+		return out, nil
+	}
+	return protoMarshal.MarshalAppend(buf, &r.msg)
+}
+
+var protoMarshal = protov2.MarshalOptions{}

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/h2grpc"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -96,13 +97,30 @@ func newEnv(t testing.TB, store bucket.Store) *env {
 	if e.rls, err = New(Options{Decider: srv, Policy: pol, Registerer: e.reg}); err != nil {
 		t.Fatal(err)
 	}
-	e.client = Serve(t, e.rls, grpc.ForceServerCodecV2(e.rls.Codec()))
+	e.client = Serve(t, e.rls)
 	return e
 }
 
-// Serve starts a gRPC server with s on a free loopback port and returns
-// a client connected to it; both stop at cleanup.
-func Serve(t testing.TB, s *Server, opts ...grpc.ServerOption) rlsv3.RateLimitServiceClient {
+// Serve serves s's ShouldRateLimit on internal/h2grpc (the limiter's
+// transport) on a free loopback port and returns Envoy's generated client
+// connected to it; both stop at cleanup.
+func Serve(t testing.TB, s *Server) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	h, err := h2grpc.New(h2grpc.Options{Methods: map[string]h2grpc.Handler{FullMethod: s.Handle}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.Serve(ln) }()
+	t.Cleanup(h.Close)
+	return dial(t, ln.Addr().String())
+}
+
+// ServeGRPC is Serve on grpc-go's server with opts (Register's path).
+func ServeGRPC(t testing.TB, s *Server, opts ...grpc.ServerOption) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,14 +129,19 @@ func Serve(t testing.TB, s *Server, opts ...grpc.ServerOption) rlsv3.RateLimitSe
 	g := grpc.NewServer(opts...)
 	s.Register(g)
 	go func() { _ = g.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	t.Cleanup(g.Stop)
+	return dial(t, ln.Addr().String())
+}
+
+// dial returns the generated client on a connection to addr, closed at
+// cleanup.
+func dial(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		g.Stop()
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
@@ -302,13 +325,14 @@ func TestShouldRateLimitLoginAndFailure(t *testing.T) {
 	wantHeaders(t, resp, "x-ratelimit-degraded", "1", "x-ratelimit-limit", "5")
 }
 
-// TestShouldRateLimitAnyCodec: with gRPC's own codec (no fast decoder,
-// no pooling back) the answers are the same.
+// TestShouldRateLimitAnyCodec: on grpc-go's server, with its own codec
+// (no fast decoder, no pooling back) or the service's, the answers are
+// those of the limiter's transport.
 func TestShouldRateLimitAnyCodec(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	plain := Serve(t, e.rls)
-	for i, c := range []rlsv3.RateLimitServiceClient{e.client, plain, e.client} {
+	plain, codec := ServeGRPC(t, e.rls), ServeGRPC(t, e.rls, grpc.ForceServerCodecV2(e.rls.Codec()))
+	for i, c := range []rlsv3.RateLimitServiceClient{e.client, plain, codec, e.client} {
 		resp, err := c.ShouldRateLimit(context.Background(), feed("u_9", 1))
 		if err != nil {
 			t.Fatal(err)
@@ -377,7 +401,7 @@ envoy:
 		Clock: func() time.Time { return t0 }})
 	srv, _ := api.New(api.Options{Engine: eng})
 	s, _ := New(Options{Decider: srv, Policy: pol})
-	c := Serve(t, s, grpc.ForceServerCodecV2(s.Codec()))
+	c := Serve(t, s)
 	ask := func(ip, plan string) *rlsv3.RateLimitResponse {
 		t.Helper()
 		r := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", ip, "plan", plan)}}

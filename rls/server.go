@@ -65,6 +65,7 @@ type Server struct {
 	requests *prometheus.CounterVec
 	byResult [5]prometheus.Counter
 	lastWarn atomic.Int64 // unix nanos of the last throttled warning
+	in       atomic.Pointer[internTable]
 }
 
 // New returns a Server, validating o.
@@ -111,7 +112,10 @@ var serviceDesc = grpc.ServiceDesc{
 	Metadata:    rlsv3.RateLimitService_ServiceDesc.Metadata,
 }
 
-const fullMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+// FullMethod is the full path of the service's one method.
+const FullMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+const fullMethod = FullMethod
 
 func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
