@@ -98,16 +98,16 @@ local function subject(key, static, unverified, now)
       if v > hi then hi = v end
     end
   end
-  local floor = static
+  local known = static -- the lowest caller-known multiplier
   if unverified < lo then lo = unverified end
   if unverified > hi then hi = unverified end
-  if unverified < floor then floor = unverified end
+  if unverified < known then known = unverified end
   local pen = 0
   if lo < 1 then
     -- when the lowest penalty ends: the latest expiry among the entries at
     -- the lowest value; 0 (unknown) when one never ends or a caller-known
     -- multiplier (static, unverified) is the lowest
-    if floor > lo then
+    if known > lo then
       for k = 1, #vals do
         if vals[k] == lo then
           if exps[k] == 0 then pen = -1 elseif pen >= 0 and exps[k] > pen then pen = exps[k] end
