@@ -250,16 +250,24 @@ func commandCalls(t *testing.T, c *redis.Client, cmds ...string) map[string]int 
 	return out
 }
 
+// privateStore returns a store over a Redis of the test's own, whose
+// command counters only the test moves, and a client of that Redis.
+func privateStore(t *testing.T) (*RedisStore, *redis.Client) {
+	t.Helper()
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
 // TestBatchSkipsAbsentMultipliers: a batch whose subjects have no
 // multiplier hash reads none (one EXISTS for the batch), and one hash in
 // force makes the batch read them all, with the same answers as ever.
 func TestBatchSkipsAbsentMultipliers(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
-	defer s.Close()
+	s, c := privateStore(t)
 	now := time.Unix(1_800_000_000, 0)
 	batch := func() []Request {
 		reqs := make([]Request, 4)
@@ -303,11 +311,7 @@ func TestBatchSkipsAbsentMultipliers(t *testing.T) {
 // the locks of its own subjects.
 func TestBatchReadsOnce(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	s := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second})
-	defer s.Close()
+	s, c := privateStore(t)
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
 	if err := s.SetLock(ctx, Subject{Kind: "account", ID: "2"}, Lock{Kind: "lockout", Rule: "r", Until: now.Add(time.Hour)}); err != nil {
