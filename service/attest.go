@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -89,8 +90,14 @@ func (a *attestState) view(ctx context.Context, id string) (any, bool, error) {
 		return nil, false, err
 	}
 	st, ok, err := a.devices.Get(ctx, id)
-	if err != nil {
+	if err != nil || !ok {
 		return v, false, err
 	}
-	return v, ok && st.Valid(time.Now()), nil
+	// judged by the store's clock (Redis TIME), as its key's expiry is,
+	// not this host's
+	now, err := a.store.Now(ctx)
+	if err != nil {
+		return v, false, fmt.Errorf("service: attestation view: %w", err)
+	}
+	return v, st.Valid(now), nil
 }
