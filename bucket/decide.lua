@@ -132,10 +132,11 @@ local vals = {}
 -- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
--- decide evaluates the decision whose keys follow KEYS[kb], whose numbers
--- are a (see the header) and whose device is device, and returns its reply
--- and whether it wrote a bucket.
-local function decide(kb, a, device)
+-- decide evaluates the decision whose keys follow KEYS[kb] (its lock keys
+-- KEYS[lk]: after its buckets and the hashes it reads, as the batch's
+-- first pass found), whose numbers are a (see the header) and whose
+-- device is device, and returns its reply and whether it wrote a bucket.
+local function decide(kb, lk, a, device)
   local nl, ns, nk, cost, slack = a[3], a[4], a[5], a[6], a[7]
   local now
   if a[2] == 0 then
@@ -151,11 +152,6 @@ local function decide(kb, a, device)
 
   -- the keys of the subjects read from their hashes: after the buckets
   local sk = kb + nl
-  local nread = 0
-  for j = 1, ns do
-    if a[argi + 5 * (j - 1) + 2] ~= 1 then nread = nread + 1 end
-  end
-  local lk = sk + nread -- the lock keys: after them
 
   -- A lock is "kind until_us flags rule"; flags "x" exempts the devices in
   -- the lock's trust set (attested devices that logged in to the account).
@@ -320,6 +316,7 @@ local as = {}
 -- way, so the answers are the same).
 local mk, nmk = {}, 0
 local rk, nrk = {}, 0
+local kbs, lks = {}, {} -- per decision: where its keys and its lock keys start
 local function wants(key)
   if vals[key] == nil then
     vals[key] = false
@@ -350,6 +347,7 @@ for d = 1, n do
     end
   end
   for i = 1, a[5] do wants(KEYS[sk + i]) end
+  kbs[d], lks[d] = kb, sk
   kb = kb + a[1]
 end
 for i = 1, nrk, 512 do
@@ -365,12 +363,10 @@ if nmk >= 2 then
   end
   if found == 0 then nomult = {} end
 end
-kb = 0
 for d = 1, n do
-  local a = as[d]
   -- one decision's error (a key of the wrong type) is its own: it is
   -- answered {3, message}, it wrote nothing, and the batch goes on
-  local ok, r, w = pcall(decide, kb, a, ARGV[2 * d + 1])
+  local ok, r, w = pcall(decide, kbs[d], lks[d], as[d], ARGV[2 * d + 1])
   if ok then
     out[d] = r
     wrote[d] = w
@@ -378,7 +374,6 @@ for d = 1, n do
     if type(r) == "table" then r = r.err end
     out[d] = {3, tostring(r)}
   end
-  kb = kb + a[1]
 end
 -- Every bucket the batch took from, written once with its latest state.
 -- Should a write fail (out of memory: Redis then refuses the script's
