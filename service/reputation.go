@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,9 +21,10 @@ type reputationState struct {
 	reloads *prometheus.CounterVec
 	rules   atomic.Pointer[reputation.Rules]
 
-	mu    sync.Mutex // guards db, path
+	mu    sync.Mutex // guards db, path, swap
 	db    *reputation.DB
 	path  string
+	swap  chan struct{} // closed (and replaced) when apply swaps db
 	every time.Duration
 }
 
@@ -34,7 +34,7 @@ func newReputationState(log *slog.Logger, reg prometheus.Registerer, every time.
 	if every <= 0 {
 		every = DefaultASNWatchInterval
 	}
-	r := &reputationState{log: log, every: every, reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &reputationState{log: log, every: every, swap: make(chan struct{}), reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_asn_database_reloads_total",
 		Help: "ASN database reloads by result (ok, error); a refused file keeps the database in force.",
 	}, []string{"result"})}
@@ -70,6 +70,8 @@ func (r *reputationState) apply(p *policy.Policy) error {
 			_ = r.db.Close()
 		}
 		r.db, r.path = db, rep.ASNDatabase
+		close(r.swap)
+		r.swap = make(chan struct{})
 	}
 	rules := reputation.New(rep, r.db)
 	// The built-in policy's ASN rule is an example that needs a database
@@ -85,42 +87,55 @@ func (r *reputationState) apply(p *policy.Policy) error {
 	return nil
 }
 
-// Run is the ASN watcher: every interval it reloads the database in
-// force if its file changed (a refused file keeps the old one; a failure
-// that repeats for the same file is logged once). When ctx ends it closes
-// the database.
+// Run is the ASN watcher: it runs reputation.DB.Watch on the database in
+// force (a refused file keeps the old one; a failure that repeats for the
+// same file is reported once) and moves to the new one when a policy
+// reload swaps it. When ctx ends it closes the database.
 func (r *reputationState) Run(ctx context.Context) error {
-	var (
-		last    *reputation.DB
-		lastErr error
-	)
-	every(ctx, r.every, func() {
+	defer r.closeDB()
+	for ctx.Err() == nil {
 		r.mu.Lock()
-		db, path := r.db, r.path
+		db, path, swap := r.db, r.path, r.swap
 		r.mu.Unlock()
 		if db == nil {
-			return
+			select {
+			case <-swap:
+			case <-ctx.Done():
+			}
+			continue
 		}
-		if db != last {
-			last, lastErr = db, nil
-		}
-		changed, err := db.Reload()
-		switch {
-		case errors.Is(err, reputation.ErrClosed): // swapped by a reload meanwhile
-		case err != nil && err != lastErr:
-			r.reloads.WithLabelValues("error").Inc()
-			r.log.Error("ASN database refused; the old one stays", "path", path, "err", err)
-		case changed:
-			r.reloads.WithLabelValues("ok").Inc()
-			r.log.Info("ASN database reloaded", "path", path, "build", db.Info().BuildTime)
-		}
-		lastErr = err
-	})
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-swap:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		db.Watch(wctx, r.every, func(changed bool, err error) { r.report(path, db, changed, err) })
+		cancel()
+	}
+	return nil
+}
+
+// report logs and counts what DB.Watch saw of the database at path.
+func (r *reputationState) report(path string, db *reputation.DB, changed bool, err error) {
+	switch {
+	case err != nil:
+		r.reloads.WithLabelValues("error").Inc()
+		r.log.Error("ASN database refused; the old one stays", "path", path, "err", err)
+	case changed:
+		r.reloads.WithLabelValues("ok").Inc()
+		r.log.Info("ASN database reloaded", "path", path, "build", db.Info().BuildTime)
+	}
+}
+
+// closeDB closes the database in force.
+func (r *reputationState) closeDB() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.db != nil {
 		_ = r.db.Close()
 		r.db, r.path = nil, ""
 	}
-	return nil
 }

@@ -1,9 +1,11 @@
 package service
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/reputation/reputationtest"
 )
@@ -70,4 +72,66 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestASNDatabaseReloads: the ASN watcher swaps in a changed database file
+// (the datacenter IP loses its tighter budget once its range is gone from
+// the file), keeps the old one when the file is refused, and counts a
+// refusal that repeats for the same file once.
+func TestASNDatabaseReloads(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "GeoLite2-ASN.mmdb")
+	if err := reputationtest.WriteTestDB(db, reputationtest.StandardEntries()); err != nil {
+		t.Fatal(err)
+	}
+	path := writePolicy(t, `version: 1
+limits:
+  - {name: per-ip, by: [ip], rate: 100/min}
+risk:
+  reputation:
+    asn_database: `+db+`
+    rules:
+      - {asns: [16509], multiplier: 0.25, reason: datacenter}
+`)
+	_, base := start(t, Config{ConfigPath: path, ASNWatchInterval: 10 * time.Millisecond})
+	budget := func() string {
+		resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"203.0.113.7"}`)
+		return resp.Header.Get("RateLimit-Policy")
+	}
+	metric := func(result string) string {
+		_, m := get(t, base+"/metrics")
+		return grepLines(m, `tollgate_asn_database_reloads_total{result="`+result+`"}`)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s", what)
+			}
+		}
+	}
+	if got := budget(); got != `"per-ip";q=25;w=60` {
+		t.Fatalf("first database: %q", got)
+	}
+	if err := reputationtest.WriteTestDB(db, reputationtest.StandardEntries()[1:]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("reload", func() bool { return budget() == `"per-ip";q=100;w=60` })
+	if got := metric("ok"); !strings.HasSuffix(got, " 1") {
+		t.Fatalf("reloads ok: %q, want 1", got)
+	}
+	if err := os.WriteFile(db+".tmp", []byte("not a database"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(db+".tmp", db); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("refusal", func() bool { return strings.HasSuffix(metric("error"), " 1") })
+	time.Sleep(100 * time.Millisecond) // ten more checks of the same refused file
+	if got := metric("error"); !strings.HasSuffix(got, " 1") {
+		t.Fatalf("a refusal of the same file counted again: %q", got)
+	}
+	if got := budget(); got != `"per-ip";q=100;w=60` {
+		t.Fatalf("after the refusal the old database must stay: %q", got)
+	}
 }

@@ -8,20 +8,6 @@ import (
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
-// every calls f every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, f func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-		}
-	}
-}
-
 // watchConfig configures the policy watcher: a changed policy file or
 // allow/deny list file is reloaded (policy.Holder.Watch).
 type watchConfig struct {
