@@ -88,6 +88,16 @@ func (g *group) failed(err error) {
 	})
 }
 
+// finish waits for the group in the background (wait), then records why
+// it stopped in run.Err, logs "stopped" and closes run.Done.
+func (g *group) finish(ctx context.Context, run *Running) {
+	go func() {
+		run.Err = g.wait(ctx)
+		g.log.Info("stopped")
+		close(run.Done)
+	}()
+}
+
 // wait blocks until ctx ends or a component fails, then stops every
 // component in reverse order of start. It returns the first failure, or
 // else what the components returned while stopping (a drain that timed

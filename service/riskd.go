@@ -117,11 +117,7 @@ func StartRiskd(ctx context.Context, cfg RiskdConfig) (*Running, error) {
 		return nil, err
 	}
 	g.start(ctx)
-	go func() {
-		run.Err = g.wait(ctx)
-		g.log.Info("stopped")
-		close(run.Done)
-	}()
+	g.finish(ctx, run)
 	return run, nil
 }
 

@@ -277,11 +277,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 	}
 	l.srv.SetState("ready")
-	go func() {
-		l.run.Err = g.wait(ctx)
-		g.log.Info("stopped")
-		close(l.run.Done)
-	}()
+	g.finish(ctx, l.run)
 	return l.run, nil
 }
 
