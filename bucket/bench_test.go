@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +66,7 @@ func BenchmarkMemoryDecide4ManyKeys(b *testing.B) {
 		_ = s.Decide(ctx, &reqs[i], &res)
 	}
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := testenv.CPUTime()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := s.Decide(ctx, &reqs[i%ids], &res); err != nil {
@@ -75,15 +74,7 @@ func BenchmarkMemoryDecide4ManyKeys(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's user+sys CPU time so far: the figure that
-// means something on a machine shared with other work.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testenv.CPUTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkMemoryDecide4Parallel spreads 4-limit decisions over 1000 keys.

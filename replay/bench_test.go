@@ -2,10 +2,10 @@ package replay
 
 import (
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -70,7 +70,7 @@ func BenchmarkReplayer(b *testing.B) {
 	defer r.Close()
 	span := time.Duration(len(ds)) * time.Millisecond
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := testenv.CPUTime()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		d := ds[i%len(ds)]
@@ -78,17 +78,9 @@ func BenchmarkReplayer(b *testing.B) {
 		r.Decision(&d)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
+	b.ReportMetric(float64((testenv.CPUTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
 	if rep := r.Result(); rep.Record.Decisions != int64(b.N) {
 		b.Fatalf("replayed %d of %d", rep.Record.Decisions, b.N)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-}
-
-// cpuTime is the process's user+sys CPU time so far: the figure that
-// means something on a machine shared with other work.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
 // BenchmarkGatewayPaths decides the same requests (scripts/bench's: 4
@@ -74,7 +74,7 @@ func benchPath(b *testing.B, name string, do func(i int) error) {
 	{
 		b.Run(name, func(b *testing.B) {
 			var n atomic.Int64
-			cpu0 := cpuNow()
+			cpu0 := testenv.CPUTime()
 			b.SetParallelism(8) // 16 in flight on 2 CPUs
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -86,14 +86,7 @@ func benchPath(b *testing.B, name string, do func(i int) error) {
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric(float64((cpuNow()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+			b.ReportMetric(float64((testenv.CPUTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 		})
 	}
-}
-
-// cpuNow is the process's user + system CPU time.
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
