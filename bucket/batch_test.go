@@ -348,3 +348,116 @@ func TestBatchReadsOnce(t *testing.T) {
 		t.Errorf("the route bucket after the batch holds %v, want 0", got)
 	}
 }
+
+// summaryBatch is 4 decisions, each with an ip and a user subject under
+// the store's prefix, whose user limits have a burst of 10.
+func summaryBatch(s *RedisStore, now time.Time) []Request {
+	reqs := make([]Request, 4)
+	for i := range reqs {
+		id := strconv.Itoa(i)
+		ip, user := MultiplierKey(s.Prefix(), "ip", id), MultiplierKey(s.Prefix(), "user", id)
+		reqs[i] = Request{Now: now, Cost: 1, Limits: []Limit{
+			{Key: s.Prefix() + "{ip:" + id + "}:b:ip", Burst: 10, Rate: 1, Period: time.Hour, Subjects: 1},
+			{Key: s.Prefix() + "{user:" + id + "}:b:user", Burst: 10, Rate: 1, Period: time.Hour, Subjects: 2},
+		}, Subjects: []RequestSubject{{Key: ip, Static: 1, Unverified: 1}, {Key: user, Static: 1, Unverified: 1}}}
+	}
+	return reqs
+}
+
+// TestBatchReadsSummaries: multipliers set through the store are read from
+// their summaries with the batch's one MGET, no HGETALL; a hash written
+// without a summary (by a build before summaries) is still read, and then
+// the subjects without a summary are read from their hashes.
+func TestBatchReadsSummaries(t *testing.T) {
+	t.Parallel()
+	s, c := privateStore(t)
+	ctx := context.Background()
+	now := time.Now().Add(time.Minute)
+	user := func(id string) Subject { return Subject{Kind: "user", ID: id} }
+	if err := s.SetMultiplier(ctx, user("1"), Multiplier{Source: "admin", Value: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetMultiplier(ctx, user("2"), Multiplier{Source: "velocity", Value: 0.5, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(round string, want map[int]float64) {
+		t.Helper()
+		res, errs := runBatch(t, s, summaryBatch(s, now))
+		for i := range res {
+			w, ok := want[i]
+			if !ok {
+				w = 10
+			}
+			if errs[i] != nil || res[i].Limits[1].Burst != w || res[i].Limits[0].Burst != 10 {
+				t.Fatalf("%s: decision %d: user burst %v ip burst %v err=%v; want user %v", round, i, res[i].Limits[1].Burst, res[i].Limits[0].Burst, errs[i], w)
+			}
+		}
+	}
+	before := commandCalls(t, c, "exists", "hgetall", "mget")
+	check("summaries", map[int]float64{1: 20, 2: 5})
+	got := commandCalls(t, c, "exists", "hgetall", "mget")
+	if got["exists"]-before["exists"] != 1 || got["hgetall"]-before["hgetall"] != 0 || got["mget"]-before["mget"] != 2 {
+		t.Fatalf("calls before %v after %v; want 1 exists, 0 hgetall, 2 mget (buckets and locks, summaries)", before, got)
+	}
+	if err := c.HSet(ctx, MultiplierKey(s.Prefix(), "user", "3"), "admin", "0.5 0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = got
+	check("a hash without a summary", map[int]float64{1: 20, 2: 5, 3: 5})
+	got = commandCalls(t, c, "exists", "hgetall", "mget")
+	if got["hgetall"]-before["hgetall"] != 6 {
+		t.Fatalf("hgetall calls before %v after %v; want the 6 subjects without a summary read", before["hgetall"], got["hgetall"])
+	}
+}
+
+// TestSummaryFollowsHash: a multiplier hash's summary is written, expires
+// and goes with it, and leaves out what decisions ignore.
+func TestSummaryFollowsHash(t *testing.T) {
+	t.Parallel()
+	s, c := privateStore(t)
+	ctx := context.Background()
+	sub := Subject{Kind: "device", ID: "d"}
+	key := MultiplierKey(s.Prefix(), "device", "d")
+	sum := key + summarySuffix
+	state := func(step string, wantPairs int, wantExpiry bool) {
+		t.Helper()
+		v, err := c.Get(ctx, sum).Result()
+		if err != nil {
+			t.Fatalf("%s: summary: %v", step, err)
+		}
+		if len(v) != 16*wantPairs {
+			t.Fatalf("%s: summary holds %d bytes, want %d pairs", step, len(v), wantPairs)
+		}
+		he, se := c.PExpireTime(ctx, key).Val(), c.PExpireTime(ctx, sum).Val()
+		if he != se || (he > 0) != wantExpiry {
+			t.Fatalf("%s: hash expires at %v, summary at %v; want the same, expiring=%v", step, he, se, wantExpiry)
+		}
+	}
+	gone := func(step string) {
+		t.Helper()
+		if n := c.Exists(ctx, key, sum).Val(); n != 0 {
+			t.Fatalf("%s: %d of hash and summary left, want none", step, n)
+		}
+	}
+	soon := time.Now().Add(time.Hour)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.HSet(ctx, key, "attestation", "2 0").Err()) // a first-edition entry
+	must(s.SetMultiplier(ctx, sub, Multiplier{Source: "admin", Value: 3}))
+	state("never-ending admin", 1, false)
+	must(s.SetMultiplier(ctx, sub, Multiplier{Source: "anomaly", Value: 0.1, ExpiresAt: soon}))
+	state("admin and anomaly", 2, false)
+	must(s.ClearMultiplier(ctx, sub, "admin"))
+	must(s.ClearMultiplier(ctx, sub, "attestation"))
+	state("anomaly alone", 1, true)
+	must(s.ClearMultiplier(ctx, sub, "anomaly"))
+	gone("last source cleared")
+	must(s.SetMultiplier(ctx, sub, Multiplier{Source: "admin", Value: 3, ExpiresAt: soon}))
+	state("admin again", 1, true)
+	must(s.ClearMultiplier(ctx, sub, ""))
+	gone("all cleared")
+}

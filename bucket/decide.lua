@@ -47,10 +47,11 @@
 -- another on the state the ones before them left: the same answers as
 -- one script per decision.
 --
--- Multiplier hashes: when the batch is to read two or more, one EXISTS over
--- all of them comes first, and when it finds none no decision reads its
--- hashes (most subjects have no multiplier in force; an absent hash reads
--- as empty, so the answers are those of reading every hash).
+-- Multiplier hashes: one EXISTS over all the batch's hashes comes first,
+-- and when it finds none no decision reads them (most subjects have no
+-- multiplier in force; an absent hash reads as empty). When it finds
+-- some, one MGET reads their summaries (see below) and no HGETALL runs,
+-- unless a hash without a summary is among them.
 --
 -- The arithmetic mirrors evaluate() in memory.go operation for operation;
 -- change both or neither (the conformance tests compare them bit for bit).
@@ -64,26 +65,49 @@ local pack, sunpack = struct.pack, struct.unpack
 local unpack, tonumber, tostring, pcall, type = unpack, tonumber, tostring, pcall, type
 local U = 1000000
 local clock = nil
-local nomult = nil -- {} when the batch's multiplier hashes are all absent
+local nomult = false -- true when the batch's multiplier hashes are all absent
 local packfmts = {} -- struct formats by value count, built once per batch
 
--- subject returns a subject's effective multiplier and when its lowest
--- penalty ends (0 when unknown or none), from its hash and the caller's
--- static and unverified multipliers.
-local function subject(key, static, unverified, now)
-  local lo = static
-  local hi = static
-  local h = nomult
-  if not h then h = rcall("HGETALL", key) end
-  if #h == 0 then
-    -- no stored multiplier: the common case
-    if unverified < lo then lo = unverified end
-    if unverified > hi then hi = unverified end
-    if lo < 1 then return lo, 0 end
-    return hi, 0
+-- Multiplier summaries: beside each subject's hash (KEYS "...:m") its
+-- writers keep a string "...:ms" holding the hash's entries in force as
+-- little-endian float64 pairs (value, expires_us; 0 never), "attestation"
+-- and malformed entries left out: what subject() would take from the
+-- hash, read with the batch's one MGET instead of an HGETALL per subject.
+-- The two are written by one script and expire together, so a summary
+-- exists exactly when its hash does; a hash without one (written by a
+-- build before summaries) is read as before.
+local sums = nil -- by hash key: its summary, or false; nil: not read
+local legacy = false -- some hash of the batch has no summary
+-- Entries of the subject being evaluated (reused: see st below).
+local evs, ees = {}, {}
+
+-- entries fills evs and ees with the multiplier entries of the subject
+-- whose hash is key and returns their count.
+local function entries(key)
+  local s = nil
+  if sums then s = sums[key] end
+  if s then
+    local n = #s / 16
+    if n == 0 then return 0 end
+    if n == 1 then
+      evs[1], ees[1] = sunpack("<dd", s)
+      return 1
+    end
+    local f = packfmts[2 * n]
+    if not f then
+      f = "<" .. string.rep("d", 2 * n)
+      packfmts[2 * n] = f
+    end
+    local d = {sunpack(f, s)}
+    for k = 1, n do
+      evs[k] = d[2 * k - 1]
+      ees[k] = d[2 * k]
+    end
+    return n
   end
-  local vals = {}
-  local exps = {}
+  if sums and not legacy then return 0 end -- no summary, so no hash
+  local h = rcall("HGETALL", key)
+  local n = 0
   for f = 2, #h, 2 do
     local vs, es = match(h[f], "^(%S+) (%S+)")
     local v = tonumber(vs)
@@ -91,26 +115,50 @@ local function subject(key, static, unverified, now)
     -- "attestation" entries (written by the first edition) are ignored:
     -- the caller proves attestation per request (device tokens) and
     -- passes it in static and unverified
-    if v and e and v >= 0 and (e == 0 or e > now) and h[f - 1] ~= "attestation" then
-      vals[#vals + 1] = v
-      exps[#exps + 1] = e
+    if v and e and v >= 0 and h[f - 1] ~= "attestation" then
+      n = n + 1
+      evs[n] = v
+      ees[n] = e
+    end
+  end
+  return n
+end
+
+-- subject returns a subject's effective multiplier and when its lowest
+-- penalty ends (0 when unknown or none), from its stored entries and the
+-- caller's static and unverified multipliers.
+local function subject(key, static, unverified, now)
+  local lo = static
+  local hi = static
+  local n = 0
+  if not nomult then n = entries(key) end
+  if unverified < lo then lo = unverified end
+  if unverified > hi then hi = unverified end
+  if n == 0 then
+    -- no stored multiplier: the common case
+    if lo < 1 then return lo, 0 end
+    return hi, 0
+  end
+  local known = lo -- the lowest caller-known multiplier
+  local live = false -- an entry in force
+  for k = 1, n do
+    local v, e = evs[k], ees[k]
+    if e == 0 or e > now then
+      live = true
       if v < lo then lo = v end
       if v > hi then hi = v end
     end
   end
-  local known = static -- the lowest caller-known multiplier
-  if unverified < lo then lo = unverified end
-  if unverified > hi then hi = unverified end
-  if unverified < known then known = unverified end
   local pen = 0
   if lo < 1 then
     -- when the lowest penalty ends: the latest expiry among the entries at
     -- the lowest value; 0 (unknown) when one never ends or a caller-known
     -- multiplier (static, unverified) is the lowest
-    if known > lo then
-      for k = 1, #vals do
-        if vals[k] == lo then
-          if exps[k] == 0 then pen = -1 elseif pen >= 0 and exps[k] > pen then pen = exps[k] end
+    if live and known > lo then
+      for k = 1, n do
+        local v, e = evs[k], ees[k]
+        if v == lo and (e == 0 or e > now) then
+          if e == 0 then pen = -1 elseif pen >= 0 and e > pen then pen = e end
         end
       end
     end
@@ -309,11 +357,8 @@ local out = {}
 local wrote = {}
 local as = {}
 -- Every decision's numbers, unpacked once; the multiplier hash keys of
--- the whole batch; and its lock and bucket keys, each once. Most subjects
--- have no multiplier in force: when two or more hashes are to be read and
--- one EXISTS finds none of them, no decision reads its hashes (one call
--- instead of one HGETALL per subject; an absent hash reads as empty either
--- way, so the answers are the same).
+-- the whole batch (read as the header says); and its lock and bucket
+-- keys, each once.
 local mk, nmk = {}, 0
 local rk, nrk = {}, 0
 local kbs, lks = {}, {} -- per decision: where its keys and its lock keys start
@@ -355,13 +400,32 @@ for i = 1, nrk, 512 do
   local got = rcall("MGET", unpack(rk, i, j))
   for k = i, j do vals[rk[k]] = got[k - i + 1] end
 end
-if nmk >= 2 then
+if nmk >= 1 then
   local found = 0
   for i = 1, nmk, 512 do
     found = found + rcall("EXISTS", unpack(mk, i, mmin(i + 511, nmk)))
-    if found > 0 then break end
   end
-  if found == 0 then nomult = {} end
+  if found == 0 then
+    nomult = true
+  else
+    -- the hashes' summaries, with one MGET; EXISTS counts a key named
+    -- twice twice, and so does this count, so fewer summaries than
+    -- hashes means some hash has none (a build before summaries wrote it)
+    sums = {}
+    local nsum = 0
+    local sk = {}
+    for i = 1, nmk, 512 do
+      local j = mmin(i + 511, nmk)
+      for k = i, j do sk[k - i + 1] = mk[k] .. "s" end
+      local got = rcall("MGET", unpack(sk, 1, j - i + 1))
+      for k = i, j do
+        local g = got[k - i + 1]
+        sums[mk[k]] = g
+        if g then nsum = nsum + 1 end
+      end
+    end
+    legacy = nsum < found
+  end
 end
 for d = 1, n do
   -- one decision's error (a key of the wrong type) is its own: it is

@@ -12,35 +12,55 @@ var decideSource string
 // decideScript evaluates one decision; see decide.lua for its arguments.
 var decideScript = redis.NewScript(decideSource)
 
-// setMultiplierScript sets one source's multiplier on a subject hash, drops
-// expired entries and keeps the hash's expiry at its last entry's.
-// KEYS[1] hash; ARGV[1] source; ARGV[2] "value expires_us reason".
-var setMultiplierScript = redis.NewScript(`
-redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
+// summarizeLua ends the scripts that change a subject's multiplier hash
+// (KEYS[1]): it drops the hash's expired and malformed entries, keeps its
+// expiry at its last entry's, and rewrites the summary decide.lua reads
+// (KEYS[2]: the entries in force, "attestation" and unreadable values
+// left out, as little-endian float64 pairs value, expires_us) with the
+// same expiry, or deletes it with the hash: a summary exists exactly when
+// its hash does.
+const summarizeLua = `
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local h = redis.call("HGETALL", KEYS[1])
 local last = 0
 local never = false
+local parts = {}
 for f = 2, #h, 2 do
-  local e = tonumber(string.match(h[f], "^%S+ (%S+)"))
-  if e == nil then
+  local vs, es = string.match(h[f], "^(%S+) (%S+)")
+  local v, e = tonumber(vs), tonumber(es)
+  if e == nil or (e ~= 0 and e <= now) then
     redis.call("HDEL", KEYS[1], h[f - 1])
-  elseif e == 0 then
-    never = true
-  elseif e <= now then
-    redis.call("HDEL", KEYS[1], h[f - 1])
-  elseif e > last then
-    last = e
+  else
+    if e == 0 then never = true elseif e > last then last = e end
+    if v and v >= 0 and h[f - 1] ~= "attestation" then
+      parts[#parts + 1] = struct.pack("<dd", v, e)
+    end
   end
 end
+if redis.call("EXISTS", KEYS[1]) == 0 then
+  redis.call("DEL", KEYS[2])
+  return 1
+end
+redis.call("SET", KEYS[2], table.concat(parts))
 if never then
   redis.call("PERSIST", KEYS[1])
-elseif last > 0 then
+else
   redis.call("PEXPIREAT", KEYS[1], math.ceil(last / 1000))
+  redis.call("PEXPIREAT", KEYS[2], math.ceil(last / 1000))
 end
 return 1
-`)
+`
+
+// setMultiplierScript sets one source's multiplier on a subject hash and
+// summarizes it (summarizeLua). KEYS[1] hash, KEYS[2] its summary;
+// ARGV[1] source; ARGV[2] "value expires_us reason".
+var setMultiplierScript = redis.NewScript(`redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])` + summarizeLua)
+
+// clearMultiplierScript removes one source's multiplier from a subject
+// hash and summarizes it (summarizeLua). KEYS[1] hash, KEYS[2] its
+// summary; ARGV[1] source.
+var clearMultiplierScript = redis.NewScript(`redis.call("HDEL", KEYS[1], ARGV[1])` + summarizeLua)
 
 // Scripts of the admin and Cluster paths. Each reads Redis's TIME on the
 // node that holds its key, so an expiry is judged by the clock decide.lua

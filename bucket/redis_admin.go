@@ -42,7 +42,7 @@ func (s *RedisStore) setMultiplierAt(ctx context.Context, key string, m Multipli
 			return err
 		}
 	}
-	if err := setMultiplierScript.Run(ctx, s.c, []string{key}, m.Source, v).Err(); err != nil {
+	if err := setMultiplierScript.Run(ctx, s.c, []string{key, key + summarySuffix}, m.Source, v).Err(); err != nil {
 		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, key, err)
 	}
 	return nil
@@ -60,9 +60,9 @@ func (s *RedisStore) ClearMultiplier(ctx context.Context, sub Subject, source st
 func (s *RedisStore) clearMultiplierAt(ctx context.Context, key, source string) error {
 	var err error
 	if source == "" {
-		err = s.c.Del(ctx, key).Err()
+		err = s.c.Del(ctx, key, key+summarySuffix).Err()
 	} else {
-		err = s.c.HDel(ctx, key, source).Err()
+		err = clearMultiplierScript.Run(ctx, s.c, []string{key, key + summarySuffix}, source).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: clear multiplier on %s: %w", ErrUnavailable, key, err)

@@ -104,8 +104,18 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 		mult  bool
 		route bool
 	}{{"decide4-batch1", 1, false, false}, {"decide4-batch8", 8, false, false}, {"decide4-batch8-mult", 8, true, false},
-		{"bench-policy-batch8", 8, false, true}, {"bench-policy-batch8-mult", 8, true, true}} {
-		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, bc.mult, bc.route) })
+		{"bench-policy-batch8", 8, false, true}, {"bench-policy-batch8-mult", 8, true, true},
+		{"bench-policy-batch8-mult-nosummary", 8, true, true}, {"bench-policy-batch8-mult-sparse", 8, true, true}} {
+		mode := multAll
+		switch {
+		case !bc.mult:
+			mode = multNone
+		case strings.HasSuffix(bc.name, "-nosummary"):
+			mode = multLegacy
+		case strings.HasSuffix(bc.name, "-sparse"):
+			mode = multSparse
+		}
+		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, mode, bc.route) })
 	}
 	b.Run("raw1", func(b *testing.B) {
 		c, p := testenv.Redis(b)
@@ -143,12 +153,23 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 	})
 }
 
-// benchScriptCost runs decide.lua in batches of n; with mult, every
-// subject has a multiplier in force (2x, never expiring). Without route,
+// multMode says which subjects of benchScriptCost have a multiplier in
+// force (2x, never expiring).
+type multMode int
+
+const (
+	multNone   multMode = iota
+	multAll             // every subject, as the store writes it (with its summary)
+	multLegacy          // every subject, as a hash alone (a build before summaries)
+	multSparse          // the user of one decision in 10
+)
+
+// benchScriptCost runs decide.lua in batches of n, with the multipliers
+// mode says. Without route,
 // 4 subjects each with a bucket of its own; with route, the layout of
 // scripts/bench's policy: 3 subjects each with its bucket and a fourth
 // bucket, the route's, shared by every decision.
-func benchScriptCost(b *testing.B, n int, mult, route bool) {
+func benchScriptCost(b *testing.B, n int, mode multMode, route bool) {
 	c, p := testenv.Redis(b)
 	ctx := context.Background()
 	if err := decideScript.Load(ctx, c).Err(); err != nil {
@@ -167,8 +188,13 @@ func benchScriptCost(b *testing.B, n int, mult, route bool) {
 		}
 		for k, part := range parts {
 			key := MultiplierKey(p, part, id)
-			if mult {
+			switch {
+			case mode == multLegacy:
 				if err := c.HSet(ctx, key, "admin", "2 0 bench").Err(); err != nil {
+					b.Fatal(err)
+				}
+			case mode == multAll || mode == multSparse && part == "user" && i%10 == 0:
+				if err := setMultiplierScript.Run(ctx, c, []string{key, key + summarySuffix}, "admin", "2 0 bench").Err(); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -110,6 +110,10 @@ func AppendBucketName(dst []byte, name string) []byte {
 	return append(dst, name...)
 }
 
+// summarySuffix follows a multiplier hash's key to name its summary, the
+// string decide.lua reads instead of the hash (see summarizeLua).
+const summarySuffix = "s"
+
 func subjectKey(prefix string, s Subject, suffix string) string {
 	return string(appendKey(make([]byte, 0, len(prefix)+len(s.Kind)+len(s.ID)+8), prefix, s.Kind, s.ID, suffix))
 }
