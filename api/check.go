@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -149,10 +150,10 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 		b = append(b, `,"reset":`...)
 		b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
 		b = append(b, `,"policy":`...)
-		b = appendJSONString(b, d.Binding.Name)
+		b = jsonw.AppendString(b, d.Binding.Name)
 	}
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, rid)
+	b = jsonw.AppendString(b, rid)
 	b = append(b, "}\n"...)
 	n := len(b)
 	b = setAllowedHeaders(w.Header(), d, n, b)
@@ -245,7 +246,7 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 	switch d.Outcome {
 	case engine.DeniedList:
 		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeDenied, message: "Request denied",
-			details: `"list":` + string(appendJSONString(nil, d.List.Name))})
+			details: `"list":` + string(jsonw.AppendString(nil, d.List.Name))})
 	case engine.Allowed, engine.Degraded, engine.AllowedList:
 		if d.Outcome == engine.Degraded {
 			h[HeaderDegraded] = []string{"1"}
@@ -257,7 +258,7 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		setRetryAfter(h, d.RetryAfter)
 		details := `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))
 		if d.Binding != nil {
-			details += `,"limit":` + string(appendJSONString(nil, d.Binding.Name)) + `,"scope":` + string(appendJSONString(nil, d.Binding.PartName(0)))
+			details += `,"limit":` + string(jsonw.AppendString(nil, d.Binding.Name)) + `,"scope":` + string(jsonw.AppendString(nil, d.Binding.PartName(0)))
 		}
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
 	case engine.Locked:
@@ -266,10 +267,10 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		h[HeaderReset] = []string{itoa(ceilUnix(d.Lock.Until))}
 		setRetryAfter(h, d.RetryAfter)
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins",
-			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `"`})
+			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(jsonw.AppendString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `"`})
 	case engine.StepUp:
 		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required",
-			details: `"rule":` + string(appendJSONString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
+			details: `"rule":` + string(jsonw.AppendString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
 	case engine.Unavailable:
 		setRetryAfter(h, d.RetryAfter)
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable",

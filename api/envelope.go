@@ -3,7 +3,8 @@ package api
 import (
 	"net/http"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 )
 
 // Error codes of the envelope.
@@ -47,56 +48,24 @@ func WriteError(w http.ResponseWriter, requestID string, status int, code, messa
 }
 
 // AppendJSONString appends s to b as a JSON string.
-func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s) }
+func AppendJSONString(b []byte, s string) []byte { return jsonw.AppendString(b, s) }
 
 // writeError writes the envelope
 // {"error": {"code", "message", "details", "request_id"}}.
 func writeError(w http.ResponseWriter, rid string, e *apiError) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"error":{"code":`...)
-	b = appendJSONString(b, e.code)
+	b = jsonw.AppendString(b, e.code)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, e.message)
+	b = jsonw.AppendString(b, e.message)
 	b = append(b, `,"details":{`...)
 	b = append(b, e.details...)
 	b = append(b, `},"request_id":`...)
-	b = appendJSONString(b, rid)
+	b = jsonw.AppendString(b, rid)
 	b = append(b, "}}\n"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(e.status)
 	_, _ = w.Write(b)
-}
-
-// appendJSONString appends s as a JSON string (invalid UTF-8 replaced).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&15])
-		default:
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }

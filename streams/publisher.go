@@ -175,7 +175,10 @@ func (p *Publisher) publish(class string, b []Decision) {
 		p.drop(len(b))
 		return
 	}
-	data, err := json.Marshal(DecisionBatch{V: SchemaVersion, Decisions: b})
+	// a buffer of its own per batch: JetStream keeps the message until
+	// its ack (the encoder writes what json.Marshal would, without
+	// reflection and in one allocation)
+	data, err := AppendDecisionBatch(make([]byte, 0, 320*len(b)), &DecisionBatch{V: SchemaVersion, Decisions: b})
 	if err != nil {
 		p.drop(len(b))
 		return
