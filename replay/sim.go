@@ -59,7 +59,9 @@ type simOptions struct {
 func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, error) {
 	s := &sim{pol: p, maxKeys: o.MaxKeys}
 	clock := func() time.Time { return s.now }
-	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock})
+	// the sim is the store's only user (the risk engine's actions go
+	// through it too), one event at a time
+	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock, Unshared: true})
 	eo := engine.Options{Store: s.store, Policy: func() *policy.Policy { return p }, Prefix: keyPrefix, Clock: clock}
 	if rules != nil {
 		eo.Reputation = func() *reputation.Rules { return rules }
