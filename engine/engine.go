@@ -429,16 +429,25 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.RequestSubject{Static: static, Unverified: unverified})
+				req.Subjects = append(req.Subjects, bucket.RequestSubject{})
+				sub := &req.Subjects[len(req.Subjects)-1]
+				sub.Static, sub.Unverified = static, unverified
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
 		}
 		d.applied = append(d.applied, l)
-		req.Limits = append(req.Limits, bucket.Limit{
-			Burst: l.Burst, Rate: l.Rate, Period: l.Period, Shadow: l.Shadow, Subjects: mask,
-		})
+		appendLimit(req, l, mask)
 	}
+}
+
+// appendLimit appends l to req with the subjects in mask, field by field
+// (a literal is built on the stack and copied: its wide loads wait on the
+// narrow stores that built it).
+func appendLimit(req *bucket.Request, l *policy.Limit, mask uint32) {
+	req.Limits = append(req.Limits, bucket.Limit{})
+	bl := &req.Limits[len(req.Limits)-1]
+	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects = l.Burst, l.Rate, l.Period, l.Shadow, mask
 }
 
 // appendLocks appends the lock keys of an auth route (6.5): lockouts and

@@ -99,10 +99,12 @@ func (s *sim) tick(ts time.Time) {
 // returns false when rec cannot be evaluated (no "METHOD /path" endpoint).
 func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	s.tick(rec.TS)
-	s.in = engine.Input{Endpoint: rec.Endpoint, IP: rec.IP, UserID: rec.UserID, DeviceID: rec.DeviceID,
-		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr, Attributes: rec.Attributes,
-		// the record says whether the request proved its device (6.3)
-		DeviceVerified: rec.DeviceVerified}
+	// field by field: a literal would be built on the stack and copied
+	in := &s.in
+	*in = engine.Input{}
+	in.Endpoint, in.IP, in.UserID, in.DeviceID = rec.Endpoint, rec.IP, rec.UserID, rec.DeviceID
+	in.Account, in.ASN, in.Cost, in.Now, in.Addr, in.Attributes = rec.Account, rec.ASN, rec.Cost, rec.TS, addr, rec.Attributes
+	in.DeviceVerified = rec.DeviceVerified // the record says whether the request proved its device (6.3)
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}
