@@ -221,21 +221,18 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	// decision is atomic across its buckets and cannot deadlock.
 	// Each key is hashed once: the low bits pick the shard, the others the
 	// slot in the shard's table.
-	var idx, order [MaxLimits]uint8
+	var idx [MaxLimits]uint8
 	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
 	for i := range req.Limits {
 		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
-		sh := uint8(h % memShards)
-		idx[i], hashes[i] = sh, h
-		j := i
-		for ; j > 0 && order[j-1] > sh; j-- {
-			order[j] = order[j-1]
-		}
-		order[j] = sh
+		idx[i], hashes[i] = uint8(h%memShards), h
 	}
-	s.lockShards(&order, nl, true)
-	defer s.lockShards(&order, nl, false)
+	if !s.unshared {
+		order := sortShards(&idx, nl)
+		s.lockShards(&order, nl, true)
+		defer s.lockShards(&order, nl, false)
+	}
 
 	cost := math.Floor(req.Cost * unit)
 	var evsA [8]eval
@@ -311,12 +308,21 @@ func (s *MemoryStore) rlockSubjects(lock bool) {
 	}
 }
 
-// lockShards locks (or unlocks) each distinct shard of the sorted order[:n],
-// unless the store is unshared.
-func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
-	if s.unshared {
-		return
+// sortShards returns idx[:n] sorted (the rest zero).
+func sortShards(idx *[MaxLimits]uint8, n int) (order [MaxLimits]uint8) {
+	for i := 0; i < n; i++ {
+		sh := idx[i]
+		j := i
+		for ; j > 0 && order[j-1] > sh; j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = sh
 	}
+	return order
+}
+
+// lockShards locks (or unlocks) each distinct shard of the sorted order[:n].
+func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
 	for i := 0; i < n; i++ {
 		if i > 0 && order[i] == order[i-1] {
 			continue
