@@ -193,10 +193,14 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
 	}
 	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
-		s.rlockSubjects(true)
+		if !s.unshared {
+			s.mu.RLock()
+		}
 		for i, k := range req.Locks {
 			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
-				s.rlockSubjects(false)
+				if !s.unshared {
+					s.mu.RUnlock()
+				}
 				res.Locked, res.Lock, res.LockIndex = true, l, i
 				return nil
 			}
@@ -214,14 +218,18 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			}
 			mults[j], pens[j] = combineAt(sub.Static, sub.Unverified, stored, now)
 		}
-		s.rlockSubjects(false)
+		if !s.unshared {
+			s.mu.RUnlock()
+		}
 	}
 
 	// Lock every shard the request touches, in ascending order, so the
 	// decision is atomic across its buckets and cannot deadlock.
 	// Each key is hashed once: the low bits pick the shard, the others the
 	// slot in the shard's table.
-	var idx [MaxLimits]uint8
+	// An unshared store takes no lock, so it needs no order (the sort's
+	// compares of random shards mispredict).
+	var idx, order [MaxLimits]uint8
 	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
 	for i := range req.Limits {
@@ -229,10 +237,10 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		idx[i], hashes[i] = uint8(h%memShards), h
 	}
 	if !s.unshared {
-		order := sortShards(&idx, nl)
-		s.lockShards(&order, nl, true)
-		defer s.lockShards(&order, nl, false)
+		sortShards(&order, &idx, nl)
 	}
+	s.lockShards(&order, nl, true)
+	defer s.lockShards(&order, nl, false)
 
 	cost := math.Floor(req.Cost * unit)
 	var evsA [8]eval
@@ -296,20 +304,8 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	return nil
 }
 
-// rlockSubjects read-locks (or unlocks) s.mu for Decide, unless the store
-// is unshared.
-func (s *MemoryStore) rlockSubjects(lock bool) {
-	switch {
-	case s.unshared:
-	case lock:
-		s.mu.RLock()
-	default:
-		s.mu.RUnlock()
-	}
-}
-
-// sortShards returns idx[:n] sorted (the rest zero).
-func sortShards(idx *[MaxLimits]uint8, n int) (order [MaxLimits]uint8) {
+// sortShards sets order[:n] to idx[:n] sorted.
+func sortShards(order, idx *[MaxLimits]uint8, n int) {
 	for i := 0; i < n; i++ {
 		sh := idx[i]
 		j := i
@@ -318,11 +314,14 @@ func sortShards(idx *[MaxLimits]uint8, n int) (order [MaxLimits]uint8) {
 		}
 		order[j] = sh
 	}
-	return order
 }
 
-// lockShards locks (or unlocks) each distinct shard of the sorted order[:n].
+// lockShards locks (or unlocks) each distinct shard of the sorted order[:n],
+// unless the store is unshared.
 func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
+	if s.unshared {
+		return
+	}
 	for i := 0; i < n; i++ {
 		if i > 0 && order[i] == order[i-1] {
 			continue
