@@ -23,12 +23,16 @@ type storeCase struct {
 	new  func(t *testing.T) (bucket.Store, string)
 }
 
-// stores returns the two implementations under test; each test gets a
-// fresh store and a key prefix of its own.
+// stores returns the two implementations under test (the memory store
+// also unshared: no locks, one goroutine); each test gets a fresh store
+// and a key prefix of its own.
 func stores() []storeCase {
 	return []storeCase{
 		{"memory", func(t *testing.T) (bucket.Store, string) {
 			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:"}), "m:"
+		}},
+		{"memory-unshared", func(t *testing.T) (bucket.Store, string) {
+			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:", Unshared: true}), "m:"
 		}},
 		{"redis", func(t *testing.T) (bucket.Store, string) {
 			c, prefix := testenv.Redis(t)

@@ -30,17 +30,25 @@ type MemoryOptions struct {
 	// Prefix starts every key the store builds (default DefaultPrefix),
 	// as RedisOptions.Prefix.
 	Prefix string
+	// Unshared declares that the store is used from one goroutine at a
+	// time (the caller serialises every call, as limiter replay does with
+	// its private stores): Decide then takes none of the store's locks,
+	// whose atomic instructions also stall the cache misses around them.
+	// The semantics are the same. Default false: safe for concurrent use.
+	Unshared bool
 }
 
 // MemoryStore is the in-process Store: the same semantics as RedisStore,
-// for one process. It is safe for concurrent use; decisions on distinct
-// shards run in parallel. The zero value is not usable; use NewMemoryStore.
+// for one process. It is safe for concurrent use (unless made Unshared);
+// decisions on distinct shards run in parallel. The zero value is not
+// usable; use NewMemoryStore.
 type MemoryStore struct {
 	seed        maphash.Seed
 	prefix      string
 	now         func() time.Time
 	maxPerShard int
 	maxSubjects int
+	unshared    bool // MemoryOptions.Unshared: Decide takes no locks
 	shards      [memShards]memShard
 
 	mu     sync.RWMutex // guards mults, locks and trusts
@@ -88,6 +96,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		now:         opts.Now,
 		maxPerShard: max(opts.MaxKeys/memShards, 1),
 		maxSubjects: opts.MaxSubjects,
+		unshared:    opts.Unshared,
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
 		trusts:      make(map[string]map[string]time.Time),
@@ -184,10 +193,14 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
 	}
 	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
-		s.mu.RLock()
+		if !s.unshared {
+			s.mu.RLock()
+		}
 		for i, k := range req.Locks {
 			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
-				s.mu.RUnlock()
+				if !s.unshared {
+					s.mu.RUnlock()
+				}
 				res.Locked, res.Lock, res.LockIndex = true, l, i
 				return nil
 			}
@@ -205,25 +218,26 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			}
 			mults[j], pens[j] = combineAt(sub.Static, sub.Unverified, stored, now)
 		}
-		s.mu.RUnlock()
+		if !s.unshared {
+			s.mu.RUnlock()
+		}
 	}
 
 	// Lock every shard the request touches, in ascending order, so the
 	// decision is atomic across its buckets and cannot deadlock.
 	// Each key is hashed once: the low bits pick the shard, the others the
 	// slot in the shard's table.
+	// An unshared store takes no lock, so it needs no order (the sort's
+	// compares of random shards mispredict).
 	var idx, order [MaxLimits]uint8
 	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
 	for i := range req.Limits {
 		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
-		sh := uint8(h % memShards)
-		idx[i], hashes[i] = sh, h
-		j := i
-		for ; j > 0 && order[j-1] > sh; j-- {
-			order[j] = order[j-1]
-		}
-		order[j] = sh
+		idx[i], hashes[i] = uint8(h%memShards), h
+	}
+	if !s.unshared {
+		sortShards(&order, &idx, nl)
 	}
 	s.lockShards(&order, nl, true)
 	defer s.lockShards(&order, nl, false)
@@ -290,8 +304,24 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	return nil
 }
 
-// lockShards locks (or unlocks) each distinct shard of the sorted order[:n].
+// sortShards sets order[:n] to idx[:n] sorted.
+func sortShards(order, idx *[MaxLimits]uint8, n int) {
+	for i := 0; i < n; i++ {
+		sh := idx[i]
+		j := i
+		for ; j > 0 && order[j-1] > sh; j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = sh
+	}
+}
+
+// lockShards locks (or unlocks) each distinct shard of the sorted order[:n],
+// unless the store is unshared.
 func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
+	if s.unshared {
+		return
+	}
 	for i := 0; i < n; i++ {
 		if i > 0 && order[i] == order[i-1] {
 			continue

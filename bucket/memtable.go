@@ -124,7 +124,9 @@ func (t *memTable) put(h uint64, key string, b memBucket) {
 			return
 		}
 	}
-	t.slots[i] = memSlot{hash: h, off: t.appendKey(key), len: uint32(len(key)), memBucket: b}
+	off := t.appendKey(key)
+	s := &t.slots[i] // field by field: a literal would be copied through the stack
+	s.hash, s.off, s.len, s.memBucket = h, off, uint32(len(key)), b
 	t.n++
 }
 

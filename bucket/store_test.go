@@ -166,3 +166,24 @@ func TestEscapeID(t *testing.T) {
 		t.Errorf("LockKey = %q", got)
 	}
 }
+
+// TestKeyTemplate checks that the templates append the bytes of the
+// builders they stand for, for every kind of id.
+func TestKeyTemplate(t *testing.T) {
+	t.Parallel()
+	ids := []string{"", "d_1", "a}b{c", "x:y|z%", "sp ace\n", "198.51.0.7"}
+	for _, subject := range []string{"global", "ip", "user", "device", "route"} {
+		for _, id := range ids {
+			bt := bucket.NewBucketKeyTemplate("tg:", subject, "login-ip")
+			want := bucket.AppendBucketName(bucket.AppendSubjectTag([]byte("k|"), "tg:", subject, id), "login-ip")
+			if got := bt.Append([]byte("k|"), id); string(got) != string(want) {
+				t.Errorf("bucket template %s %q = %q, want %q", subject, id, got, want)
+			}
+			mt := bucket.NewMultiplierKeyTemplate("tg:", subject)
+			want = bucket.AppendMultiplierKey([]byte("k|"), "tg:", subject, id)
+			if got := mt.Append([]byte("k|"), id); string(got) != string(want) {
+				t.Errorf("multiplier template %s %q = %q, want %q", subject, id, got, want)
+			}
+		}
+	}
+}

@@ -114,6 +114,48 @@ func AppendBucketName(dst []byte, name string) []byte {
 // string decide.lua reads instead of the hash (see summarizeLua).
 const summarySuffix = "s"
 
+// KeyTemplate builds one kind of key under one prefix, for any id: the
+// bytes AppendSubjectTag and the suffix after it (a bucket's name, a
+// multiplier hash's ":m") would append, with the constant parts joined
+// once, so that the hot path copies three pieces per key instead of six.
+// The zero KeyTemplate is not usable; it is safe for concurrent use.
+type KeyTemplate struct {
+	head, tail string // prefix + "{subject:", "}" + suffix
+	empty      string // the whole key of id ""
+}
+
+// NewBucketKeyTemplate returns the template of a limit's bucket keys
+// tagged by subject: Append(dst, id) appends what AppendSubjectTag(dst,
+// prefix, subject, id) and then AppendBucketName(name) would.
+func NewBucketKeyTemplate(prefix, subject, name string) KeyTemplate {
+	return newKeyTemplate(prefix, subject, string(AppendBucketName(nil, name)))
+}
+
+// NewMultiplierKeyTemplate returns the template of a kind's multiplier
+// keys: Append(dst, id) appends what AppendMultiplierKey(dst, prefix,
+// kind, id) would.
+func NewMultiplierKeyTemplate(prefix, kind string) KeyTemplate {
+	return newKeyTemplate(prefix, kind, ":m")
+}
+
+func newKeyTemplate(prefix, subject, suffix string) KeyTemplate {
+	return KeyTemplate{
+		head:  prefix + "{" + subject + ":",
+		tail:  "}" + suffix,
+		empty: string(AppendSubjectTag(nil, prefix, subject, "")) + suffix,
+	}
+}
+
+// Append appends the key of id to dst.
+func (t *KeyTemplate) Append(dst []byte, id string) []byte {
+	if id == "" {
+		return append(dst, t.empty...)
+	}
+	dst = append(dst, t.head...)
+	dst = AppendEscapedID(dst, id)
+	return append(dst, t.tail...)
+}
+
 func subjectKey(prefix string, s Subject, suffix string) string {
 	return string(appendKey(make([]byte, 0, len(prefix)+len(s.Kind)+len(s.ID)+8), prefix, s.Kind, s.ID, suffix))
 }

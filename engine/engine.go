@@ -208,6 +208,18 @@ type Engine struct {
 	// keys) nor for a wrapper (it may keep them).
 	borrowKeys bool
 	obs        atomic.Pointer[obsCache]
+	// multKeys are the multiplier key templates by subject key part;
+	// bucketKeys those of the policy in force's bucket keys.
+	multKeys   [len(subjectKinds)]bucket.KeyTemplate
+	bucketKeys atomic.Pointer[bucketKeys]
+}
+
+// bucketKeys are the bucket key templates of a policy's limits tagged by
+// a subject or global (by Limit.Index; zero for those tagged by an
+// attribute), built once per policy.
+type bucketKeys struct {
+	p    *policy.Policy
+	keys []bucket.KeyTemplate
 }
 
 // New returns an Engine, validating o.
@@ -232,7 +244,32 @@ func New(o Options) (*Engine, error) {
 	}
 	lc, _ := o.Store.(interface{ LocalClock() bool })
 	_, mem := o.Store.(*bucket.MemoryStore)
-	return &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil}, nil
+	e := &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil}
+	for part, kind := range subjectKinds {
+		if kind != "" {
+			e.multKeys[part] = bucket.NewMultiplierKeyTemplate(o.Prefix, kind)
+		}
+	}
+	return e, nil
+}
+
+// bucketKeysOf returns the bucket key templates of p.
+func (e *Engine) bucketKeysOf(p *policy.Policy) *bucketKeys {
+	if bk := e.bucketKeys.Load(); bk != nil && bk.p == p {
+		return bk
+	}
+	bk := &bucketKeys{p: p, keys: make([]bucket.KeyTemplate, len(p.Limits))}
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		if len(l.By) == 0 {
+			continue
+		}
+		if tag := l.By[tagPart(l)]; tag != policy.PartAttr {
+			bk.keys[i] = bucket.NewBucketKeyTemplate(e.o.Prefix, tag.String(), l.Name)
+		}
+	}
+	e.bucketKeys.Store(bk)
+	return bk
 }
 
 // Policy returns the policy in force.
@@ -352,6 +389,7 @@ func (e *Engine) request(d *Decision, in *Input, verifiedDevice bool, start time
 // (each subject once), keys built into one buffer (d.keybuf, d.spans).
 func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, routeVal string, verified float64) {
 	req := &d.breq
+	bk := e.bucketKeysOf(p)
 	var subjOf [8]int8 // key part -> subject index + 1
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
@@ -371,14 +409,14 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 		if !applies {
 			continue
 		}
-		d.keybuf = e.appendBucketKey(d.keybuf, l, in, routeVal)
+		d.keybuf = e.appendBucketKey(d.keybuf, bk, l, in, routeVal)
 		d.spans = append(d.spans, span{len(d.keybuf), spanBucket})
 		for _, part := range l.By {
 			if !part.IsSubject() {
 				continue
 			}
 			if subjOf[part] == 0 {
-				d.keybuf = bucket.AppendMultiplierKey(d.keybuf, e.o.Prefix, subjectKinds[part], value(in, part, routeVal))
+				d.keybuf = e.multKeys[part].Append(d.keybuf, value(in, part, routeVal))
 				d.spans = append(d.spans, span{len(d.keybuf), spanSubject})
 				static := 1.0
 				if in.StaticSet[part] {
@@ -391,16 +429,25 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				if part == policy.PartDevice && in.UnverifiedSet {
 					unverified = in.Unverified
 				}
-				req.Subjects = append(req.Subjects, bucket.RequestSubject{Static: static, Unverified: unverified})
+				req.Subjects = append(req.Subjects, bucket.RequestSubject{})
+				sub := &req.Subjects[len(req.Subjects)-1]
+				sub.Static, sub.Unverified = static, unverified
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
 		}
 		d.applied = append(d.applied, l)
-		req.Limits = append(req.Limits, bucket.Limit{
-			Burst: l.Burst, Rate: l.Rate, Period: l.Period, Shadow: l.Shadow, Subjects: mask,
-		})
+		appendLimit(req, l, mask)
 	}
+}
+
+// appendLimit appends l to req with the subjects in mask, field by field
+// (a literal is built on the stack and copied: its wide loads wait on the
+// narrow stores that built it).
+func appendLimit(req *bucket.Request, l *policy.Limit, mask uint32) {
+	req.Limits = append(req.Limits, bucket.Limit{})
+	bl := &req.Limits[len(req.Limits)-1]
+	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects = l.Burst, l.Rate, l.Period, l.Shadow, mask
 }
 
 // appendLocks appends the lock keys of an auth route (6.5): lockouts and
@@ -705,29 +752,34 @@ func value(in *Input, part policy.KeyPart, route string) string {
 	return ""
 }
 
-// appendBucketKey appends a limit's bucket key: the hash tag of its first
-// subject (or of its first part), ":b:", the limit name, then "|" and each
-// further part's escaped value.
-func (e *Engine) appendBucketKey(dst []byte, l *policy.Limit, in *Input, route string) []byte {
-	first := -1
+// tagPart returns the index of the key part that tags l's bucket keys:
+// its first subject, or its first part.
+func tagPart(l *policy.Limit) int {
 	for i, part := range l.By {
 		if part.IsSubject() {
-			first = i
-			break
+			return i
 		}
 	}
-	if first < 0 {
-		first = 0
-	}
-	switch tag := l.By[first]; tag {
-	case policy.PartGlobal:
-		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, "global", "")
-	case policy.PartAttr:
+	return 0
+}
+
+// appendBucketKey appends a limit's bucket key: the hash tag of its first
+// subject (or of its first part), ":b:", the limit name, then "|" and each
+// further part's escaped value. bk holds the templates of l's policy.
+func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in *Input, route string) []byte {
+	first := tagPart(l)
+	switch tag := l.By[first]; {
+	case tag == policy.PartAttr:
 		dst = bucket.AppendAttrTag(dst, e.o.Prefix, l.ByAttr[first], l.AttrValue(first, in.Attributes))
+		dst = bucket.AppendBucketName(dst, l.Name)
+	case l.Index < len(bk.keys) && &bk.p.Limits[l.Index] == l:
+		dst = bk.keys[l.Index].Append(dst, value(in, tag, route)) // "" for global
+	case tag == policy.PartGlobal:
+		dst = bucket.AppendBucketName(bucket.AppendSubjectTag(dst, e.o.Prefix, "global", ""), l.Name)
 	default:
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
+		dst = bucket.AppendBucketName(dst, l.Name)
 	}
-	dst = bucket.AppendBucketName(dst, l.Name)
 	for i, part := range l.By {
 		if i == first || part == policy.PartGlobal {
 			continue

@@ -59,7 +59,9 @@ type simOptions struct {
 func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, error) {
 	s := &sim{pol: p, maxKeys: o.MaxKeys}
 	clock := func() time.Time { return s.now }
-	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock})
+	// the sim is the store's only user (the risk engine's actions go
+	// through it too), one event at a time
+	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock, Unshared: true})
 	eo := engine.Options{Store: s.store, Policy: func() *policy.Policy { return p }, Prefix: keyPrefix, Clock: clock}
 	if rules != nil {
 		eo.Reputation = func() *reputation.Rules { return rules }
@@ -69,7 +71,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 		return nil, err
 	}
 	s.eng = eng
-	s.sig = signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys})
+	s.sig = signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys, Unshared: true})
 	return s, nil
 }
 
@@ -97,10 +99,12 @@ func (s *sim) tick(ts time.Time) {
 // returns false when rec cannot be evaluated (no "METHOD /path" endpoint).
 func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	s.tick(rec.TS)
-	s.in = engine.Input{Endpoint: rec.Endpoint, IP: rec.IP, UserID: rec.UserID, DeviceID: rec.DeviceID,
-		Account: rec.Account, ASN: rec.ASN, Cost: rec.Cost, Now: rec.TS, Addr: addr, Attributes: rec.Attributes,
-		// the record says whether the request proved its device (6.3)
-		DeviceVerified: rec.DeviceVerified}
+	// field by field: a literal would be built on the stack and copied
+	in := &s.in
+	*in = engine.Input{}
+	in.Endpoint, in.IP, in.UserID, in.DeviceID = rec.Endpoint, rec.IP, rec.UserID, rec.DeviceID
+	in.Account, in.ASN, in.Cost, in.Now, in.Addr, in.Attributes = rec.Account, rec.ASN, rec.Cost, rec.TS, addr, rec.Attributes
+	in.DeviceVerified = rec.DeviceVerified // the record says whether the request proved its device (6.3)
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}

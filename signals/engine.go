@@ -27,6 +27,11 @@ type Options struct {
 	// structure is full, its least recently seen key is evicted. Zero or
 	// less means DefaultMaxKeys.
 	MaxKeys int
+	// Unshared declares that every call comes from one goroutine at a
+	// time (limiter replay's engines): the engine then takes no lock,
+	// whose atomic instructions also stall the cache misses around them.
+	// Default false: the concurrent calls listed on Engine are safe.
+	Unshared bool
 }
 
 // Stats counts the keys an Engine tracks, per structure. Each count is at
@@ -55,9 +60,10 @@ type Stats struct {
 //
 // Apply calls must come from one goroutine at a time. Offenders, Active,
 // Stats and SetPolicy may be called from any goroutine, concurrently with
-// Apply. The zero Engine is not usable; call New.
+// Apply (unless Options.Unshared). The zero Engine is not usable; call New.
 type Engine struct {
-	mu sync.Mutex
+	mu       sync.Mutex
+	unshared bool // Options.Unshared: lock and unlock do nothing
 
 	maxKeys   int
 	vrules    []*velRule
@@ -94,6 +100,8 @@ func New(o Options) *Engine {
 		off:  newLRU[offState](DefaultMaxKeys),
 		meas: newLRU[measure](DefaultMaxKeys),
 		buf:  make([]byte, 0, 256),
+
+		unshared: o.Unshared,
 	}
 	e.off.onRemove = e.dropEpisode
 	e.configure(o)
@@ -107,8 +115,8 @@ func New(o Options) *Engine {
 // limits whose name and `by` are unchanged. Measures in force are kept.
 // Everything else is dropped.
 func (e *Engine) SetPolicy(o Options) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	e.configure(o)
 }
 
@@ -125,8 +133,8 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 	if d == nil {
 		return out
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	if !e.fresh(seq, index) || d.Result == "allowed_list" {
 		return out // an allow list exempts the request from every signal
 	}
@@ -156,8 +164,8 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	if r == nil {
 		return out
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	if !e.fresh(seq, index) {
 		return out
 	}
@@ -181,8 +189,8 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 // (1 s slots), worst (highest count) first, ties by limit then key. It
 // returns nil when repeat offenders are off.
 func (e *Engine) Offenders(now time.Time) []Offender {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	if e.perMinute <= 0 {
 		return nil
 	}
@@ -224,8 +232,8 @@ func (e *Engine) Offenders(now time.Time) []Offender {
 // the engine (a step_up_passed report) or evicted under memory pressure are
 // not listed; lifts the engine did not see (admin) are.
 func (e *Engine) Active(now time.Time) []Action {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	ns, ok := eventTime(now)
 	if !ok {
 		return nil
@@ -253,14 +261,28 @@ func (e *Engine) Active(now time.Time) []Action {
 
 // Stats returns the number of keys tracked per structure.
 func (e *Engine) Stats() Stats {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	return Stats{
 		Velocity:  e.vel.len(),
 		Anomaly:   e.anom.len(),
 		Offenders: e.off.len(),
 		Episodes:  len(e.episodes),
 		Measures:  e.meas.len(),
+	}
+}
+
+// lock locks e.mu unless the engine is unshared (its one goroutine then
+// owns it, and "callers hold e.mu" holds trivially); unlock unlocks it.
+func (e *Engine) lock() {
+	if !e.unshared {
+		e.mu.Lock()
+	}
+}
+
+func (e *Engine) unlock() {
+	if !e.unshared {
+		e.mu.Unlock()
 	}
 }
 

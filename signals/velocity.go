@@ -400,8 +400,8 @@ func (e *Engine) LiftLock(account string, ts time.Time) bool {
 	if account == "" || !ok {
 		return false
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.lock()
+	defer e.unlock()
 	e.advanceClock(ns)
 	key := e.measureKey("account", account, lockSource)
 	men := e.meas.peekBytes(key)
