@@ -68,6 +68,12 @@ func TestCluster(t *testing.T) {
 	if err := s.Decide(ctx, &mreq, &res); err != nil || !res.Allowed || res.Limits[0].Burst != 5 || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.5 {
 		t.Fatalf("multiplier across slots: %+v %v", res, err)
 	}
+	// and in one slot: the script reads the subject's summary on its node
+	one := bucket.Request{Now: t0, Cost: 1, Subjects: []bucket.RequestSubject{{Key: dev, Static: 1, Unverified: 1}},
+		Limits: []bucket.Limit{{Key: s.Prefix() + "{device:d1}:b:z", Burst: 10, Rate: 10, Period: time.Minute, Subjects: 1}}}
+	if err := s.Decide(ctx, &one, &res); err != nil || !res.Allowed || res.Limits[0].Burst != 5 || !res.Subjects[0].Read || res.Subjects[0].Mult != 0.5 {
+		t.Fatalf("multiplier in one slot: %+v %v", res, err)
+	}
 
 	// locks and trust sets of another slot
 	alice := bucket.Subject{Kind: "account", ID: "alice"}
