@@ -79,14 +79,18 @@ func (t *memTable) probe(h uint64) int {
 	}
 }
 
-// touch reads the first and last bytes of slot i's key (none when i < 0)
-// and returns their sum: a prefetch of the arena's cache lines for match
-// (Go has no prefetch instruction), between probe and match.
+// touch reads the first and last bytes of slot i's key (none when i < 0
+// or the key is empty) and returns their sum: a prefetch of the arena's
+// cache lines for match (Go has no prefetch instruction), between probe
+// and match.
 func (t *memTable) touch(i int) uint8 {
 	if i < 0 {
 		return 0
 	}
 	s := &t.slots[i]
+	if s.len == 0 {
+		return 0
+	}
 	return t.arena[s.off] + t.arena[s.off+s.len-1]
 }
 

@@ -1,10 +1,12 @@
 package bucket
 
 import (
+	"context"
 	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestMemTableModel runs random puts, finds, sweeps and evictions on a
@@ -99,5 +101,21 @@ func TestMemTableEvictPrefersFull(t *testing.T) {
 	tab.evict(10) // none full: the one full again earliest (20)
 	if tab.find(memHash(maphash.String(seed, "1")), "1") != nil || tab.n != 2 {
 		t.Fatalf("bucket full at 20 should go next (n = %d)", tab.n)
+	}
+}
+
+// TestMemoryEmptyKey: a bucket whose key is empty (the store takes any
+// key) is found again like any other, shared or unshared; the look-up's
+// prefetch of the key's bytes once read past an empty key and panicked.
+func TestMemoryEmptyKey(t *testing.T) {
+	for _, unshared := range []bool{false, true} {
+		s := NewMemoryStore(MemoryOptions{Unshared: unshared})
+		req := Request{Now: time.Unix(1_800_000_000, 0), Cost: 1, Limits: []Limit{{Key: "", Burst: 5, Rate: 1, Period: time.Hour}}}
+		var res Result
+		for want := 4.0; want >= 2; want-- {
+			if err := s.Decide(context.Background(), &req, &res); err != nil || res.Limits[0].Remaining != want {
+				t.Fatalf("unshared=%v: remaining %v err=%v, want %v", unshared, res.Limits[0].Remaining, err, want)
+			}
+		}
 	}
 }
