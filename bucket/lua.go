@@ -25,6 +25,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local h = redis.call("HGETALL", KEYS[1])
 local last = 0
 local never = false
+local kept = 0
 local parts = {}
 for f = 2, #h, 2 do
   local vs, es = string.match(h[f], "^(%S+) (%S+)")
@@ -32,13 +33,14 @@ for f = 2, #h, 2 do
   if e == nil or (e ~= 0 and e <= now) then
     redis.call("HDEL", KEYS[1], h[f - 1])
   else
+    kept = kept + 1
     if e == 0 then never = true elseif e > last then last = e end
     if v and v >= 0 and h[f - 1] ~= "attestation" then
       parts[#parts + 1] = struct.pack("<dd", v, e)
     end
   end
 end
-if redis.call("EXISTS", KEYS[1]) == 0 then
+if kept == 0 then -- the last field went, and the hash with it
   redis.call("DEL", KEYS[2])
   return 1
 end
