@@ -237,7 +237,7 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 	}
 	v := subjectView{Subject: subject, ID: id, Multipliers: []multiplierView{}, RequestID: rid}
 	if subject == "device" && s.o.Attestation != nil {
-		view, _, err := s.o.Attestation(ctx, id)
+		view, err := s.o.Attestation(ctx, id)
 		if err != nil {
 			s.storeError(w, rid, err)
 			return

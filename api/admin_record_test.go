@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -108,4 +112,52 @@ func TestAdminTTLCountsFromStoreClock(t *testing.T) {
 	view(`"effective":0.1,`)
 	storeNow = storeNow.Add(10 * time.Minute) // expired by the store's clock; the host's is still at t0
 	view(`"effective":1,`)
+}
+
+// TestAdminJudgesAttestationByStoreClock: the device view says whether a
+// device's attestation is in force (its "attestation" multiplier and
+// effective_with_device_token) by the store's clock (Redis TIME in
+// production), as the status key's own expiry is, not the limiter host's:
+// with the store two hours ahead, a status ending in one hour by the
+// host's clock is shown but not in force, one ending in three is.
+func TestAdminJudgesAttestationByStoreClock(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse("attest.yaml", []byte(testPolicy+"risk:\n  attestation: {verified_multiplier: 2.0, unverified_multiplier: 0.5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := t0
+	store := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return host.Add(2 * time.Hour) }})
+	eng, err := engine.New(engine.Options{Store: store, Policy: func() *policy.Policy { return p }, Clock: func() time.Time { return host }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := attestation.NewMemoryDevices(0, func() time.Time { return host })
+	srv, err := New(Options{Engine: eng, AdminToken: "tok", Store: store, Now: func() time.Time { return host },
+		Attestation: func(ctx context.Context, id string) (any, error) { return AttestationView(ctx, devices, id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetState("ready")
+	for _, c := range []struct {
+		id      string
+		ends    time.Duration // after the host's clock
+		inForce bool
+	}{{"d-1h", time.Hour, false}, {"d-3h", 3 * time.Hour, true}} {
+		st := attestation.Status{Platform: "ios", Verified: true, VerifiedAt: host, ExpiresAt: host.Add(c.ends)}
+		if err := devices.Put(context.Background(), c.id, st); err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("GET", "/v1/admin/subjects/device/"+c.id, nil)
+		r.Header.Set("Authorization", "Bearer tok")
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		body := w.Body.String()
+		shown := strings.Contains(body, `"attestation":{"platform":"ios","verified":true`)
+		listed := strings.Contains(body, `"source":"attestation"`)
+		counted := strings.Contains(body, `"effective_with_device_token":2,`)
+		if w.Code != 200 || !shown || listed != c.inForce || counted != c.inForce {
+			t.Fatalf("%s: %d %s; want the attestation shown, in force=%v", c.id, w.Code, body, c.inForce)
+		}
+	}
 }

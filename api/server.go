@@ -69,8 +69,9 @@ type Options struct {
 	// Offenders lists repeat offenders for GET /v1/admin/offenders.
 	Offenders func(ctx context.Context) ([]signals.Offender, error)
 	// Attestation returns a device's attestation for the admin subject
-	// view (nil when none) and whether it is valid now.
-	Attestation func(ctx context.Context, deviceID string) (view any, valid bool, err error)
+	// view (nil when none; see AttestationView). The view judges whether
+	// it is in force by the store's clock.
+	Attestation func(ctx context.Context, deviceID string) (view any, err error)
 	// Audit publishes every admin change (6.5); nil publishes none (the
 	// change is only logged).
 	Audit Auditor

@@ -1,21 +1,17 @@
 package service
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/attestation/attestationtest"
-	"github.com/tollgate-dev/tollgate/bucket"
 )
 
 // TestAttestationEndToEnd: an attested device gets more room, an
@@ -142,29 +138,5 @@ risk:
 	}
 	if resp, body := post(t, base+"/v1/attest/challenge", `{"device_id":"d"}`); resp.StatusCode != 429 || !strings.Contains(body, `"limit":"attest-ip"`) {
 		t.Fatalf("4th challenge: %d %s", resp.StatusCode, body)
-	}
-}
-
-// TestAttestationViewJudgesByStoreClock: the admin view says whether a
-// device's attestation is in force by the store's clock (Redis TIME), as
-// the status key's own expiry is, not the limiter host's: with the store
-// two hours ahead, a status that ends in one hour by the host's clock is
-// shown but not in force.
-func TestAttestationViewJudgesByStoreClock(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	host := time.Now()
-	store := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return host.Add(2 * time.Hour) }})
-	a := newAttestState(slog.New(slog.DiscardHandler), store, nil, bucket.DefaultPrefix)
-	st := attestation.Status{Platform: "ios", Verified: true, VerifiedAt: host, ExpiresAt: host.Add(time.Hour)}
-	if err := a.devices.Put(ctx, "d_1", st); err != nil {
-		t.Fatal(err)
-	}
-	v, valid, err := a.view(ctx, "d_1")
-	if err != nil || v == nil {
-		t.Fatalf("view: %v, %v", v, err)
-	}
-	if valid {
-		t.Fatal("attestation in force by the host's clock, want judged by the store's (expired)")
 	}
 }

@@ -62,7 +62,7 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.att = newAttestState(cfg.Logger.With("component", "attestation"), l.store.store, l.store.client, cfg.KeyPrefix)
+	l.att = newAttestState(cfg.Logger.With("component", "attestation"), l.store.client, cfg.KeyPrefix)
 	l.att.getenv = cfg.Getenv
 	if err := l.att.apply(l.holder.Current()); err != nil {
 		return nil, err
