@@ -115,8 +115,6 @@ var serviceDesc = grpc.ServiceDesc{
 // FullMethod is the full path of the service's one method.
 const FullMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-const fullMethod = FullMethod
-
 func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
 	p := getRequest()
@@ -127,7 +125,7 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	if interceptor == nil {
 		return s.answer(ctx, &p.msg)
 	}
-	return interceptor(ctx, &p.msg, &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}, func(ctx context.Context, req any) (any, error) {
+	return interceptor(ctx, &p.msg, &grpc.UnaryServerInfo{Server: srv, FullMethod: FullMethod}, func(ctx context.Context, req any) (any, error) {
 		return s.answer(ctx, req.(*rlsv3.RateLimitRequest))
 	})
 }
