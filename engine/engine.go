@@ -774,9 +774,7 @@ func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in
 		dst = bucket.AppendBucketName(dst, l.Name)
 	case l.Index < len(bk.keys) && &bk.p.Limits[l.Index] == l:
 		dst = bk.keys[l.Index].Append(dst, value(in, tag, route)) // "" for global
-	case tag == policy.PartGlobal:
-		dst = bucket.AppendBucketName(bucket.AppendSubjectTag(dst, e.o.Prefix, "global", ""), l.Name)
-	default:
+	default: // a limit of no policy in bk: the same bytes, built in full
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))
 		dst = bucket.AppendBucketName(dst, l.Name)
 	}
