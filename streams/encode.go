@@ -2,7 +2,7 @@ package streams
 
 import (
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,7 +101,7 @@ func appendAttributes(b []byte, m map[string]string) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {
