@@ -616,12 +616,13 @@ var rateUnits = map[string]time.Duration{
 	"s": time.Second, "sec": time.Second, "second": time.Second,
 	"min": time.Minute, "minute": time.Minute,
 	"h": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
 }
 
 // errRateSyntax is the error for a rate that is not N/unit.
-var errRateSyntax = errors.New("want N/s, N/min or N/h (N a positive number)")
+var errRateSyntax = errors.New("want N/s, N/min, N/h or N/day (N a positive number)")
 
-// parseRate parses "N/s", "N/min", "N/h" (and the long unit names).
+// parseRate parses "N/s", "N/min", "N/h", "N/day" (and the other unit names).
 func parseRate(s string) (float64, time.Duration, error) {
 	num, unit, found := strings.Cut(s, "/")
 	period, known := rateUnits[unit]
