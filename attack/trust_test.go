@@ -40,15 +40,6 @@ var trustPolicy = strings.NewReplacer(
 	"    verified_multiplier: 2.0\n    token_key_env: "+deviceKeyEnv+"\n",
 ).Replace(attackPolicy)
 
-// withPolicy runs the limiter and riskd on text instead of attackPolicy.
-func withPolicy(t *testing.T, text string) setup {
-	return func(c *service.Config) {
-		if err := os.WriteFile(c.ConfigPath, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // strictUpstream answers a login as many APIs do: 400 without a password
 // (nothing to report, so nothing locks), 401 for a wrong one, 200 for
 // "right".
@@ -117,7 +108,7 @@ func (tg *target) enrol(t *testing.T, account, device string) {
 // its own; the attacker's requests share the account's.
 func TestAttackDrainedAccountBudgetKeepsTrustedPhoneOut(t *testing.T) {
 	t.Parallel()
-	tg := start(t, withPolicy(t, trustPolicy), strictUpstream(t))
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t))
 	tg.enrol(t, "alice", "alice-phone")
 	denied := 0
 	for i := 0; i < 10; i++ {

@@ -163,6 +163,8 @@ func rateText(l *Limit) string {
 		unit = "min"
 	case time.Hour:
 		unit = "h"
+	case 24 * time.Hour:
+		unit = "day"
 	}
 	return strconv.FormatFloat(l.Rate, 'f', -1, 64) + "/" + unit
 }

@@ -292,7 +292,7 @@ func (l *limiter) addListeners() error {
 	}
 	if cfg.GRPCListen != "" {
 		gs, err := newGRPC(grpcConfig{Addr: cfg.GRPCListen, Decider: l.srv, Policy: l.holder.Current, Registerer: l.reg, Logger: l.log,
-			Drain: cfg.ShutdownTimeout})
+			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout})
 		if err != nil {
 			return err
 		}

@@ -46,6 +46,8 @@ func flags(c *service.Config) []cli.Flag {
 		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; the oldest go first (reserved on the NATS server)"),
 		cli.Secret(&c.AdminToken, "admin-token", "TOLLGATE_ADMIN_TOKEN", "TOKEN", "bearer token for /v1/admin/* (default: admin API off)"),
 		cli.String(&c.GRPCListen, "grpc-listen", "TOLLGATE_GRPC_LISTEN", "", "ADDR", "serve Envoy's rate-limit service (gRPC, envoy.service.ratelimit.v3) on this address (default: off)"),
+		cli.Int(&c.GRPCMaxStreams, "grpc-max-streams", "TOLLGATE_GRPC_MAX_STREAMS", service.DefaultGRPCMaxStreams, "calls open at once on one gRPC connection; more are refused with REFUSED_STREAM"),
+		cli.Duration(&c.GRPCIdleTimeout, "grpc-idle-timeout", "TOLLGATE_GRPC_IDLE_TIMEOUT", service.DefaultGRPCIdleTimeout, "close a gRPC connection that has had no call open this long"),
 		cli.Secret(&c.APIToken, "api-token", "TOLLGATE_API_TOKEN", "TOKEN", "bearer token /v1/check, /v1/report and /v1/forward-auth require (default: none needed)"),
 		cli.String(&c.Upstream, "upstream", "TOLLGATE_UPSTREAM", "", "URL", "reverse-proxy mode: forward allowed requests to this http(s) URL"),
 		cli.String(&c.APIListen, "api-listen", "TOLLGATE_API_LISTEN", service.DefaultAPIListen, "ADDR", "proxy mode: address of the limiter's own API (/v1/check, /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics; never the public one"),
