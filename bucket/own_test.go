@@ -2,6 +2,7 @@ package bucket_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,6 +135,46 @@ func TestTrustedDevicesOwnConcurrent(t *testing.T) {
 			wg.Wait()
 			if phone.Load() != 7 || others.Load() != 7 {
 				t.Fatalf("admitted %d for the phone and %d for the others, want 7 and 7", phone.Load(), others.Load())
+			}
+		})
+	}
+}
+
+// TestTrustedDevicesOwnWithLease: a decision with an own bucket and a
+// concurrency limit adds the lease it was given (the own section follows
+// the lease in decide.lua's numbers) and reports the trust; an own key on
+// a limit that is no token bucket is refused (its lease could not be
+// released from the shared key).
+func TestTrustedDevicesOwnWithLease(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := sc.new(t)
+			ctx := context.Background()
+			if err := s.Trust(ctx, bucket.Subject{Kind: "account", ID: "carol"}, "phone", t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			shared := p + "{account:carol}:b:login"
+			conc := p + "{account:carol}:b:exports"
+			req := bucket.Request{Now: t0, Cost: 1, Device: "phone", OwnTrust: bucket.TrustKey(p, "account", "carol"), Lease: lease(7),
+				Limits: []bucket.Limit{
+					{Key: shared, OwnKey: shared + "|~phone", Burst: 3, Rate: 3, Period: time.Minute},
+					{Key: conc, Kind: bucket.KindConcurrency, Burst: 1, LeaseTTL: time.Minute},
+				}}
+			var res bucket.Result
+			if err := s.Decide(ctx, &req, &res); err != nil {
+				t.Fatal(err)
+			}
+			if !res.Allowed || !res.Trusted || res.Limits[0].Remaining != 2 || res.Limits[1].Remaining != 0 {
+				t.Fatalf("decision: %+v", res)
+			}
+			if ok, err := s.Release(ctx, lease(7), []string{conc}); err != nil || !ok {
+				t.Fatalf("release of the decision's lease: %v %v", ok, err)
+			}
+			req.Limits[1].OwnKey = conc + "|~phone"
+			if err := s.Decide(ctx, &req, &res); !errors.Is(err, bucket.ErrBadRequest) {
+				t.Fatalf("own key on a concurrency limit: %v, want ErrBadRequest", err)
 			}
 		})
 	}
