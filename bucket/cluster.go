@@ -35,14 +35,27 @@ import (
 // exactly its capacity (one slot, one script). Decisions whose keys share
 // a slot take the single-script path.
 
-// refundSource gives tokens back to buckets a decision took from.
-// KEYS: the buckets; ARGV[1] micro-tokens to give back; ARGV[1+i] the
-// effective burst of bucket i (the cap).
+// refundSource gives tokens back to the limits a decision took from.
+// KEYS: the limits; ARGV[1] micro-tokens to give back; ARGV[2] the
+// decision's lease; ARGV[2+i] the effective burst of bucket i (the cap),
+// or "q" for a quota (its count goes down by the cost) or "c" for a
+// concurrency limit (the lease leaves its set).
 const refundSource = `
 local cost = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  local v = redis.call("GET", KEYS[i])
-  if v then
+  local kind = ARGV[2 + i]
+  local v = nil
+  if kind == "c" then
+    redis.call("ZREM", KEYS[i], ARGV[2])
+  else
+    v = redis.call("GET", KEYS[i])
+  end
+  if v and kind == "q" then
+    local used, start = struct.unpack("<dd", v)
+    used = used - cost
+    if used < 0 then used = 0 end
+    redis.call("SET", KEYS[i], struct.pack("<dd", used, start), "KEEPTTL")
+  elseif v then
     -- decide.lua's state: tokens and last_us as two packed float64s, or
     -- the text "tokens last_us" of earlier builds
     local t, l
@@ -54,7 +67,7 @@ for i = 1, #KEYS do
     end
     if t and l then
       t = t + cost
-      local cap = tonumber(ARGV[1 + i])
+      local cap = tonumber(ARGV[2 + i])
       if t > cap then t = cap end
       redis.call("SET", KEYS[i], struct.pack("<dd", t, l), "KEEPTTL")
     end
@@ -209,7 +222,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe = s.c.Pipeline()
 	for gi, g := range groups {
-		g.req = Request{Now: now, Cost: req.Cost}
+		g.req = Request{Now: now, Cost: req.Cost, Lease: req.Lease}
 		slotKey := req.Limits[g.limits[0]].Key
 		remap := map[int]int{}
 		for _, i := range g.limits {
@@ -271,12 +284,13 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 				continue
 			}
 			var keys []string
-			args := []interface{}{cost}
+			args := []interface{}{cost, req.Lease}
 			for k := range g.req.Limits {
 				if g.res.Limits[k].Allowed {
-					keys = append(keys, g.req.Limits[k].Key)
-					args = append(args, ftoa(g.res.Limits[k].Burst*unit))
-					g.res.Limits[k].Remaining += float64(int64(req.Cost*unit)) / unit
+					l := &g.req.Limits[k]
+					keys = append(keys, l.Key)
+					args = append(args, refundArg(l, g.res.Limits[k].Burst))
+					g.res.Limits[k].Remaining += refunded(l, req.Cost)
 				}
 			}
 			if len(keys) > 0 {
@@ -300,6 +314,27 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	res.Allowed = allowed
 	res.Limits = append(res.Limits, out...)
 	return nil
+}
+
+// refundArg is refundSource's argument for limit l of effective burst
+// burst: the cap of a bucket, the kind of the others.
+func refundArg(l *Limit, burst float64) string {
+	switch l.Kind {
+	case KindQuota:
+		return "q"
+	case KindConcurrency:
+		return "c"
+	}
+	return ftoa(burst * unit)
+}
+
+// refunded is what a refund gives back to l's Remaining: the cost, or the
+// one slot of a concurrency limit.
+func refunded(l *Limit, cost float64) float64 {
+	if l.Kind == KindConcurrency {
+		return 1
+	}
+	return float64(int64(cost*unit)) / unit
 }
 
 // firstKey returns a key of req, whose node's TIME is the decision's clock.

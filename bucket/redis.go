@@ -271,12 +271,26 @@ func (c *call) build(req *Request, slack float64) {
 				n++
 			}
 		}
-		b = appendF64(b, l.Burst, l.Rate, float64(l.Period.Microseconds()), shadow, float64(n))
+		rate, period := l.Rate, float64(l.Period.Microseconds())
+		switch l.Kind {
+		case KindQuota:
+			rate, period = float64(l.Calendar), 0
+		case KindConcurrency:
+			rate, period = 0, float64(l.LeaseTTL.Microseconds())
+		}
+		b = appendF64(b, l.Burst, rate, period, shadow+2*float64(l.Kind), float64(n))
 		for j := range req.Subjects {
 			if l.Subjects&(1<<uint(j)) != 0 {
 				b = appendF64(b, float64(j+1))
 			}
 		}
+	}
+	if req.hasConcurrency() {
+		hi, lo := 0.0, 0.0
+		if validLease(req.Lease) {
+			hi, lo = leaseNumbers(req.Lease)
+		}
+		b = appendF64(b, hi, lo)
 	}
 	c.nums = b
 	c.blob, c.device = b, req.Device

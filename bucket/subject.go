@@ -75,6 +75,7 @@ type Admin interface {
 type Store interface {
 	Decider
 	Admin
+	Releaser
 	// Prefix returns the prefix that starts every key of the store.
 	Prefix() string
 }

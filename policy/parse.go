@@ -28,7 +28,7 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
 	ifFields       = []string{"authenticated", "class", "attr"}
@@ -241,10 +241,8 @@ func (ps *parser) identity(f field) Identity {
 			default:
 				id.DeviceHeader = s
 			}
-		case "user_signature_key_env":
-			if s, ok := ps.envName(g); ok {
-				id.UserSignatureKeyEnv = s
-			}
+		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
+			ps.userSignature(g, &id)
 		case "account_body_field":
 			if s, ok := ps.str(g); ok {
 				id.AccountBodyField = s
@@ -253,10 +251,7 @@ func (ps *parser) identity(f field) Identity {
 			id.Attributes = ps.attributeHeaders(g)
 		}
 	}
-	if id.UserSignatureKeyEnv != "" && id.UserSignatureHeader == "" {
-		g, _ := m.get("user_signature_key_env")
-		ps.errorf(g.val, "user_signature_key_env is set but user_signature_header is not")
-	}
+	ps.checkUserSignature(m, &id)
 	return id
 }
 

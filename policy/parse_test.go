@@ -105,13 +105,15 @@ func TestLoadContractExample(t *testing.T) {
 	}
 
 	wantID := Identity{
-		TrustedProxies:      []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		UserHeader:          "X-User-Id",
-		UserSignatureHeader: "X-User-Signature",
-		UserSignatureKeyEnv: "TOLLGATE_USER_KEY",
-		DeviceHeader:        "X-Device-Id",
-		DeviceTokenHeader:   "X-Device-Token",
-		AccountBodyField:    "username",
+		TrustedProxies:       []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		UserHeader:           "X-User-Id",
+		UserSignatureHeader:  "X-User-Signature",
+		UserSignatureKeyEnv:  "TOLLGATE_USER_KEY",
+		UserSignatureKeyEnvs: []string{"TOLLGATE_USER_KEY"},
+		UserSignatureMaxAge:  DefaultUserSignatureMaxAge,
+		DeviceHeader:         "X-Device-Id",
+		DeviceTokenHeader:    "X-Device-Token",
+		AccountBodyField:     "username",
 	}
 	if !reflect.DeepEqual(p.Identity, wantID) {
 		t.Errorf("Identity = %+v, want %+v", p.Identity, wantID)

@@ -126,11 +126,22 @@ type Identity struct {
 	TrustedProxies []netip.Prefix
 	// UserHeader carries the user id; "" means none is read.
 	UserHeader string
-	// UserSignatureHeader carries hex HMAC-SHA256(user id); checked when
-	// UserSignatureKeyEnv is set.
+	// UserSignatureHeader carries the user id's signature: hex
+	// HMAC-SHA256(key, user id), or t=<unix>,v1=<hex HMAC-SHA256(key,
+	// "<t>.<user id>")> (7.1); checked when UserSignatureKeyEnv is set.
 	UserSignatureHeader string
-	// UserSignatureKeyEnv names the environment variable holding the HMAC key.
+	// UserSignatureKeyEnv names the environment variable holding the HMAC
+	// key: the first of UserSignatureKeyEnvs.
 	UserSignatureKeyEnv string
+	// UserSignatureKeyEnvs name every variable holding a key that verifies
+	// (`user_signature_key_env`, one name or a list: key rotation).
+	UserSignatureKeyEnvs []string
+	// UserSignatureMaxAge is how far a timestamped signature's t may be
+	// from the limiter's clock, either way (default 5m).
+	UserSignatureMaxAge time.Duration
+	// UserSignatureRequireTimestamp refuses the bare form: a request with
+	// one is unauthenticated.
+	UserSignatureRequireTimestamp bool
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
 	// DeviceTokenHeader carries the device token of the device id (6.3;

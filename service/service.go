@@ -41,10 +41,16 @@ type Config struct {
 	// certificates must chain to ("" trusts the system roots).
 	RedisCA string
 	// NATSURL is the NATS server; "" starts an embedded NATS server
-	// (JetStream in a temp dir, loopback) and the risk engine in process.
+	// (JetStream in NATSStoreDir, loopback) and the risk engine in process.
 	NATSURL string
 	// NATSPort is the embedded NATS server's port (0: a free port).
 	NATSPort int
+	// NATSStoreDir is where the embedded NATS server keeps JetStream (the
+	// audit record, alerts, reports, decisions), kept across restarts.
+	// Default: with RedisURL a directory under the user's cache directory
+	// named for the Redis URL, key prefix and stream name; without, a temp
+	// dir removed at exit.
+	NATSStoreDir string
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
 	// GRPCListen, when set, serves Envoy's rate-limit service
