@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"os"
 	"strconv"
@@ -72,6 +73,52 @@ func TestAttackReplayedSignedUserHeader(t *testing.T) {
 		}
 		if got := tg.up.lastUser(); (len(got) == 1 && got[0] == "alice") != c.want {
 			t.Errorf("%s: the upstream saw X-User-Id %q; authenticated should be %v", c.name, got, c.want)
+		}
+	}
+}
+
+// forwardAuth asks the limiter's forward-auth endpoint, as a gateway on
+// loopback (a trusted proxy) does, about a request from ip.
+func (tg *target) forwardAuth(t *testing.T, method, uri, ip string) int {
+	t.Helper()
+	h := bearer(apiToken)
+	h.Set("X-Forwarded-Method", method)
+	h.Set("X-Forwarded-Uri", uri)
+	h.Set("X-Forwarded-For", ip)
+	code, _ := do(t, "GET", tg.api+"/v1/forward-auth", "", h)
+	return code
+}
+
+// Attack: the login route spelled as some framework still serves it as
+// the login route (Tomcat's ";" parameters, IIS's backslash and case
+// folding, Rails' format suffix, a fragment a gateway passes on, a
+// lower-case method) is classed "write" in forward auth: login-ip
+// (10/min per address) never counts it, so guessing is unlimited.
+// Defence (7.1): route matching folds every one of these spellings.
+func TestAttackLoginRouteSpellingsInForwardAuth(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	for i, c := range []struct{ method, uri string }{
+		{"POST", "/AUTH/login"},
+		{"POST", "/Auth/Login"},
+		{"POST", "/auth/login;jsessionid=1"},
+		{"POST", "/auth/login/..;/login"},
+		{"POST", "/auth/login.json"},
+		{"POST", `/auth\login`},
+		{"POST", "/auth%5Clogin"},
+		{"POST", "/auth/login#x"},
+		{"post", "/auth/login"},
+		{"Post", "/auth/login"},
+	} {
+		ip := fmt.Sprintf("198.51.100.%d", 10+i)
+		allowed := 0
+		for range 12 {
+			if tg.forwardAuth(t, c.method, c.uri, ip) == http.StatusOK {
+				allowed++
+			}
+		}
+		if allowed != 10 {
+			t.Errorf("%s %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", c.method, c.uri, allowed)
 		}
 	}
 }

@@ -186,7 +186,7 @@ func TestLoadContractExample(t *testing.T) {
 		t.Errorf("Reputation = %+v", p.Risk.Reputation)
 	}
 	wantAtt := &Attestation{
-		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour,
+		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
 			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem")},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
@@ -355,7 +355,7 @@ limits:
 	_, err := Parse("multi.yaml", []byte(text))
 	want := `multi.yaml:1: version 2: unsupported (want 1)
 multi.yaml:3: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)
-multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, shadow, failure_mode, if)
+multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, shadow, failure_mode, if, trusted_devices)
 multi.yaml:4: duplicate limit name "a" (first at line 3)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err =\n%v\nwant\n%s", err, want)
