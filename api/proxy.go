@@ -287,7 +287,7 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	if err != nil {
 		return netip.Addr{}, ""
 	}
-	peer = peer.Unmap()
+	peer = peer.WithZone("").Unmap()
 	if !inPrefixes(peer, trusted) {
 		return peer, "" // never trust X-Forwarded-For from an untrusted peer
 	}
@@ -301,11 +301,11 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	}
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(hops[i])
-		if err != nil {
+		a, ok := hopAddr(hops[i])
+		if !ok {
 			break // garbage: stop at the last good hop
 		}
-		client = a.Unmap()
+		client = a
 		if !inPrefixes(client, trusted) {
 			return client, strings.Join(hops[:i+1], ", ")
 		}
