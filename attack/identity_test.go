@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,5 +121,50 @@ func TestAttackLoginRouteSpellingsInForwardAuth(t *testing.T) {
 		if allowed != 10 {
 			t.Errorf("%s %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", c.method, c.uri, allowed)
 		}
+	}
+}
+
+// withDenyList adds a deny list of addresses to the attacked policy.
+func withDenyList(t *testing.T, addrs ...string) setup {
+	return func(c *service.Config) {
+		dir := filepath.Dir(c.ConfigPath)
+		if err := os.WriteFile(filepath.Join(dir, "scanners.txt"), []byte(strings.Join(addrs, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		withPolicy(t, func(p string) string {
+			return p + "lists:\n  scanners: {file: scanners.txt, kind: ip}\ndeny: [scanners]\n"
+		})(c)
+	}
+}
+
+// Attack: a load balancer that appends the client's port
+// (X-Forwarded-For: 198.51.100.66:4711) makes every entry unreadable, so
+// the limiter falls back to the balancer's own address: a denied scanner
+// gets through, and all clients share the balancer's bucket (one client
+// spends everybody's 60/min).
+// Defence (7.1): entries with a port are read as their address.
+func TestAttackForwardedForWithPort(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withDenyList(t, "198.51.100.66", "2001:db8:bad::1"))
+	for _, xff := range []string{"198.51.100.66:4711", "[2001:db8:bad::1]:443"} {
+		if code, body := do(t, "GET", tg.public+"/feed", "", from(xff)); code != http.StatusForbidden {
+			t.Errorf("denied scanner as %s: %d %.120s; want 403", xff, code, body)
+		}
+	}
+	// one client on rotating ports spends its own 60/min (and refills at
+	// 1/s while it goes on), then is refused
+	allowed, limited := 0, false
+	for i := 0; i < 200 && !limited; i++ {
+		code, _ := do(t, "GET", tg.public+"/feed", "", from(fmt.Sprintf("203.0.113.5:%d", 1000+i)))
+		limited = code == http.StatusTooManyRequests
+		if code == http.StatusOK {
+			allowed++
+		}
+	}
+	if !limited || allowed < 60 {
+		t.Errorf("one client on rotating ports: %d allowed before a 429 (limited %v); want 60 or a few more (ip-unauth, 60/min, one bucket)", allowed, limited)
+	}
+	if code, body := do(t, "GET", tg.public+"/feed", "", from("203.0.113.6:80")); code != http.StatusOK {
+		t.Errorf("another client after the first spent its budget: %d %.120s; want 200 (a bucket of its own)", code, body)
 	}
 }
