@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,6 +76,10 @@ type Options struct {
 	// every admin multiplier at once (6.5). nil: only the periodic
 	// re-assertion.
 	StoreLost func(ctx context.Context) (bool, error)
+	// MaxTrust bounds the trusted devices remembered for re-assertion
+	// (default DefaultMaxTrust; expired ones go first, then the one that
+	// ends first).
+	MaxTrust int
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
 	MaxAdmin int
@@ -101,10 +106,15 @@ type Daemon struct {
 	polName *policy.Policy
 	last    map[string]uint64 // stream -> last processed sequence
 
+	// auditNext is the audit stream's next unread sequence, where a
+	// replaced audit reader starts (tailAudit).
+	auditNext atomic.Uint64
+
 	// execMu serialises re-assertion with admin lifts and clears, so a
 	// re-assertion never writes back what an admin just removed.
 	execMu sync.Mutex
 	admins adminRecord // guarded by execMu
+	trusts trustRecord // the trusted devices in force (7.1)
 
 	ready    chan struct{}
 	readyOne sync.Once
@@ -130,6 +140,9 @@ func New(o Options) (*Daemon, error) {
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = DefaultMaxKeys
 	}
+	if o.MaxTrust <= 0 {
+		o.MaxTrust = DefaultMaxTrust
+	}
 	if o.MaxAdmin <= 0 {
 		o.MaxAdmin = 100_000
 	}
@@ -144,6 +157,7 @@ func New(o Options) (*Daemon, error) {
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
 		admins:  adminRecord{max: o.MaxAdmin, m: map[string]adminEntry{}},
+		trusts:  trustRecord{max: o.MaxTrust, m: map[string]time.Time{}},
 	}
 	return d, nil
 }
@@ -198,16 +212,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	// The audit stream is read whole, then followed: admin multipliers to
 	// re-apply, lifted lockouts never to re-assert.
-	audit, err := d.auditReader(ctx)
+	audit, err := d.auditReader(ctx, 1)
 	if err != nil {
 		return err
 	}
 	if err := d.readAudit(ctx, audit, true); err != nil {
 		return err
 	}
+	if err := d.readTrust(ctx); err != nil {
+		return err
+	}
 	d.readyOne.Do(func() { close(d.ready) })
 	parts := []part{
-		{"audit reader", func(ctx context.Context) error { return d.readAudit(ctx, audit, false) }},
+		{"audit reader", func(ctx context.Context) error { return d.tailAudit(ctx, audit) }},
 		{"housekeeping", func(ctx context.Context) error { return d.housekeeping(ctx, cons, srcs) }},
 	}
 	for i, c := range cons {
@@ -386,12 +403,18 @@ func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error
 	}
 }
 
+// pullExpiry is how long one pull request of consume lives.
+const pullExpiry = 5 * time.Second
+
 // consume processes the durable consumer's messages until ctx ends. It
 // returns an error when the consumer can no longer deliver (deleted,
 // refused, its iterator closed under it): riskd must not go on without it.
 func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) error {
 	stream := s.stream
-	it, err := c.Messages(jetstream.PullMaxMessages(1000))
+	// A pull that lives 5 s is heartbeaten every 2.5 s, so a consumer whose
+	// NATS node died is noticed and pulled from its new leader within
+	// seconds (the library's 30 s default took about 29 s, 7.6).
+	it, err := c.Messages(jetstream.PullMaxMessages(1000), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("risk: consume %s: %w", s.durable, err)
 	}
@@ -470,11 +493,10 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		trustFor := d.o.TrustFor
-		if trustFor <= 0 {
-			trustFor = TrustFor(d.o.Policy())
-		}
-		return TrustAction(&r, trustFor, out), 1, "report"
+		n := len(out)
+		out = TrustAction(&r, d.trustFor(), out)
+		d.recordTrust(out[n:])
+		return out, 1, "report"
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
@@ -661,13 +683,18 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 		if d.o.StoreLost != nil {
 			l, err := d.o.StoreLost(ctx)
 			if err == nil && l {
-				d.log.Warn("the store lost its data (Redis restarted empty?); re-asserting measures and admin multipliers")
+				d.log.Warn("the store lost its data (Redis restarted empty?); re-asserting measures, admin multipliers and trusted devices")
 				lost = true
 			}
 		}
 		if lost || now.Sub(lastReassert) >= d.o.Reassert {
 			lastReassert = now
 			d.reassert(ctx, now)
+			if lost || d.o.StoreLost == nil {
+				// trust sets can be many: written back when the store lost
+				// them, not at every re-assertion (unless nothing tells)
+				d.reassertTrust(ctx, now)
+			}
 		}
 	}
 }
