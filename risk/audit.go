@@ -113,6 +113,9 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 		}
 		caughtUp := false
 		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
+			if !catchUp && !d.Leading() {
+				return ErrNotLeading
+			}
 			d.applyAudit(ctx, m, !catchUp)
 			n++
 			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
