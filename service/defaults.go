@@ -3,6 +3,7 @@ package service
 import (
 	"time"
 
+	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -34,6 +35,10 @@ const (
 	DefaultDecisionsMaxAge = time.Hour
 	// DefaultBodyTimeout bounds a proxied request body's arrival.
 	DefaultBodyTimeout = 30 * time.Second
+	// DefaultUpstreamTimeout bounds the wait for the upstream's answer.
+	DefaultUpstreamTimeout = api.DefaultUpstreamTimeout
+	// DefaultProxyIdleTimeout bounds a proxied response's silences.
+	DefaultProxyIdleTimeout = api.DefaultProxyIdleTimeout
 	// DefaultStoreTimeout bounds each check's store work.
 	DefaultStoreTimeout = 50 * time.Millisecond
 	// DefaultRedisLanes is the number of Redis round trips in flight at once.
