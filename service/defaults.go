@@ -31,6 +31,11 @@ const (
 	DefaultAttestPrefix = "/v1/attest/"
 	// DefaultStreamMaxBytes bounds each JetStream stream (1 GiB).
 	DefaultStreamMaxBytes = 1 << 30
+	// DefaultStreamReplicas is how many copies of each stream a NATS cluster
+	// keeps: one, a single server's.
+	DefaultStreamReplicas = 1
+	// MaxStreamReplicas is JetStream's own limit on a stream's replicas.
+	MaxStreamReplicas = 5
 	// DefaultDecisionsMaxAge is how long the decisions stream keeps decisions.
 	DefaultDecisionsMaxAge = time.Hour
 	// DefaultBodyTimeout bounds a proxied request body's arrival.

@@ -97,7 +97,7 @@ func (l *limiter) storeConfig() storeConfig {
 // streams is the streams' configuration of the limiter's flags.
 func (c *Config) streams() streams.Config {
 	return streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName, DecisionsMaxBytes: c.DecisionsMaxBytes,
-		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes}
+		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes, Replicas: c.StreamReplicas}
 }
 
 // addEvents adds the NATS side: with --nats, the event publisher (riskd
@@ -236,6 +236,9 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 		return nil, err
 	}
 	srv.Handle("/v1/attest/", srv.Guard(l.att))
+	if err := l.addConsole(srv); err != nil {
+		return nil, err
+	}
 	if cfg.Upstream == "" {
 		return srv, nil
 	}

@@ -107,6 +107,10 @@ type Config struct {
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
 	// JetStream reserves it on the server).
 	EventsMaxBytes int64
+	// StreamReplicas is how many copies a NATS cluster keeps of every
+	// stream (default 1; 3 on a three-node cluster, 7.6). riskd's must be
+	// the same.
+	StreamReplicas int
 	// StoreTimeout bounds each check's store work from the moment it asks
 	// (default 50ms): the wait for a Redis lane, dial, write and read
 	// (6.6). Past it the limit's failure mode answers.
@@ -206,6 +210,9 @@ func (c *Config) Validate() error {
 		if n.v < 0 {
 			return fmt.Errorf("service: %s %d must not be negative", n.name, n.v)
 		}
+	}
+	if err := checkReplicas(c.StreamReplicas); err != nil {
+		return err
 	}
 	if c.NATSPort > 65535 {
 		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
@@ -329,6 +336,15 @@ func upstreamURL(s string) (*url.URL, error) {
 
 // checkAddr checks a listen address: "" (unset), or host:port with a
 // numeric port (":0" picks a free one).
+// checkReplicas refuses a stream replica count JetStream cannot keep (0 is
+// the default, 1).
+func checkReplicas(n int) error {
+	if n < 0 || n > MaxStreamReplicas {
+		return fmt.Errorf("service: stream replicas %d must be between 1 and %d", n, MaxStreamReplicas)
+	}
+	return nil
+}
+
 func checkAddr(what, addr string) error {
 	if addr == "" {
 		return nil
