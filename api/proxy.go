@@ -3,9 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +19,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/usersig"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -251,30 +249,33 @@ func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *
 	return nil
 }
 
-// userVerified checks the user header's signature when a key is configured.
+// userVerified checks the user header's signature when a key is
+// configured (2.x, 7.1): the bare or the timestamped form, by any key of
+// identity.user_signature_key_env, judged by the limiter's clock.
 func (p *proxy) userVerified(ident *policy.Identity, user, sig string) bool {
 	if ident.UserSignatureKeyEnv == "" {
 		return true
 	}
-	key := p.o.Getenv(ident.UserSignatureKeyEnv)
-	if key == "" {
+	names := ident.UserSignatureKeyEnvs
+	if len(names) == 0 { // a policy built by hand
+		names = []string{ident.UserSignatureKeyEnv}
+	}
+	keys := make([][]byte, 0, len(names))
+	for _, name := range names {
+		if k := p.o.Getenv(name); k != "" {
+			keys = append(keys, []byte(k))
+		}
+	}
+	if len(keys) == 0 {
 		p.noKey.Do(func() {
-			p.s.o.Logger.Warn("a user header arrived but environment variable "+ident.UserSignatureKeyEnv+
-				" (identity.user_signature_key_env) is empty: no user header can be verified, so every request is judged unauthenticated; set it",
-				"variable", ident.UserSignatureKeyEnv)
+			p.s.o.Logger.Warn("a user header arrived but every environment variable of identity.user_signature_key_env ("+
+				strings.Join(names, ", ")+") is empty: no user header can be verified, so every request is judged unauthenticated; set one",
+				"variables", names)
 		})
 		return false
 	}
-	if sig == "" {
-		return false
-	}
-	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return false
-	}
-	mac := hmac.New(sha256.New, []byte(key))
-	mac.Write([]byte(user))
-	return hmac.Equal(got, mac.Sum(nil))
+	return usersig.Verify(keys, user, sig, p.s.o.Now(), usersig.Options{
+		MaxAge: ident.UserSignatureMaxAge, RequireTimestamp: ident.UserSignatureRequireTimestamp})
 }
 
 // clientIP returns the client address: the peer, or, when the peer is a
@@ -286,7 +287,7 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	if err != nil {
 		return netip.Addr{}, ""
 	}
-	peer = peer.Unmap()
+	peer = peer.WithZone("").Unmap()
 	if !inPrefixes(peer, trusted) {
 		return peer, "" // never trust X-Forwarded-For from an untrusted peer
 	}
@@ -300,11 +301,11 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	}
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(hops[i])
-		if err != nil {
+		a, ok := hopAddr(hops[i])
+		if !ok {
 			break // garbage: stop at the last good hop
 		}
-		client = a.Unmap()
+		client = a
 		if !inPrefixes(client, trusted) {
 			return client, strings.Join(hops[:i+1], ", ")
 		}

@@ -75,6 +75,9 @@ type Options struct {
 	// Audit publishes every admin change (6.5); nil publishes none (the
 	// change is only logged).
 	Audit Auditor
+	// Trail reads the audit trail and recent alerts back for GET
+	// /v1/admin/audit and /v1/admin/alerts (7.3); nil answers them 503.
+	Trail Trail
 	// DeviceTokens returns the device-token verifier in force (6.3); nil,
 	// or a nil result, verifies no token (every device is unverified).
 	DeviceTokens func() *attestation.Tokens
@@ -158,6 +161,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /v1/admin/lockouts/{account}", s.adminOnly(s.handleDeleteLockout))
 	s.mux.HandleFunc("GET /v1/admin/lockouts", s.adminOnly(s.handleListLockouts))
 	s.mux.HandleFunc("GET /v1/admin/multipliers", s.adminOnly(s.handleListMultipliers))
+	s.mux.HandleFunc("GET /v1/admin/audit", s.adminOnly(s.handleAudit))
+	s.mux.HandleFunc("GET /v1/admin/alerts", s.adminOnly(s.handleAlerts))
 	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
 	}))

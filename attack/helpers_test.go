@@ -155,6 +155,7 @@ func (u *upstream) attemptsOn(account string) int {
 type target struct {
 	public string // the port the internet reaches
 	api    string // the limiter's own API
+	grpc   string // the Envoy rate-limit service's address (with --grpc-listen)
 	up     *upstream
 	rdb    *redis.Client
 	prefix string
@@ -211,7 +212,7 @@ func start(t *testing.T, setups ...setup) *target {
 		cancel()
 		<-r.Done
 	})
-	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, up: up, rdb: rdb, prefix: prefix, stream: stream}
+	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, grpc: r.GRPCAddr, up: up, rdb: rdb, prefix: prefix, stream: stream}
 	eventually(t, 10*time.Second, func() string {
 		if code, body := do(t, "GET", "http://"+rr.Addr+"/readyz", "", nil); code != 200 {
 			return "riskd not ready: " + body

@@ -25,21 +25,35 @@ var (
 	ErrBadRequest = errors.New("bucket: bad request")
 )
 
-// Limit is one token bucket of a decision.
+// Limit is one limit of a decision: a token bucket, or what Kind says.
 type Limit struct {
 	// Key is the bucket's full key (see the package doc for the layout).
 	Key string
-	// Burst is the capacity in tokens before multipliers (> 0).
+	// Kind is what the limit counts (the zero value: a token bucket).
+	Kind Kind
+	// Burst is the capacity in tokens before multipliers (> 0): a
+	// quota's count per period, a concurrency limit's slots.
 	Burst float64
-	// Rate is the number of tokens refilled per Period before multipliers (> 0).
+	// Rate is the number of tokens refilled per Period before multipliers
+	// (> 0; buckets only).
 	Rate float64
-	// Period is the rate's period (> 0).
+	// Period is the rate's period (> 0; buckets only).
 	Period time.Duration
+	// Calendar is a quota's period.
+	Calendar Calendar
+	// LeaseTTL is how long a concurrency limit's lease holds its slot
+	// when it is not released.
+	LeaseTTL time.Duration
 	// Shadow marks a limit that never denies.
 	Shadow bool
 	// Subjects is a bit set of indexes into Request.Subjects whose effective
 	// multipliers scale this limit (bit i set: Subjects[i] applies).
 	Subjects uint32
+	// OwnKey, when set, is the bucket of the request's device alone
+	// (`trusted_devices: own`, 7.1): when Request.Device is in the trust
+	// set Request.OwnTrust the decision takes from OwnKey, with this
+	// limit's burst, rate and multipliers, instead of from Key.
+	OwnKey string
 }
 
 // RequestSubject is one subject whose multipliers a decision reads.
@@ -89,6 +103,15 @@ type Request struct {
 	TrustKeys []string
 	// Device is the request's device id, for trust sets.
 	Device string
+	// OwnTrust is the trust set (AppendTrustKey) that decides whether the
+	// limits with an OwnKey take from it: they do when Device is in it.
+	// "" (or no Device) means every limit takes from its Key.
+	OwnTrust string
+	// Lease is the lease id (LeaseLen lowercase hex digits, random: it is
+	// what a release must name) that a decision taking from a concurrency
+	// limit adds to its set. Required when Cost > 0 and a limit is a
+	// concurrency limit.
+	Lease string
 }
 
 // LimitResult is the outcome of one limit of a decision.
@@ -137,6 +160,9 @@ type Result struct {
 	Limits []LimitResult
 	// Subjects holds one result per Request.Subjects (empty when Locked).
 	Subjects []SubjectResult
+	// Trusted reports that Device was in Request.OwnTrust: every limit
+	// with an OwnKey took from its OwnKey.
+	Trusted bool
 }
 
 // Multiplier is one source's multiplier on a subject.
@@ -205,10 +231,22 @@ func (r *Request) validate() error {
 	if !(r.Cost >= 0) || math.IsInf(r.Cost, 0) {
 		return errors.Join(ErrBadRequest, errors.New("bucket: cost must be a finite number >= 0"))
 	}
+	if r.Cost > 0 && r.hasConcurrency() && !validLease(r.Lease) {
+		return errors.Join(ErrBadRequest, ErrBadLease)
+	}
 	for i := range r.Limits {
 		l := &r.Limits[i]
-		if !(l.Burst > 0) || !(l.Rate > 0) || l.Period <= 0 || math.IsInf(l.Burst, 0) || math.IsInf(l.Rate, 0) {
+		if l.Kind != KindBucket {
+			if err := l.validateKind(); err != nil {
+				return errors.Join(ErrBadRequest, err)
+			}
+		} else if !(l.Burst > 0) || !(l.Rate > 0) || l.Period <= 0 || math.IsInf(l.Burst, 0) || math.IsInf(l.Rate, 0) {
 			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" needs burst, rate and period > 0"))
+		}
+		if l.OwnKey != "" && (r.OwnTrust == "" || l.Kind != KindBucket) {
+			// a lease must be released from the key it was taken on, which
+			// only the store knows: own keys are for token buckets
+			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" has an own key but is no token bucket or the request has no trust set"))
 		}
 		if len(r.Subjects) < 32 && l.Subjects>>uint(len(r.Subjects)) != 0 {
 			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" names a subject out of range"))

@@ -35,14 +35,27 @@ import (
 // exactly its capacity (one slot, one script). Decisions whose keys share
 // a slot take the single-script path.
 
-// refundSource gives tokens back to buckets a decision took from.
-// KEYS: the buckets; ARGV[1] micro-tokens to give back; ARGV[1+i] the
-// effective burst of bucket i (the cap).
+// refundSource gives tokens back to the limits a decision took from.
+// KEYS: the limits; ARGV[1] micro-tokens to give back; ARGV[2] the
+// decision's lease; ARGV[2+i] the effective burst of bucket i (the cap),
+// or "q" for a quota (its count goes down by the cost) or "c" for a
+// concurrency limit (the lease leaves its set).
 const refundSource = `
 local cost = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  local v = redis.call("GET", KEYS[i])
-  if v then
+  local kind = ARGV[2 + i]
+  local v = nil
+  if kind == "c" then
+    redis.call("ZREM", KEYS[i], ARGV[2])
+  else
+    v = redis.call("GET", KEYS[i])
+  end
+  if v and kind == "q" then
+    local used, start = struct.unpack("<dd", v)
+    used = used - cost
+    if used < 0 then used = 0 end
+    redis.call("SET", KEYS[i], struct.pack("<dd", used, start), "KEEPTTL")
+  elseif v then
     -- decide.lua's state: tokens and last_us as two packed float64s, or
     -- the text "tokens last_us" of earlier builds
     local t, l
@@ -54,7 +67,7 @@ for i = 1, #KEYS do
     end
     if t and l then
       t = t + cost
-      local cap = tonumber(ARGV[1 + i])
+      local cap = tonumber(ARGV[2 + i])
       if t > cap then t = cap end
       redis.call("SET", KEYS[i], struct.pack("<dd", t, l), "KEEPTTL")
     end
@@ -105,10 +118,14 @@ func sameSlot(req *Request) bool {
 		}
 		return sl == first
 	}
+	own := ownLimits(req) > 0
 	for i := range req.Limits {
-		if !same(req.Limits[i].Key) {
+		if !same(req.Limits[i].Key) || own && !same(req.Limits[i].OwnKey) {
 			return false
 		}
+	}
+	if own && !same(req.OwnTrust) {
+		return false
 	}
 	for i := range req.Subjects {
 		if !req.Subjects[i].Cached && !same(req.Subjects[i].Key) {
@@ -132,7 +149,7 @@ func sameSlot(req *Request) bool {
 func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout) // all steps: the decision's deadline
 	defer cancel()
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits, res.Subjects = res.Limits[:0], res.Subjects[:0]
 
 	// 1. read multipliers, locks and trust sets, and Redis's TIME (unless
@@ -156,9 +173,14 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 			trusted[i] = pipe.SIsMember(ctx, req.TrustKeys[i], req.Device)
 		}
 	}
+	var ownTrust *redis.BoolCmd // trusted_devices: own (7.1)
+	if ownLimits(req) > 0 {
+		ownTrust = pipe.SIsMember(ctx, req.OwnTrust, req.Device)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
 	}
+	res.Trusted = ownTrust != nil && ownTrust.Val()
 	now, err := clusterNow(req, clock)
 	if err != nil {
 		return err
@@ -197,7 +219,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	var groups []*group
 	bySlot := map[uint16]*group{}
 	for i := range req.Limits {
-		sl := slotOf(req.Limits[i].Key)
+		sl := slotOf(limitKey(&req.Limits[i], res.Trusted))
 		g := bySlot[sl]
 		if g == nil {
 			g = &group{}
@@ -209,11 +231,12 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe = s.c.Pipeline()
 	for gi, g := range groups {
-		g.req = Request{Now: now, Cost: req.Cost}
-		slotKey := req.Limits[g.limits[0]].Key
+		g.req = Request{Now: now, Cost: req.Cost, Lease: req.Lease}
+		slotKey := limitKey(&req.Limits[g.limits[0]], res.Trusted)
 		remap := map[int]int{}
 		for _, i := range g.limits {
 			l := req.Limits[i]
+			l.Key, l.OwnKey = limitKey(&l, res.Trusted), "" // the bucket chosen above
 			var mask uint32
 			for j := range subs {
 				if l.Subjects&(1<<uint(j)) == 0 {
@@ -271,12 +294,13 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 				continue
 			}
 			var keys []string
-			args := []interface{}{cost}
+			args := []interface{}{cost, req.Lease}
 			for k := range g.req.Limits {
 				if g.res.Limits[k].Allowed {
-					keys = append(keys, g.req.Limits[k].Key)
-					args = append(args, ftoa(g.res.Limits[k].Burst*unit))
-					g.res.Limits[k].Remaining += float64(int64(req.Cost*unit)) / unit
+					l := &g.req.Limits[k]
+					keys = append(keys, l.Key)
+					args = append(args, refundArg(l, g.res.Limits[k].Burst))
+					g.res.Limits[k].Remaining += refunded(l, req.Cost)
 				}
 			}
 			if len(keys) > 0 {
@@ -300,6 +324,27 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	res.Allowed = allowed
 	res.Limits = append(res.Limits, out...)
 	return nil
+}
+
+// refundArg is refundSource's argument for limit l of effective burst
+// burst: the cap of a bucket, the kind of the others.
+func refundArg(l *Limit, burst float64) string {
+	switch l.Kind {
+	case KindQuota:
+		return "q"
+	case KindConcurrency:
+		return "c"
+	}
+	return ftoa(burst * unit)
+}
+
+// refunded is what a refund gives back to l's Remaining: the cost, or the
+// one slot of a concurrency limit.
+func refunded(l *Limit, cost float64) float64 {
+	if l.Kind == KindConcurrency {
+		return 1
+	}
+	return float64(int64(cost*unit)) / unit
 }
 
 // firstKey returns a key of req, whose node's TIME is the decision's clock.

@@ -17,18 +17,27 @@
 --   per subject: static multiplier, unverified multiplier, cached (0 to
 --     read the subject's hash, 1 when the caller's L1 cache knows it), mult,
 --     pen (what the cache knows; 0 0 when not cached)
---   then per limit: burst, rate, period_us, shadow (1/0), nsub, nsub
---     subject indexes (1-based)
+--   then per limit: burst, rate, period_us, flags (shadow 1/0, plus 2
+--     times the kind: 0 bucket, 1 quota, 2 concurrency; see "Quotas and
+--     concurrency" below for what rate and period_us hold then), nsub,
+--     nsub subject indexes (1-based)
+--   then, when a limit is a concurrency limit, the lease: two 48-bit
+--     integers (just before the own section)
+--   then the indexes (1-based) of the no limits with a device bucket of
+--     their own, and last no itself (0 when none): always the last numbers
 -- and its keys: nl bucket keys, then the multiplier hash keys of the
 -- subjects not cached, in order, then nk lock keys, then the trust set key
--- of each lock flagged 1.
+-- of each lock flagged 1, then (when no > 0) the no own buckets and the
+-- trust set that decides whether they are used (see ownKeys).
 --
 -- Reply: one entry per decision, in order:
 -- {3, message} when it failed (a key holding the wrong type), else
 -- {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
 -- a string of little-endian float64s: allowed, now, then per limit: ok,
 --  tokens, eff_burst, reset_us, retry_us, then per subject: read (1 when
---  read from its hash, 0 when the caller's cache knew it), mult, pen.
+--  read from its hash, 0 when the caller's cache knew it), mult, pen,
+--  then, when no > 0, 1 if the device was trusted (it took from its own
+--  buckets), else 0.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as tokens and last_us packed as
@@ -180,6 +189,170 @@ local vals = {}
 -- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
+-- trusted_devices: own (7.1). lkeys[i] is the bucket limit i takes from:
+-- its key, or its own bucket (the limit's key plus the device) when the
+-- decision's device is in the trust set of the own section (a trusted
+-- device of the request's account keeps a budget an attacker cannot
+-- spend). ownKeys sets them and returns 1 when the device is trusted,
+-- 0 when not, nil when the decision has no own section.
+local lkeys = {}
+local function ownKeys(kb, a, device)
+  local nl, nv = a[3], #a - 1 -- struct.unpack's last value is its next position
+  for i = 1, nl do lkeys[i] = KEYS[kb + i] end
+  local no = a[nv]
+  if no == 0 then return nil end
+  local ob = kb + a[1] - no - 1 -- the own buckets follow KEYS[ob]
+  if device == "" or rcall("SISMEMBER", KEYS[ob + no + 1], device) ~= 1 then return 0 end
+  for k = 1, no do lkeys[a[nv - no + k - 1]] = KEYS[ob + k] end
+  return 1
+end
+
+-- Quotas and concurrency (beside the buckets, a limit may be one of these).
+--
+-- A quota (kind 1) counts in UTC calendar periods: rate holds the period
+-- (1 day, 2 week starting Monday, 3 month), period_us 0. Its key holds
+-- the micro-units used and the period's start in µs, packed as a bucket's
+-- state is (read and written by the batch as buckets are), expiring
+-- slack after the period's end; a count of an earlier period is 0.
+-- tokens is what is left (never below 0), reset the next period's start.
+--
+-- A concurrency limit (kind 2) admits burst * multiplier (rounded down)
+-- requests in flight: its key is a sorted set of lease ids scored by
+-- their expiry in µs (rate 0, period_us the lease's TTL). A decision that
+-- takes (cost > 0) adds its lease, the decision's two last numbers, to
+-- every concurrency limit's set; the caller's release removes it, and an
+-- expired lease no longer counts. tokens counts free slots in micro-units
+-- (U per slot), reset is when the earliest lease in force expires (now
+-- when none).
+local kinds, xused, xreset, xend = {}, {}, {}, {}
+
+-- calendar returns the start and the end (the next period's start) in µs
+-- of the UTC period (1 day, 2 week, 3 month) holding now (µs).
+local function calendar(unit, now)
+  local day = floor(now / 86400000000)
+  local s, e
+  if unit == 1 then
+    s, e = day, day + 1
+  elseif unit == 2 then
+    s = day - (day + 3) % 7 -- 1970-01-01 was a Thursday
+    e = s + 7
+  else
+    -- the month of day (H. Hinnant's civil_from_days)
+    local z = day + 719468
+    local era = floor(z / 146097)
+    local doe = z - era * 146097
+    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+    local mp = floor((5 * doy + 2) / 153)
+    local d = doy - floor((153 * mp + 2) / 5) + 1
+    local y, mo = yoe + era * 400, mp + 3
+    if mo > 12 then
+      y, mo = y + 1, mo - 12
+    end
+    local len = 31
+    if mo == 2 then
+      len = 28
+      if y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0) then len = 29 end
+    elseif mo == 4 or mo == 6 or mo == 9 or mo == 11 then
+      len = 30
+    end
+    s = day - d + 1
+    e = s + len
+  end
+  return s * 86400000000, e * 86400000000
+end
+
+-- fmtus formats a µs time for a command (a Lua number would go with 14
+-- significant digits).
+local function fmtus(us) return string.format("%.0f", us) end
+
+-- special evaluates limit i of kind (quota or concurrency) whose key is
+-- key and whose capacity before rounding is cap, into st (as the bucket
+-- loop does) and xused, xreset, xend; it returns whether it allows.
+local function special(i, kind, key, cap, rate, period, pend, unknown, cost, now)
+  local o = 6 * i
+  local effb, tokens, need, retry
+  if kind == 1 then
+    local s, e = calendar(rate, now)
+    local t, l = wtok[key], wlast[key]
+    if not t then
+      local v = vals[key]
+      if v and #v == 16 then t, l = sunpack("<dd", v) end
+    end
+    local used = 0
+    if t and l == s then used = t end
+    effb = floor(cap * U)
+    tokens = effb - used
+    if tokens < 0 then tokens = 0 end
+    need = cost
+    st[o - 4] = s
+    xused[i], xreset[i], xend[i] = used, e, e
+    retry = e - now
+  else
+    local live = rcall("ZCOUNT", key, "(" .. fmtus(now), "+inf")
+    local first = rcall("ZRANGEBYSCORE", key, "(" .. fmtus(now), "+inf", "WITHSCORES", "LIMIT", 0, 1)
+    effb = floor(cap) * U
+    tokens = effb - live * U
+    if tokens < 0 then tokens = 0 end
+    need = 0
+    if cost > 0 then need = U end
+    local soonest = now
+    if first[2] then soonest = tonumber(first[2]) end
+    st[o - 4] = now
+    xused[i], xreset[i], xend[i] = live, soonest, now + period
+    retry = soonest - now
+  end
+  local ok = tokens >= need
+  if ok then
+    retry = 0
+  elseif need > effb then
+    if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
+  end
+  st[o - 5] = tokens
+  st[o - 3] = effb
+  st[o - 2] = 0
+  st[o - 1] = ok
+  st[o] = retry
+  return ok
+end
+
+-- lease adds the decision's lease to every concurrency limit's set (all of
+-- them before any other write of the decision, so a refused write leaves
+-- no state of it); it reports whether it added any.
+local function lease(kb, nl, a, now, slack)
+  local id = nil
+  for i = 1, nl do
+    if kinds[i] == 2 and st[6 * i - 1] then
+      -- a's last entry is struct.unpack's next position, after the numbers;
+      -- the lease precedes the own section (its count no, then no indexes)
+      if not id then
+        local t = a[#a - 1] + 1
+        id = string.format("%012x%012x", a[#a - 2 - t], a[#a - 1 - t])
+      end
+      local key = KEYS[kb + i]
+      rcall("ZADD", key, fmtus(xend[i]), id)
+      rcall("ZREMRANGEBYSCORE", key, "-inf", fmtus(now))
+      rcall("PEXPIRE", key, string.format("%d", ceil((xend[i] - now) / 1000) + slack))
+    end
+  end
+  return id ~= nil
+end
+
+-- take commits a decision that takes from limit i of a special kind and
+-- returns what is left: a quota's count is written with the batch's
+-- buckets (its lease was added by lease).
+local function take(i, key, tokens, cost, now, slack)
+  if kinds[i] == 2 then
+    if xreset[i] == now or xend[i] < xreset[i] then xreset[i] = xend[i] end
+    return tokens - U
+  end
+  if not wtok[key] then written[#written + 1] = key end
+  wtok[key] = xused[i] + cost
+  wlast[key] = st[6 * i - 4]
+  wttl[key] = ceil((xend[i] - now) / 1000) + slack
+  return tokens - cost
+end
+
 -- decide evaluates the decision whose keys follow KEYS[kb] (its lock keys
 -- KEYS[lk]: after its buckets and the hashes it reads, as the batch's
 -- first pass found), whose numbers are a (see the header) and whose
@@ -240,13 +413,15 @@ local function decide(kb, lk, a, device)
     argi = argi + 5
   end
 
+  local trusted = ownKeys(kb, a, device)
   local allowed = 1
   cost = floor(cost * U)
   for i = 1, nl do
     local burst = a[argi]
     local rate = a[argi + 1]
     local period = a[argi + 2]
-    local shadow = a[argi + 3] == 1
+    local shadow = a[argi + 3] % 2 == 1
+    local kind = floor(a[argi + 3] / 2)
     local nsub = a[argi + 4]
     argi = argi + 5
     local m = 1
@@ -260,61 +435,72 @@ local function decide(kb, lk, a, device)
         if pens[j] == 0 then unknown = true elseif pens[j] > pend then pend = pens[j] end
       end
     end
-    local effb = floor(burst * m * U)
-    local per = rate * m * U / period
-    local tokens = effb
-    local last = now
-    local key = KEYS[kb + i]
-    local t, l = wtok[key], wlast[key]
-    if not t then
-      local v = vals[key]
-      if v then
-        if #v == 16 then
-          t, l = sunpack("<dd", v)
-        else
-          -- the text form "tokens last_us" of builds before the packed one
-          local ts, ls = match(v, "^(%d+) (%d+)$")
-          t = tonumber(ts)
-          l = tonumber(ls)
+    local o = 6 * i
+    kinds[i] = kind
+    if kind ~= 0 then
+      if not special(i, kind, lkeys[i], burst * m, rate, period, pend, unknown, cost, now) and not shadow then
+        allowed = 0
+      end
+    else
+      local effb = floor(burst * m * U)
+      local per = rate * m * U / period
+      local tokens = effb
+      local last = now
+      local key = lkeys[i]
+      local t, l = wtok[key], wlast[key]
+      if not t then
+        local v = vals[key]
+        if v then
+          if #v == 16 then
+            t, l = sunpack("<dd", v)
+          else
+            -- the text form "tokens last_us" of builds before the packed one
+            local ts, ls = match(v, "^(%d+) (%d+)$")
+            t = tonumber(ts)
+            l = tonumber(ls)
+          end
         end
       end
-    end
-    if t and l then
-      local el = 0
-      if l > now then last = l else el = now - l end
-      tokens = t + floor(el * per)
-      if tokens > effb then tokens = effb end
-    end
-    local ok = tokens >= cost
-    local retry = 0
-    if not ok then
-      if not shadow then allowed = 0 end
-      if cost > effb then
-        if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
-      else
-        retry = ceil((cost - tokens) / per)
+      if t and l then
+        local el = 0
+        if l > now then last = l else el = now - l end
+        tokens = t + floor(el * per)
+        if tokens > effb then tokens = effb end
       end
-    end
-    local o = 6 * i
+      local ok = tokens >= cost
+      local retry = 0
+      if not ok then
+        if not shadow then allowed = 0 end
+        if cost > effb then
+          if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
+        else
+          retry = ceil((cost - tokens) / per)
+        end
+      end
     st[o - 5] = tokens
     st[o - 4] = last
     st[o - 3] = effb
     st[o - 2] = per
     st[o - 1] = ok
     st[o] = retry
+    end
   end
 
   local wrote = false
+  if allowed == 1 and cost > 0 then wrote = lease(kb, nl, a, now, slack) end
   reply[1] = allowed
   reply[2] = now
   local r = 2
   for i = 1, nl do
     local o = 6 * i
     local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
-    if allowed == 1 and st[o - 1] and cost > 0 then
+    if allowed == 1 and st[o - 1] and cost > 0 and kinds[i] ~= 0 then
+      tokens = take(i, lkeys[i], tokens, cost, now, slack)
+      wrote = true
+    elseif allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
       -- written once, after the batch (see the header)
-      local key = KEYS[kb + i]
+      local key = lkeys[i]
       if not wtok[key] then written[#written + 1] = key end
       wtok[key] = tokens
       wlast[key] = st[o - 4]
@@ -322,7 +508,9 @@ local function decide(kb, lk, a, device)
       wrote = true
     end
     local reset = now
-    if effb > tokens and per > 0 then
+    if kinds[i] ~= 0 then
+      reset = xreset[i]
+    elseif effb > tokens and per > 0 then
       reset = now + ceil((effb - tokens) / per)
     end
     local ok = 0
@@ -341,6 +529,10 @@ local function decide(kb, lk, a, device)
     reply[r + 2] = mults[j]
     reply[r + 3] = pens[j]
     r = r + 3
+  end
+  if trusted then
+    r = r + 1
+    reply[r] = trusted
   end
   -- one binary string of little-endian doubles: every value is exact (the
   -- integers are below 2^53) and Redis sends one value instead of r
@@ -392,6 +584,8 @@ for d = 1, n do
     end
   end
   for i = 1, a[5] do wants(KEYS[sk + i]) end
+  local no = a[nv] -- own buckets (7.1): read with the others
+  for i = 1, no do wants(KEYS[kb + a[1] - no - 1 + i]) end
   kbs[d], lks[d] = kb, sk
   kb = kb + a[1]
 end

@@ -70,10 +70,30 @@ func (s *MemoryStore) trustedLocked(l Lock, req *Request, i int, now float64) bo
 	return ok && float64(until.UnixMicro()) > now
 }
 
+// ownLocked reports whether req's device is in req.OwnTrust at now, so
+// that its limits with an OwnKey take from that key (7.1); s.mu must be
+// held.
+func (s *MemoryStore) ownLocked(req *Request, now float64) bool {
+	if req.OwnTrust == "" || req.Device == "" {
+		return false
+	}
+	until, ok := s.trusts[req.OwnTrust][req.Device]
+	return ok && float64(until.UnixMicro()) > now
+}
+
+// limitKey is the bucket limit l takes from: its OwnKey when trusted.
+func limitKey(l *Limit, trusted bool) string {
+	if trusted && l.OwnKey != "" {
+		return l.OwnKey
+	}
+	return l.Key
+}
+
 type memShard struct {
 	mu      sync.Mutex
 	buckets memTable
-	_       [48]byte // keep shards on separate cache lines (128 bytes each)
+	leases  map[string]leaseSet // concurrency sets by key (nil until one is made)
+	_       [40]byte            // keep shards on separate cache lines (128 bytes each)
 }
 
 // NewMemoryStore returns a MemoryStore with opts applied.
@@ -129,6 +149,7 @@ func (s *MemoryStore) Sweep(now time.Time) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.buckets.sweep(us)
+		sh.sweepLeases(now)
 		sh.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -181,7 +202,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	now := float64(t.UnixMicro())
 	res.Now = time.UnixMicro(int64(now))
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits = res.Limits[:0]
 	res.Subjects = res.Subjects[:0]
 
@@ -192,10 +213,11 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Subjects) > len(multsA) {
 		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
 	}
-	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
+	if len(req.Locks) > 0 || len(req.Subjects) > 0 || req.OwnTrust != "" {
 		if !s.unshared {
 			s.mu.RLock()
 		}
+		res.Trusted = s.ownLocked(req, now)
 		for i, k := range req.Locks {
 			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
 				if !s.unshared {
@@ -232,8 +254,10 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	var idx, order [MaxLimits]uint8
 	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
+	var keys [MaxLimits]string // the bucket each limit takes from
 	for i := range req.Limits {
-		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
+		keys[i] = limitKey(&req.Limits[i], res.Trusted)
+		h := memHash(maphash.String(s.seed, keys[i]))
 		idx[i], hashes[i] = uint8(h%memShards), h
 	}
 	if !s.unshared {
@@ -264,13 +288,21 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	evs[0].touched = touched // kept, so that the compiler keeps the reads
 	for i := range req.Limits {
-		evs[i].b = s.shards[idx[i]].buckets.match(int(at[i]), hashes[i], req.Limits[i].Key)
+		evs[i].b = s.shards[idx[i]].buckets.match(int(at[i]), hashes[i], keys[i])
 	}
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-		evaluate(&evs[i], now, l, m, pend, unknown, cost)
+		evs[i].kind = l.Kind
+		switch l.Kind {
+		case KindQuota:
+			evaluateQuota(&evs[i], now, l, m, pend, unknown, cost)
+		case KindConcurrency:
+			evaluateConcurrency(&evs[i], s.shards[idx[i]].leases[keys[i]], now, l, m, pend, unknown, cost)
+		default:
+			evaluate(&evs[i], now, l, m, pend, unknown, cost)
+		}
 		if !evs[i].ok && !l.Shadow {
 			allowed = false
 		}
@@ -291,8 +323,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			for i := range req.Limits {
 				ev := &evs[i]
 				if ev.ok && (ev.b != nil) == (pass == 0) {
-					ev.tokens -= cost
-					s.store(&s.shards[idx[i]], hashes[i], req.Limits[i].Key, ev, now)
+					s.take(&s.shards[idx[i]], hashes[i], keys[i], ev, req.Lease, cost, now)
 				}
 			}
 		}
@@ -334,6 +365,45 @@ func (s *MemoryStore) lockShards(order *[MaxLimits]uint8, n int, lock bool) {
 	}
 }
 
+// take takes cost from ev's limit (key, hashed h) and writes its state;
+// sh.mu must be held.
+func (s *MemoryStore) take(sh *memShard, h uint64, key string, ev *eval, lease string, cost, now float64) {
+	switch ev.kind {
+	case KindConcurrency:
+		set := sh.leases[key]
+		if set == nil {
+			if sh.leases == nil {
+				sh.leases = make(map[string]leaseSet)
+			}
+			set = leaseSet{}
+			sh.leases[key] = set
+		}
+		takeConcurrency(ev, set, lease, now)
+		return
+	case KindQuota:
+		// a quota's state is its count and period start, kept until the
+		// period's end (sweep drops it then)
+		ev.tokens -= cost
+		s.put(sh, h, key, memBucket{tokens: ev.used + cost, last: ev.last, full: ev.end}, ev.b, now)
+		return
+	}
+	ev.tokens -= cost
+	s.store(sh, h, key, ev, now)
+}
+
+// put writes state for key (hashed h) into b when it exists, else a new
+// slot; sh.mu must be held.
+func (s *MemoryStore) put(sh *memShard, h uint64, key string, state memBucket, b *memBucket, now float64) {
+	if b != nil {
+		*b = state
+		return
+	}
+	if sh.buckets.n >= s.maxPerShard {
+		sh.buckets.evict(now)
+	}
+	sh.buckets.put(h, key, state)
+}
+
 // store writes ev's state for key (hashed h); sh.mu must be held.
 func (s *MemoryStore) store(sh *memShard, h uint64, key string, ev *eval, now float64) {
 	full := resetAt(now, ev.tokens, ev.effb, ev.per)
@@ -354,14 +424,22 @@ const unit = 1e6
 // eval is one limit's evaluation, in micro-tokens and microseconds.
 type eval struct {
 	tokens, last, effb, per, retry float64
-	ok                             bool
-	touched                        uint8      // see Decide: read, never used
-	b                              *memBucket // the stored state read, nil when absent
+	// used, reset and end are a quota's count, next period's start (twice)
+	// or a concurrency limit's live leases, reset and new lease's expiry
+	used, reset, end float64
+	kind             Kind
+	ok               bool
+	touched          uint8      // see Decide: read, never used
+	b                *memBucket // the stored state read, nil when absent
 }
 
 // resultTo writes ev's LimitResult to lr.
 func (ev *eval) resultTo(lr *LimitResult, now float64, l *Limit) {
-	limitResultTo(lr, ev.ok, ev.tokens, ev.effb, resetAt(now, ev.tokens, ev.effb, ev.per), ev.retry, l)
+	reset := ev.reset
+	if ev.kind == KindBucket {
+		reset = resetAt(now, ev.tokens, ev.effb, ev.per)
+	}
+	limitResultTo(lr, ev.ok, ev.tokens, ev.effb, reset, ev.retry, l)
 }
 
 // resetAt is when a bucket holding tokens is full again (decide.lua's reset).

@@ -58,13 +58,14 @@ func TestWriteBudgetsHandBuilt(t *testing.T) {
 	t.Parallel()
 	p := &Policy{
 		Classes: []string{DefaultClass},
-		Limits:  []Limit{{Name: "x|y", By: []KeyPart{PartIP, PartASN}, Rate: 2, Period: 60e9, Burst: 3}},
+		Limits: []Limit{{Name: "x|y", By: []KeyPart{PartIP, PartASN}, Rate: 2, Period: 60e9, Burst: 3},
+			{Name: "daily", By: []KeyPart{PartUser}, Rate: 50, Period: 24 * 3600e9, Burst: 50}},
 	}
 	var buf bytes.Buffer
 	if err := p.WriteBudgets(&buf); err != nil {
 		t.Fatal(err)
 	}
-	want := "| default | x\\|y | ip + asn | 2/min | 3 | open |\n"
+	want := "| default | x\\|y | ip + asn | 2/min | 3 | open |\n| default | daily | user | 50/day | 50 | open |\n"
 	if !bytes.HasSuffix(buf.Bytes(), []byte(want)) {
 		t.Errorf("output:\n%s\nwant it to end with\n%s", buf.Bytes(), want)
 	}

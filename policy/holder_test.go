@@ -15,7 +15,7 @@ const (
 	policyV1 = "version: 1\nlimits: [{name: v1, by: [ip], rate: 1/s}]\n"
 	policyV2 = "version: 1\nlimits: [{name: v2, by: [ip], rate: 2/s}, {name: extra, by: [user], rate: 5/s}]\n"
 	policyV3 = "version: 1\nlimits: [{name: v3, by: [ip], rate: 3/s}]\n"
-	badFile  = "version: 1\nlimits: [{name: broken, by: [ip], rate: 1/day}]\n"
+	badFile  = "version: 1\nlimits: [{name: broken, by: [ip], rate: 1/week}]\n"
 )
 
 // holderFixture is a policy file on disk and a Holder for it.
@@ -88,7 +88,7 @@ func TestHolderCheckOnce(t *testing.T) {
 		{name: "valid change", write: policyV2, wantChanged: true, wantCurrent: "v2"},
 		{name: "settled", wantCurrent: "v2"},
 		{name: "invalid change refused", write: badFile, wantChanged: true,
-			wantErr: `tollgate.yaml:2: rate "1/day": want N/s, N/min or N/h (N a positive number)`, wantCurrent: "v2"},
+			wantErr: `tollgate.yaml:2: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)`, wantCurrent: "v2"},
 		{name: "refused file not retried", wantCurrent: "v2"},
 		{name: "fixed", write: policyV3, wantChanged: true, wantCurrent: "v3"},
 		{name: "same size, new content", write: strings.Replace(policyV3, "v3", "v4", 1), wantChanged: true, wantCurrent: "v4"},

@@ -28,9 +28,9 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
-	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if"}
+	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if", "trusted_devices"}
 	ifFields       = []string{"authenticated", "class", "attr"}
 	failureModes   = []string{"open", "closed"}
 	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
@@ -244,10 +244,8 @@ func (ps *parser) identity(f field) Identity {
 			default:
 				id.DeviceHeader = s
 			}
-		case "user_signature_key_env":
-			if s, ok := ps.envName(g); ok {
-				id.UserSignatureKeyEnv = s
-			}
+		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
+			ps.userSignature(g, &id)
 		case "account_body_field":
 			if s, ok := ps.str(g); ok {
 				id.AccountBodyField = s
@@ -256,10 +254,7 @@ func (ps *parser) identity(f field) Identity {
 			id.Attributes = ps.attributeHeaders(g)
 		}
 	}
-	if id.UserSignatureKeyEnv != "" && id.UserSignatureHeader == "" {
-		g, _ := m.get("user_signature_key_env")
-		ps.errorf(g.val, "user_signature_key_env is set but user_signature_header is not")
-	}
+	ps.checkUserSignature(m, &id)
 	return id
 }
 
@@ -464,6 +459,9 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 			ok = ok && good
 		case "if":
 			ok = ps.limitIf(g, classes, &lim) && ok
+		case "trusted_devices":
+			mode, good := ps.oneOf(g, "own", "shared")
+			lim.TrustedOwn, ok = mode == "own", ok && good
 		}
 	}
 	if !burstSet {
@@ -619,12 +617,13 @@ var rateUnits = map[string]time.Duration{
 	"s": time.Second, "sec": time.Second, "second": time.Second,
 	"min": time.Minute, "minute": time.Minute,
 	"h": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
 }
 
 // errRateSyntax is the error for a rate that is not N/unit.
-var errRateSyntax = errors.New("want N/s, N/min or N/h (N a positive number)")
+var errRateSyntax = errors.New("want N/s, N/min, N/h or N/day (N a positive number)")
 
-// parseRate parses "N/s", "N/min", "N/h" (and the long unit names).
+// parseRate parses "N/s", "N/min", "N/h", "N/day" (and the other unit names).
 func parseRate(s string) (float64, time.Duration, error) {
 	num, unit, found := strings.Cut(s, "/")
 	period, known := rateUnits[unit]

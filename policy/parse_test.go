@@ -105,13 +105,15 @@ func TestLoadContractExample(t *testing.T) {
 	}
 
 	wantID := Identity{
-		TrustedProxies:      []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		UserHeader:          "X-User-Id",
-		UserSignatureHeader: "X-User-Signature",
-		UserSignatureKeyEnv: "TOLLGATE_USER_KEY",
-		DeviceHeader:        "X-Device-Id",
-		DeviceTokenHeader:   "X-Device-Token",
-		AccountBodyField:    "username",
+		TrustedProxies:       []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		UserHeader:           "X-User-Id",
+		UserSignatureHeader:  "X-User-Signature",
+		UserSignatureKeyEnv:  "TOLLGATE_USER_KEY",
+		UserSignatureKeyEnvs: []string{"TOLLGATE_USER_KEY"},
+		UserSignatureMaxAge:  DefaultUserSignatureMaxAge,
+		DeviceHeader:         "X-Device-Id",
+		DeviceTokenHeader:    "X-Device-Token",
+		AccountBodyField:     "username",
 	}
 	if !reflect.DeepEqual(p.Identity, wantID) {
 		t.Errorf("Identity = %+v, want %+v", p.Identity, wantID)
@@ -184,7 +186,7 @@ func TestLoadContractExample(t *testing.T) {
 		t.Errorf("Reputation = %+v", p.Risk.Reputation)
 	}
 	wantAtt := &Attestation{
-		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour,
+		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
 			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem")},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
@@ -260,6 +262,8 @@ limits:
   - {name: half, by: [ip], rate: 0.5/s}
   - {name: b, by: [device], rate: 10/hour, burst: 25, shadow: true, failure_mode: closed}
   - {name: c, by: [user, route], rate: 3/minute}
+  - {name: d, by: [account], rate: 100/day}
+  - {name: e, by: [account], rate: 2.5/d, burst: 10}
 risk:
   attestation:
     apple: {app_id: ABCDE12345.com.example, root_ca_file: ` + ca + `}
@@ -284,6 +288,12 @@ risk:
 	}
 	if c := p.Limits[2]; c.Period != time.Minute || c.RateText != "3/minute" {
 		t.Errorf("c = %+v", c)
+	}
+	if d := p.Limits[3]; d.Rate != 100 || d.Period != 24*time.Hour || d.Burst != 100 || d.RateText != "100/day" {
+		t.Errorf("d = %+v (N/day: a period of 24h)", d)
+	}
+	if e := p.Limits[4]; e.Rate != 2.5 || e.Period != 24*time.Hour || e.Burst != 10 {
+		t.Errorf("e = %+v", e)
 	}
 	att := p.Risk.Attestation
 	if att.VerifiedMultiplier != 1 || att.UnverifiedSet || att.ValidFor != 24*time.Hour {
@@ -339,13 +349,13 @@ func TestParseErrorList(t *testing.T) {
 	t.Parallel()
 	text := `version: 2
 limits:
-  - {name: a, by: [ip], rate: 1/day}
+  - {name: a, by: [ip], rate: 1/week}
   - {name: a, by: [ip], rate: 1/s, bogus: 1}
 `
 	_, err := Parse("multi.yaml", []byte(text))
 	want := `multi.yaml:1: version 2: unsupported (want 1)
-multi.yaml:3: rate "1/day": want N/s, N/min or N/h (N a positive number)
-multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, shadow, failure_mode, if)
+multi.yaml:3: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)
+multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, shadow, failure_mode, if, trusted_devices)
 multi.yaml:4: duplicate limit name "a" (first at line 3)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err =\n%v\nwant\n%s", err, want)

@@ -129,11 +129,22 @@ type Identity struct {
 	TrustedProxies []netip.Prefix
 	// UserHeader carries the user id; "" means none is read.
 	UserHeader string
-	// UserSignatureHeader carries hex HMAC-SHA256(user id); checked when
-	// UserSignatureKeyEnv is set.
+	// UserSignatureHeader carries the user id's signature: hex
+	// HMAC-SHA256(key, user id), or t=<unix>,v1=<hex HMAC-SHA256(key,
+	// "<t>.<user id>")> (7.1); checked when UserSignatureKeyEnv is set.
 	UserSignatureHeader string
-	// UserSignatureKeyEnv names the environment variable holding the HMAC key.
+	// UserSignatureKeyEnv names the environment variable holding the HMAC
+	// key: the first of UserSignatureKeyEnvs.
 	UserSignatureKeyEnv string
+	// UserSignatureKeyEnvs name every variable holding a key that verifies
+	// (`user_signature_key_env`, one name or a list: key rotation).
+	UserSignatureKeyEnvs []string
+	// UserSignatureMaxAge is how far a timestamped signature's t may be
+	// from the limiter's clock, either way (default 5m).
+	UserSignatureMaxAge time.Duration
+	// UserSignatureRequireTimestamp refuses the bare form: a request with
+	// one is unauthenticated.
+	UserSignatureRequireTimestamp bool
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
 	// DeviceTokenHeader carries the device token of the device id (6.3;
@@ -209,6 +220,12 @@ type Limit struct {
 	IfAttr []AttrCondition
 	// FailureMode is the limit's own `failure_mode`, if it sets one.
 	FailureMode *FailureMode
+	// TrustedOwn is `trusted_devices: own` (7.1): a trusted device of the
+	// request's account (a valid device token on a login_succeeded for it
+	// within risk.attestation.trusted_for) takes from a bucket of its own,
+	// the limit's key plus the device, with the limit's rate and burst;
+	// every other request shares the limit's bucket. Default `shared`.
+	TrustedOwn bool
 	// Line is the line of the limit in the policy file.
 	Line int
 }
@@ -319,6 +336,11 @@ type Attestation struct {
 	// ValidFor is how long an attestation counts (default 24h); device
 	// tokens expire with it.
 	ValidFor time.Duration
+	// TrustedFor is how long a device that presented a valid device token
+	// on a login_succeeded stays a trusted device of that account (7.1;
+	// default 30 days): exempt_attested lockouts spare it and limits with
+	// `trusted_devices: own` give it a bucket of its own.
+	TrustedFor time.Duration
 	// TokenKeyEnv names the environment variable holding the device-token
 	// HMAC key (its raw bytes, at least 32); "" means a random key per
 	// process (tokens verify only on the host that issued them).

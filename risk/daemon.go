@@ -60,7 +60,9 @@ type Options struct {
 	// Now is the clock for re-assertion and offenders (default time.Now).
 	Now func() time.Time
 	// TrustFor is how long an attested device that logged in to an account
-	// stays exempt from that account's exempt_attested lockouts (default 30 days).
+	// stays a trusted device of it (exempt from its exempt_attested
+	// lockouts, its own bucket of `trusted_devices: own` limits; 7.1).
+	// Default: the policy's risk.attestation.trusted_for, else 30 days.
 	TrustFor time.Duration
 	// MaxKeys bounds the keys each signal tracks (default 200,000: about
 	// 100 MB per signal at worst; least recently seen keys go first).
@@ -125,9 +127,6 @@ func New(o Options) (*Daemon, error) {
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = DefaultMaxKeys
-	}
-	if o.TrustFor <= 0 {
-		o.TrustFor = DefaultTrustFor
 	}
 	if o.MaxAdmin <= 0 {
 		o.MaxAdmin = 100_000
@@ -469,7 +468,11 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		return TrustAction(&r, d.o.TrustFor, out), 1, "report"
+		trustFor := d.o.TrustFor
+		if trustFor <= 0 {
+			trustFor = TrustFor(d.o.Policy())
+		}
+		return TrustAction(&r, trustFor, out), 1, "report"
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
@@ -490,6 +493,15 @@ func TrustAction(r *streams.Report, trustFor time.Duration, out []signals.Action
 			Lock: bucket.Lock{Rule: r.DeviceID, Until: r.TS.Add(trustFor)}})
 	}
 	return out
+}
+
+// TrustFor returns how long p keeps a device trusted:
+// risk.attestation.trusted_for, else DefaultTrustFor.
+func TrustFor(p *policy.Policy) time.Duration {
+	if a := p.Risk.Attestation; a != nil && a.TrustedFor > 0 {
+		return a.TrustedFor
+	}
+	return DefaultTrustFor
 }
 
 // refreshPolicy hands a reloaded policy to the engine; mu held.

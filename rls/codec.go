@@ -1,31 +1,38 @@
 package rls
 
 import (
-	"context"
+	"fmt"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // Codec returns the gRPC codec the server should run with
-// (grpc.ForceServerCodecV2): gRPC's proto codec, except that the rate-limit
-// service's request is decoded into pooled storage by a decoder of its
-// plain wire form (anything else goes to proto.Unmarshal), and its
-// pooled response is given back once marshalled. Other messages (the
-// health service's) go through gRPC's codec alone. The wire format is
-// protobuf's either way.
+// (grpc.ForceServerCodecV2). Built with `-tags vtprotobuf` (as
+// scripts/test and the README's build do), go-control-plane's generated
+// vtprotobuf code (SizeVT, MarshalToSizedBufferVTStrict) writes the
+// rate-limit response without protobuf-go's reflection; without the tag
+// protobuf-go writes the same bytes. Either way the bytes go into a
+// buffer of gRPC's pool (gRPC frees it once written) and the pooled
+// response is given back. The rate-limit request is decoded into pooled
+// storage by a decoder of its plain wire form (go-control-plane generates
+// no UnmarshalVT; anything else goes to proto.Unmarshal). Other messages
+// (the health service's) go through gRPC's proto codec.
 func (s *Server) Codec() encoding.CodecV2 { return &codec{std: encoding.GetCodecV2(proto.Name), s: s} }
 
 type codec struct {
 	std encoding.CodecV2
 	s   *Server
+}
+
+// vtMessage is what go-control-plane's vtprotobuf code gives a message.
+type vtMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVTStrict(dAtA []byte) (int, error)
 }
 
 // internTable is the interner of one envoy section.
@@ -39,32 +46,65 @@ func (c *codec) Name() string { return proto.Name }
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	if p, ok := v.(*pooledResponse); ok {
 		defer putResponse(p) // gRPC is done with the message once it is marshalled
-		if data, ok := marshalResponse(&p.msg, false); ok {
-			return data, nil
+		return marshalPooled(&p.msg)
+	}
+	if _, ok := v.(vtMessage); ok {
+		if m, ok := v.(protov2.Message); ok {
+			return marshalPooled(m)
 		}
-		return c.std.Marshal(&p.msg)
 	}
 	return c.std.Marshal(v)
 }
 
-// marshalResponse writes m with appendResponse into a buffer of gRPC's
-// pool (gRPC frees it once written); false: use protobuf-go. checkUnknown
-// false is for a message this package built (see appendChecked).
-func marshalResponse(m *rlsv3.RateLimitResponse, checkUnknown bool) (mem.BufferSlice, bool) {
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(responseSize(m))
-	out, ok := appendChecked((*buf)[:0], m, checkUnknown)
-	switch {
-	case !ok:
-		pool.Put(buf)
-		return nil, false
-	case cap(out) != cap(*buf): // outgrew the estimate: a buffer of its own
-		pool.Put(buf)
-		return mem.BufferSlice{mem.SliceBuffer(out)}, true
+// marshalPooled writes m (with its vtprotobuf code when it has it) into a
+// buffer of gRPC's pool when m is large enough to be pooled, else into a
+// slice of its own, as gRPC's proto codec does.
+func marshalPooled(m protov2.Message) (mem.BufferSlice, error) {
+	vt, _ := m.(vtMessage)
+	var n int
+	if vt != nil {
+		n = vt.SizeVT()
+	} else {
+		n = protoMarshal.Size(m)
 	}
-	*buf = out
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, true
+	pool, pooled := mem.DefaultBufferPool(), !mem.IsBelowBufferPoolingThreshold(n)
+	var buf *[]byte
+	if pooled {
+		buf = pool.Get(n)
+	} else {
+		b := make([]byte, n)
+		buf = &b
+	}
+	err := encodeInto((*buf)[:n], m, vt)
+	switch {
+	case err != nil:
+		if pooled {
+			pool.Put(buf)
+		}
+		return nil, fmt.Errorf("rls: marshal: %w", err)
+	case !pooled:
+		return mem.BufferSlice{mem.SliceBuffer(*buf)}, nil
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
+
+// encodeInto writes m into b, which is exactly m's size: with vt (m's
+// vtprotobuf code) when not nil, else with protobuf-go.
+func encodeInto(b []byte, m protov2.Message, vt vtMessage) error {
+	if vt != nil {
+		_, err := vt.MarshalToSizedBufferVTStrict(b)
+		return err
+	}
+	out, err := protoMarshal.MarshalAppend(b[:0], m)
+	if err == nil && len(out) != len(b) {
+		return fmt.Errorf("wrote %d bytes of %d", len(out), len(b))
+	}
+	return err
+}
+
+// protoMarshal writes messages without vtprotobuf code (deterministic
+// off, as gRPC's codec).
+var protoMarshal = protov2.MarshalOptions{}
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	p, ok := v.(*pooledRequest)
@@ -93,27 +133,3 @@ func (s *Server) interner() *interner {
 	s.in.Store(t)
 	return t.in
 }
-
-// Handle is ShouldRateLimit for a transport that hands over the wire
-// bytes of the request (internal/h2grpc's Handler): it decodes req with
-// the fast decoder into a pooled message, decides as ShouldRateLimit
-// does, and appends the answer's wire bytes to buf. A request that does
-// not decode is INTERNAL, as with grpc-go.
-func (s *Server) Handle(ctx context.Context, req, buf []byte) ([]byte, error) {
-	p := getRequest()
-	defer putRequest(p)
-	if err := p.unmarshal(req, s.interner()); err != nil {
-		return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
-	}
-	r, err := s.shouldRateLimit(ctx, &p.msg)
-	if err != nil {
-		return nil, err
-	}
-	defer putResponse(r)
-	if out, ok := appendChecked(buf, &r.msg, false); ok {
-		return out, nil
-	}
-	return protoMarshal.MarshalAppend(buf, &r.msg)
-}
-
-var protoMarshal = protov2.MarshalOptions{}

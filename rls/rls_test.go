@@ -23,7 +23,6 @@ import (
 	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
-	"github.com/tollgate-dev/tollgate/internal/h2grpc"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -101,25 +100,15 @@ func newEnv(t testing.TB, store bucket.Store) *env {
 	return e
 }
 
-// Serve serves s's ShouldRateLimit on internal/h2grpc (the limiter's
-// transport) on a free loopback port and returns Envoy's generated client
-// connected to it; both stop at cleanup.
+// Serve serves s's ShouldRateLimit on grpc-go's server with the
+// service's codec (the limiter's setup) on a free loopback port and
+// returns Envoy's generated client connected to it; both stop at cleanup.
 func Serve(t testing.TB, s *Server) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	h, err := h2grpc.New(h2grpc.Options{Methods: map[string]h2grpc.Handler{FullMethod: s.Handle}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = h.Serve(ln) }()
-	t.Cleanup(h.Close)
-	return dial(t, ln.Addr().String())
+	return ServeGRPC(t, s, grpc.ForceServerCodecV2(s.Codec()))
 }
 
-// ServeGRPC is Serve on grpc-go's server with opts (Register's path).
+// ServeGRPC is Serve with opts instead of the service's codec.
 func ServeGRPC(t testing.TB, s *Server, opts ...grpc.ServerOption) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -327,7 +316,7 @@ func TestShouldRateLimitLoginAndFailure(t *testing.T) {
 
 // TestShouldRateLimitAnyCodec: on grpc-go's server, with its own codec
 // (no fast decoder, no pooling back) or the service's, the answers are
-// those of the limiter's transport.
+// the same.
 func TestShouldRateLimitAnyCodec(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

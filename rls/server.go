@@ -311,9 +311,11 @@ func (p *pooledResponse) duration(t time.Duration) *durationpb.Duration {
 	return &p.reset
 }
 
-// unitOf maps a rate's period (1s, 1m or 1h in a policy) to Envoy's unit.
+// unitOf maps a rate's period (1s, 1m, 1h or 24h in a policy) to Envoy's unit.
 func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 	switch {
+	case p >= 24*time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
 	case p >= time.Hour:
 		return rlsv3.RateLimitResponse_RateLimit_HOUR
 	case p >= time.Minute:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,18 +64,25 @@ func Check(cfg Config) (*policy.Policy, error) {
 }
 
 // checkUserKey refuses proxy mode with a policy whose
-// identity.user_signature_key_env names an empty variable: every user
+// identity.user_signature_key_env names only empty variables: every user
 // header would fail its signature and be stripped, making all traffic
-// silently unauthenticated.
+// silently unauthenticated. In a list (key rotation) an empty variable
+// is allowed while another holds a key: the next key may be staged.
 func checkUserKey(cfg Config, p *policy.Policy) error {
 	if cfg.Upstream == "" || p.Identity.UserSignatureKeyEnv == "" {
 		return nil
 	}
-	if name := p.Identity.UserSignatureKeyEnv; cfg.Getenv(name) == "" {
-		return fmt.Errorf("service: proxy mode: environment variable %s (identity.user_signature_key_env of %s) is empty: no user header could be verified; set it, or remove user_signature_key_env to trust the header unsigned",
-			name, policyLabel(cfg.ConfigPath))
+	names := p.Identity.UserSignatureKeyEnvs
+	if len(names) == 0 {
+		names = []string{p.Identity.UserSignatureKeyEnv}
 	}
-	return nil
+	for _, name := range names {
+		if cfg.Getenv(name) != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("service: proxy mode: environment variable %s (identity.user_signature_key_env of %s) is empty: no user header could be verified; set it, or remove user_signature_key_env to trust the header unsigned",
+		strings.Join(names, ", "), policyLabel(cfg.ConfigPath))
 }
 
 // policyLabel names the policy in messages.

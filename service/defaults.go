@@ -55,3 +55,11 @@ const (
 	// riskdDrainTimeout bounds the drain of riskd's HTTP listener.
 	riskdDrainTimeout = 5 * time.Second
 )
+
+// The gRPC listener's bounds on what one connection may hold (7.5).
+const (
+	// DefaultGRPCMaxStreams bounds the calls open at once on one connection.
+	DefaultGRPCMaxStreams = 100
+	// DefaultGRPCIdleTimeout closes a connection with no call open this long.
+	DefaultGRPCIdleTimeout = 5 * time.Minute
+)

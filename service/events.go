@@ -17,11 +17,14 @@ import (
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
-// embeddedNATS is the one-process default's NATS server: JetStream in a
-// temp dir, loopback. Run stops it and removes the dir when ctx ends.
+// embeddedNATS is the one-process default's NATS server: JetStream on
+// loopback, in a stable directory (natsStoreDir) or a temp dir. Run stops
+// it when ctx ends and removes a temp dir.
 type embeddedNATS struct {
-	dir string
-	srv *streams.Embedded
+	dir    string
+	temp   bool   // dir is removed at the end
+	unlock func() // releases a stable dir's lock (nil for a temp dir)
+	srv    *streams.Embedded
 }
 
 var _ component = (*embeddedNATS)(nil)
@@ -30,6 +33,11 @@ var _ component = (*embeddedNATS)(nil)
 type natsServerConfig struct {
 	// Port is the client port (0: a free one).
 	Port int
+	// Dir is the JetStream store directory, kept across restarts ("": a
+	// temp dir, removed at the end). A Dir another process holds is
+	// replaced by a temp dir, with a warning.
+	Dir    string
+	Logger *slog.Logger
 }
 
 // Validate checks the port.
@@ -45,23 +53,52 @@ func newEmbeddedNATS(c natsServerConfig) (*embeddedNATS, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "tollgate-nats-")
-	if err != nil {
-		return nil, fmt.Errorf("service: nats temp dir: %w", err)
+	e := &embeddedNATS{dir: c.Dir}
+	if c.Dir != "" {
+		unlock, err := openStoreDir(c.Dir)
+		switch {
+		case errors.Is(err, errStoreDirBusy):
+			c.Logger.Warn("embedded nats: store dir held by another limiter; this one keeps its audit record and alerts in a temp dir, lost at exit",
+				"dir", c.Dir)
+			e.dir = ""
+		case err != nil:
+			return nil, err
+		default:
+			e.unlock = unlock
+		}
 	}
-	srv, err := streams.StartEmbedded(dir, c.Port)
+	if e.dir == "" {
+		dir, err := os.MkdirTemp("", "tollgate-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("service: nats temp dir: %w", err)
+		}
+		e.dir, e.temp = dir, true
+	}
+	srv, err := streams.StartEmbedded(e.dir, c.Port)
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		e.release()
 		return nil, err
 	}
-	return &embeddedNATS{dir: dir, srv: srv}, nil
+	e.srv = srv
+	return e, nil
 }
 
-// Run waits for ctx, then stops the server and removes its store.
+// release unlocks a stable dir, or removes a temp one.
+func (e *embeddedNATS) release() error {
+	if e.unlock != nil {
+		e.unlock()
+	}
+	if e.temp {
+		return os.RemoveAll(e.dir)
+	}
+	return nil
+}
+
+// Run waits for ctx, then stops the server and releases its store.
 func (e *embeddedNATS) Run(ctx context.Context) error {
 	<-ctx.Done()
 	e.srv.Stop()
-	if err := os.RemoveAll(e.dir); err != nil {
+	if err := e.release(); err != nil {
 		return fmt.Errorf("remove nats store: %w", err)
 	}
 	return nil

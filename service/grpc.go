@@ -9,24 +9,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/tollgate-dev/tollgate/internal/h2grpc"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/rls"
 )
-
-// grpcStreamWorkers is how many calls run at once on long-lived
-// goroutines; more at a time get a goroutine each.
-const grpcStreamWorkers = 128
-
-// healthCheckMethod is the standard health service's unary method (its
-// streaming Watch is not served: UNIMPLEMENTED).
-const healthCheckMethod = "/grpc.health.v1.Health/Check"
 
 // grpcConfig configures the Envoy rate-limit service component
 // (--grpc-listen): deciding through Decider (the check path), with the
@@ -39,6 +31,11 @@ type grpcConfig struct {
 	Logger     *slog.Logger
 	// Drain bounds the drain of in-flight calls when ctx ends.
 	Drain time.Duration
+	// MaxStreams bounds the calls open at once on one connection (more
+	// are refused with REFUSED_STREAM); IdleTimeout closes a connection
+	// with no call open for that long (7.5). Zero: the defaults.
+	MaxStreams  int
+	IdleTimeout time.Duration
 }
 
 // Validate checks the address and that the parts are there.
@@ -52,12 +49,10 @@ func (c grpcConfig) Validate() error {
 	return nil
 }
 
-// grpcService is the bound Envoy rate-limit service, on internal/h2grpc's
-// transport (grpc-go's server transport cost the limiter about 7 µs more
-// CPU per call than net/http's: docs/benchmarks.md, "Gateway paths").
+// grpcService is the bound Envoy rate-limit service, on grpc-go's server.
 type grpcService struct {
 	ln     net.Listener
-	server *h2grpc.Server
+	server *grpc.Server
 	health *health.Server
 	drain  time.Duration
 }
@@ -75,51 +70,48 @@ func newGRPC(c grpcConfig) (*grpcService, error) {
 		return nil, fmt.Errorf("service: grpc: %w", err)
 	}
 	hs := health.NewServer()
-	srv, err := h2grpc.New(grpcOptions(rs, hs, log))
-	if err != nil {
-		return nil, fmt.Errorf("service: grpc: %w", err)
-	}
+	srv := grpc.NewServer(grpcOptions(rs, c)...)
+	rs.Register(srv)
+	healthpb.RegisterHealthServer(srv, checkOnly{hs})
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("service: grpc listen %s: %w", c.Addr, err)
 	}
 	gs := &grpcService{ln: ln, server: srv, health: hs, drain: c.Drain}
-	c.Logger.Info("envoy rate-limit service listening", "addr", gs.addr(), "service", "envoy.service.ratelimit.v3.RateLimitService")
+	c.Logger.Info("envoy rate-limit service listening", "addr", gs.addr(), "service", "envoy.service.ratelimit.v3.RateLimitService",
+		"max_streams", c.MaxStreams, "idle_timeout", c.IdleTimeout.String())
 	return gs, nil
 }
 
-// grpcOptions are the server's options: the rate-limit service and the
-// health check, with the bounds and keepalive grpc-go's server had.
-func grpcOptions(rs *rls.Server, hs *health.Server, log *slog.Logger) h2grpc.Options {
-	return h2grpc.Options{
-		Methods: map[string]h2grpc.Handler{
-			rls.FullMethod:    rs.Handle,
-			healthCheckMethod: healthCheck(hs),
-		},
-		MaxRecvMsgSize:       64 << 10, // a RateLimitRequest is small; bound what one call may hold
-		MaxConcurrentStreams: 1024,
-		Workers:              grpcStreamWorkers,
-		KeepaliveMinTime:     5 * time.Second, // Envoy's connection_keepalive may ping this often
-		PermitWithoutStream:  true,
-		KeepaliveTime:        time.Minute,
-		KeepaliveTimeout:     20 * time.Second,
-		Logger:               log,
+// grpcOptions are the server's options: the service's codec (pooled
+// messages, vtprotobuf code), a small bound on what one call may send,
+// the bounds of 7.5 on what one connection may hold, and keepalive as
+// Envoy's connection_keepalive needs it.
+func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
+	maxStreams, idle := c.MaxStreams, c.IdleTimeout
+	if maxStreams <= 0 {
+		maxStreams = DefaultGRPCMaxStreams
+	}
+	if idle <= 0 {
+		idle = DefaultGRPCIdleTimeout
+	}
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(rs.Codec()),
+		grpc.MaxRecvMsgSize(64 << 10), // a RateLimitRequest is small; bound what one call may hold
+		grpc.MaxConcurrentStreams(uint32(maxStreams)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.SharedWriteBuffer(true), // a connection's write buffer is pooled between writes
 	}
 }
 
-// healthCheck serves grpc.health.v1.Health/Check from hs.
-func healthCheck(hs *health.Server) h2grpc.Handler {
-	return func(ctx context.Context, req, buf []byte) ([]byte, error) {
-		var in healthpb.HealthCheckRequest
-		if err := proto.Unmarshal(req, &in); err != nil {
-			return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
-		}
-		resp, err := hs.Check(ctx, &in)
-		if err != nil {
-			return nil, err
-		}
-		return proto.MarshalOptions{}.MarshalAppend(buf, resp)
-	}
+// checkOnly is the standard health service without its streaming Watch
+// (UNIMPLEMENTED): a watch never ends, so it would hold every drain to
+// its timeout, and Envoy's gRPC health checks call Check.
+type checkOnly struct{ *health.Server }
+
+func (checkOnly) Watch(*healthpb.HealthCheckRequest, healthpb.Health_WatchServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Watch for service grpc.health.v1.Health")
 }
 
 // addr is the bound address.
@@ -133,14 +125,24 @@ func (gs *grpcService) Run(ctx context.Context) error {
 	go func() { served <- gs.server.Serve(gs.ln) }()
 	select {
 	case err := <-served:
-		gs.server.Close()
+		gs.server.Stop()
 		return fmt.Errorf("service: grpc: %w", err)
 	case <-ctx.Done():
 	}
 	gs.health.Shutdown()
-	dctx, cancel := context.WithTimeout(context.Background(), gs.drain)
-	defer cancel()
-	_ = gs.server.Shutdown(dctx) // past the drain timeout the calls left are cut
-	<-served                     // ErrServerClosed once stopped
+	stopped := make(chan struct{})
+	go func() {
+		gs.server.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(gs.drain)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C: // past the drain timeout the calls left are cut
+		gs.server.Stop()
+		<-stopped
+	}
+	<-served
 	return nil
 }

@@ -118,7 +118,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 	ec := eventsConfig{URL: cfg.NATSURL, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
 		Ensure: true, Dial: cfg.NATSURL != "", Consequence: "decisions and reports are dropped (and counted) until it answers", Logger: l.log}
 	if cfg.NATSURL == "" {
-		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort})
+		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort, Dir: natsStoreDir(cfg), Logger: l.log})
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +228,7 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 	srv, err := api.New(api.Options{
 		Engine: eng, AdminToken: cfg.AdminToken, Store: l.l1.Wrap(l.store.store), Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
 		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg,
-		Events: pub, Reporter: pub, Audit: pub, Offenders: offenders,
+		Events: pub, Reporter: pub, Audit: pub, Trail: streams.NewTrail(pub.JetStream(), cfg.streams()), Offenders: offenders,
 		Attestation: l.att.view, DeviceTokens: l.att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {
 			redis, _ := l.store.ping(ctx)
@@ -295,7 +295,7 @@ func (l *limiter) addListeners() error {
 	}
 	if cfg.GRPCListen != "" {
 		gs, err := newGRPC(grpcConfig{Addr: cfg.GRPCListen, Decider: l.srv, Policy: l.holder.Current, Registerer: l.reg, Logger: l.log,
-			Drain: cfg.ShutdownTimeout})
+			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout})
 		if err != nil {
 			return err
 		}

@@ -41,16 +41,28 @@ type Config struct {
 	// certificates must chain to ("" trusts the system roots).
 	RedisCA string
 	// NATSURL is the NATS server; "" starts an embedded NATS server
-	// (JetStream in a temp dir, loopback) and the risk engine in process.
+	// (JetStream in NATSStoreDir, loopback) and the risk engine in process.
 	NATSURL string
 	// NATSPort is the embedded NATS server's port (0: a free port).
 	NATSPort int
+	// NATSStoreDir is where the embedded NATS server keeps JetStream (the
+	// audit record, alerts, reports, decisions), kept across restarts.
+	// Default: with RedisURL a directory under the user's cache directory
+	// named for the Redis URL, key prefix and stream name; without, a temp
+	// dir removed at exit.
+	NATSStoreDir string
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
 	// GRPCListen, when set, serves Envoy's rate-limit service
 	// (envoy.service.ratelimit.v3.RateLimitService) over plaintext gRPC
 	// on this address (":0" picks a port); "" serves none.
 	GRPCListen string
+	// GRPCMaxStreams bounds the calls open at once on one gRPC connection
+	// (default 100; more are refused with REFUSED_STREAM, 7.5).
+	GRPCMaxStreams int
+	// GRPCIdleTimeout closes a gRPC connection that has had no call open
+	// for this long (default 5m, 7.5).
+	GRPCIdleTimeout time.Duration
 	// APIToken, when set, is the bearer token /v1/check, /v1/report and
 	// /v1/forward-auth require (6.2); "" leaves them open.
 	APIToken string
@@ -176,7 +188,7 @@ func (c *Config) Validate() error {
 		v    int64
 	}{{"nats port", int64(c.NATSPort)}, {"redis lanes", int64(c.RedisLanes)}, {"memory max keys", int64(c.MemoryMaxKeys)},
 		{"l1 max entries", int64(c.L1MaxEntries)}, {"decisions max bytes", c.DecisionsMaxBytes},
-		{"store timeout", int64(c.StoreTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
+		{"store timeout", int64(c.StoreTimeout)}, {"grpc max streams", int64(c.GRPCMaxStreams)}, {"grpc idle timeout", int64(c.GRPCIdleTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
 		if n.v < 0 {
 			return fmt.Errorf("service: %s %d must not be negative", n.name, n.v)
 		}

@@ -31,6 +31,9 @@ func startB(t testing.TB, cfg Config) (*Running, string) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
+	if cfg.RedisURL != "" && cfg.NATSURL == "" && cfg.NATSStoreDir == "" {
+		cfg.NATSStoreDir = t.TempDir() // not the user's cache dir
+	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	if cfg.Getenv == nil {
 		cfg.Getenv = testGetenv

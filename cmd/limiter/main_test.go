@@ -143,7 +143,8 @@ func TestBudgets(t *testing.T) {
 	}
 	for _, want := range []string{
 		"| route class | limit | key | rate | burst | failure mode |",
-		"| auth | login-account | account + route | 5/min | 5 | closed |",
+		"| auth | login-account (trusted devices: own) | account + route | 5/min | 5 | closed |",
+		"gives each trusted device of the request's account",
 		"| read | user-read | user | 300/min | 300 | open |",
 	} {
 		if !strings.Contains(out, want) {

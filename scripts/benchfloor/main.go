@@ -3,9 +3,8 @@
 // "Gateway paths"): POST /v1/check over net/http's HTTP/1.1 server (-http,
 // a fixed check body and its headers), Envoy's ShouldRateLimit over
 // grpc-go's server with the limiter's former options (-grpc, a fixed
-// RateLimitResponse marshalled by grpc-go's codec), and the same over
-// internal/h2grpc (-h2, the fixed response's bytes appended). Drive it
-// with scripts/benchgrpc (-pid this process) one address at a time.
+// RateLimitResponse marshalled by grpc-go's codec). Drive it with
+// scripts/benchgrpc (-pid this process) one address at a time.
 package main
 
 import (
@@ -21,11 +20,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/tollgate-dev/tollgate/internal/h2grpc"
-	"github.com/tollgate-dev/tollgate/rls"
 )
 
 // constant is the RLS implementation of the grpc-go server.
@@ -55,18 +50,12 @@ func answer() *rlsv3.RateLimitResponse {
 func main() {
 	httpAddr := flag.String("http", "127.0.0.1:18080", "net/http's address (POST /v1/check)")
 	grpcAddr := flag.String("grpc", "127.0.0.1:18081", "grpc-go's address")
-	h2Addr := flag.String("h2", "127.0.0.1:18082", "internal/h2grpc's address")
 	pprofAddr := flag.String("pprof", "", "net/http/pprof's address (empty: none)")
 	flag.Parse()
 	if *pprofAddr != "" {
 		go func() { log.Fatal(http.ListenAndServe(*pprofAddr, nil)) }() // DefaultServeMux: net/http/pprof's handlers
 	}
 	resp := answer()
-	wire, err := proto.Marshal(resp)
-	if err != nil {
-		log.Fatal(err)
-	}
-
 	body := []byte(`{"allowed":true,"limit":"ip","remaining":999,"reset_ms":60}`)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
@@ -88,17 +77,5 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	go func() { log.Fatal(g.Serve(gl)) }()
-
-	h, err := h2grpc.New(h2grpc.Options{Methods: map[string]h2grpc.Handler{
-		rls.FullMethod: func(_ context.Context, _ []byte, buf []byte) ([]byte, error) { return append(buf, wire...), nil },
-	}, KeepaliveMinTime: 5 * time.Second, PermitWithoutStream: true, KeepaliveTime: time.Minute})
-	if err != nil {
-		log.Fatal(err)
-	}
-	hl, err := net.Listen("tcp", *h2Addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	log.Fatal(h.Serve(hl))
+	log.Fatal(g.Serve(gl))
 }

@@ -4,8 +4,8 @@
 // service (gRPC, the generated client, as Envoy sends them: descriptors
 // remote_address; method + path; user_id; device_id), alternating the two
 // paths for -rounds rounds (with -paths also through leaner load
-// generators: h2, its own HTTP/2 client, see h2.go; wrk and h2load, in C,
-// see external.go), and prints one line per run:
+// generators: wrk and h2load, in C, see external.go), and prints one line
+// per run:
 //
 //	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X
 //
@@ -29,6 +29,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
@@ -47,7 +48,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 )
 
 type config struct {
@@ -62,7 +62,7 @@ func main() {
 	flag.StringVar(&cfg.httpURL, "http", "", "the limiter's /v1/check URL")
 	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
 	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
-	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, h2, wrk, h2load (hot mode)")
+	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, wrk, h2load (hot mode)")
 	flag.StringVar(&cfg.lua, "lua", "scripts/bench.lua", "scripts/bench.lua, for the wrk path")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
 	flag.IntVar(&cfg.pool, "pool", 10000, "distinct (ip, user, device) keys in spread mode")
@@ -94,7 +94,7 @@ func main() {
 					log.Fatal(err)
 				}
 			} else {
-				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, h2, wrk or h2load)", p)
+				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, wrk or h2load)", p)
 			}
 			fmt.Printf("BENCH_GW path=%s round=%d %s\n", p, round, res)
 		}
@@ -123,34 +123,8 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 		}
 		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
 	}
-	h2conns := make([]*h2Conn, cfg.conns)
-	framed := make([][]byte, cfg.pool)
-	for i := range h2conns {
-		c, err := dialH2(cfg.grpcAddr)
-		if err != nil {
-			return nil, err
-		}
-		h2conns[i] = c
-	}
-	for i, r := range reqs {
-		msg, err := proto.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("benchgrpc: %w", err)
-		}
-		framed[i] = frame(msg)
-	}
 	var next atomic.Uint64
 	return map[string]doFunc{
-		"h2": func(_ context.Context, i int) (bool, error) {
-			a, err := h2conns[next.Add(1)%uint64(len(h2conns))].call(framed[i])
-			switch {
-			case err != nil:
-				return false, err
-			case a.status != "0":
-				return false, fmt.Errorf("grpc-status %q", a.status)
-			}
-			return a.code == byte(rlsv3.RateLimitResponse_OVER_LIMIT), nil
-		},
 		"http": func(ctx context.Context, i int) (bool, error) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", cfg.httpURL, bytes.NewReader(bodies[i]))
 			req.Header.Set("Content-Type", "application/json")
@@ -186,6 +160,11 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 // A fixed window also turns off grpc-go's BDP estimation, which Envoy
 // does not do: its pings would follow the answers of a busy connection.
 const envoyWindow = 256 << 20
+
+// frame is msg as one gRPC length-prefixed message (uncompressed).
+func frame(msg []byte) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))), msg...)
+}
 
 // hotRequest is the hot key's RateLimitRequest, as the grpc path sends it.
 func hotRequest() *rlsv3.RateLimitRequest {
