@@ -211,9 +211,14 @@ func (s *Server) Public() http.Handler {
 		// the server's ReadHeaderTimeout. Only a request with a body gets
 		// one (an upgraded connection keeps none). Not every
 		// ResponseWriter can.
+		rc := http.NewResponseController(w)
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+			_ = rc.SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
 		}
+		// The server has no WriteTimeout (a proxied response streams for
+		// as long as it moves, under the proxy's idle deadline): every
+		// answer gets this bound, which a forwarded request replaces.
+		_ = rc.SetWriteDeadline(time.Now().Add(max(30*time.Second, s.o.BodyTimeout+30*time.Second)))
 		normalizeURL(r.URL)
 		p := r.URL.Path
 		switch {
