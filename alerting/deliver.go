@@ -254,6 +254,7 @@ func (d *Deliverer) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		MaxAckPending: d.o.MaxPending,
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &start,
+		Replicas:      d.o.Streams.Replicas, // 0: the stream's
 	})
 	if err != nil {
 		return nil, fmt.Errorf("alerting: create consumer %s: %w", d.o.Durable, err)
