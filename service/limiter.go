@@ -239,6 +239,9 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 		return nil, err
 	}
 	srv.Handle("/v1/attest/", srv.Guard(l.att))
+	if err := l.addConsole(srv); err != nil {
+		return nil, err
+	}
 	if cfg.Upstream == "" {
 		return srv, nil
 	}
