@@ -211,13 +211,17 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		}
 	case streams.AuditLockoutLift:
 		d.mu.Lock()
-		lifted := d.eng.LiftLock(a.ID, a.TS)
+		subject := a.Subject
+		if subject == "" {
+			subject = "account" // audit events of builds before 7.1
+		}
+		lifted := d.eng.LiftSubjectLock(subject, a.ID, a.TS)
 		d.mu.Unlock()
 		if lifted {
-			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: "account", ID: a.ID}); err != nil {
+			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: subject, ID: a.ID}); err != nil {
 				d.count("store")
 			}
-			d.log.Info("lockout lifted by an admin; not re-asserted", "account", a.ID, "request_id", a.RequestID)
+			d.log.Info("lockout lifted by an admin; not re-asserted", "subject", subject, "id", a.ID, "request_id", a.RequestID)
 		}
 	}
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// every admin multiplier at once (6.5). nil: only the periodic
 	// re-assertion.
 	StoreLost func(ctx context.Context) (bool, error)
+	// MaxTrust bounds the trusted devices remembered for re-assertion
+	// (default DefaultMaxTrust; expired ones go first, then the one that
+	// ends first).
+	MaxTrust int
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
 	MaxAdmin int
@@ -108,6 +112,7 @@ type Daemon struct {
 	// re-assertion never writes back what an admin just removed.
 	execMu sync.Mutex
 	admins adminRecord // guarded by execMu
+	trusts trustRecord // the trusted devices in force (7.1)
 
 	ready    chan struct{}
 	readyOne sync.Once
@@ -133,6 +138,9 @@ func New(o Options) (*Daemon, error) {
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = DefaultMaxKeys
 	}
+	if o.MaxTrust <= 0 {
+		o.MaxTrust = DefaultMaxTrust
+	}
 	if o.MaxAdmin <= 0 {
 		o.MaxAdmin = 100_000
 	}
@@ -147,6 +155,7 @@ func New(o Options) (*Daemon, error) {
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
 		admins:  adminRecord{max: o.MaxAdmin, m: map[string]adminEntry{}},
+		trusts:  trustRecord{max: o.MaxTrust, m: map[string]time.Time{}},
 	}
 	return d, nil
 }
@@ -206,6 +215,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	if err := d.readAudit(ctx, audit, true); err != nil {
+		return err
+	}
+	if err := d.readTrust(ctx); err != nil {
 		return err
 	}
 	d.readyOne.Do(func() { close(d.ready) })
@@ -479,11 +491,10 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		trustFor := d.o.TrustFor
-		if trustFor <= 0 {
-			trustFor = TrustFor(d.o.Policy())
-		}
-		return TrustAction(&r, trustFor, out), 1, "report"
+		n := len(out)
+		out = TrustAction(&r, d.trustFor(), out)
+		d.recordTrust(out[n:])
+		return out, 1, "report"
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
@@ -666,13 +677,18 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 		if d.o.StoreLost != nil {
 			l, err := d.o.StoreLost(ctx)
 			if err == nil && l {
-				d.log.Warn("the store lost its data (Redis restarted empty?); re-asserting measures and admin multipliers")
+				d.log.Warn("the store lost its data (Redis restarted empty?); re-asserting measures, admin multipliers and trusted devices")
 				lost = true
 			}
 		}
 		if lost || now.Sub(lastReassert) >= d.o.Reassert {
 			lastReassert = now
 			d.reassert(ctx, now)
+			if lost || d.o.StoreLost == nil {
+				// trust sets can be many: written back when the store lost
+				// them, not at every re-assertion (unless nothing tells)
+				d.reassertTrust(ctx, now)
+			}
 		}
 	}
 }
