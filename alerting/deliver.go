@@ -44,6 +44,11 @@ type Options struct {
 	// Policy returns the policy in force (required); its Alerting section
 	// is read for every alert, so reloads apply to the next delivery.
 	Policy func() *policy.Policy
+	// Leading, when set, is asked before each attempt whether this
+	// process may still act (riskd's lease, 7.5): once it says no, the
+	// deliverer stops attempting and hands its alerts back, as when its
+	// context ends. nil: always.
+	Leading func() bool
 	// Streams names the subjects and streams (must match the limiter's).
 	Streams streams.Config
 	// Durable is the durable consumer's name (default "riskd-alerts").
@@ -90,6 +95,9 @@ const (
 func (o *Options) defaults() {
 	if o.Durable == "" {
 		o.Durable = DefaultDurable
+	}
+	if o.Leading == nil {
+		o.Leading = func() bool { return true }
 	}
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -382,10 +390,14 @@ func (d *Deliverer) deliverAll(ctx context.Context, items []item) bool {
 	return true
 }
 
-// attempts sends dl to s until it takes it (true), retry_for has passed
-// since deadline was set (true: given up), or ctx ends (false).
+// attempts sends dl to s until it takes it (true), deadline (the
+// alert's publication plus retry_for) has passed (true: given up), or ctx
+// ends or this process stops leading (false).
 func (d *Deliverer) attempts(ctx context.Context, s sink, dl Delivery, deadline time.Time) bool {
 	for n := 0; ; n++ {
+		if !d.o.Leading() {
+			return false // another process acts now: it delivers
+		}
 		err := s.send(ctx, d.o.Client, dl, d.o.Now())
 		if ctx.Err() != nil {
 			return false

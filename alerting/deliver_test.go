@@ -396,3 +396,30 @@ func TestFoldAndFilters(t *testing.T) {
 		t.Errorf("webhooks[2] delivered = %v", n)
 	}
 }
+
+// TestNotLeadingDeliversNothing: a deliverer whose Leading says no (its
+// lease lapsed) makes no attempt and hands its alerts back; the leading
+// one delivers them all.
+func TestNotLeadingDeliversNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := newReceiver(t)
+	p := policyWith(t, fmt.Sprintf("  webhooks: [{url: %q, secret_env: WEBHOOK_SECRET}]\n", r.srv.URL))
+	follower := NewMetrics(nil)
+	e.start(e.js, p, follower, func(o *Options) { o.Leading = func() bool { return false } })
+	ids := e.publish(3, streams.AlertLockout)
+	leader := NewMetrics(nil)
+	e.start(e.js, p, leader, nil)
+	waitFor(t, "every alert delivered by the leader", func() bool {
+		return testutil.ToFloat64(leader.Deliveries.WithLabelValues("webhooks[0]", ResultDelivered)) == 3
+	})
+	if n := testutil.CollectAndCount(follower.Deliveries); n != 0 {
+		t.Errorf("the follower counted %d attempt series, want none", n)
+	}
+	got := r.ids()
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("delivery %s received %d times, want 1", id, got[id])
+		}
+	}
+}

@@ -110,6 +110,9 @@ func (d *Daemon) tailAudit(ctx context.Context, oc jetstream.Consumer) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, ErrNotLeading) {
+			return err
+		}
 		d.count("audit")
 		d.log.Warn("audit reader failed; starting a new one", "from_seq", d.auditNext.Load(), "err", err)
 		for {
@@ -150,6 +153,9 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 		}
 		caughtUp := false
 		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
+			if !catchUp && !d.Leading() {
+				return ErrNotLeading
+			}
 			d.applyAudit(ctx, m, !catchUp)
 			n++
 			if meta, err := m.Metadata(); err == nil {

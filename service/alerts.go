@@ -30,10 +30,11 @@ func checkAlertingAtStart(h *policy.Holder, getenv func(string) string) error {
 
 // newAlertDeliverer builds the alert deliverer of the risk component: it
 // reads the alerts stream through the durable consumer <Durable>-alerts
-// and delivers as the policy's alerting section says.
-func newAlertDeliverer(c riskConfig) (*alerting.Deliverer, error) {
+// and delivers as the policy's alerting section says, each attempt only
+// while leading says this process may act (7.5).
+func newAlertDeliverer(c riskConfig, leading func() bool) (*alerting.Deliverer, error) {
 	return alerting.New(alerting.Options{
-		JetStream: c.Publisher.JetStream(), Policy: c.Policy, Streams: c.Streams, Durable: c.Durable + "-alerts",
+		JetStream: c.Publisher.JetStream(), Policy: c.Policy, Leading: leading, Streams: c.Streams, Durable: c.Durable + "-alerts",
 		Getenv: c.Getenv, Metrics: alerting.NewMetrics(c.Registerer), Logger: c.Logger.With("component", "alerting"),
 	})
 }
