@@ -102,7 +102,7 @@ type putMultiplier struct {
 }
 
 func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
@@ -165,7 +165,7 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 }
 
 func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
@@ -181,7 +181,7 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) handleGetSubject(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return

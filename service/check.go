@@ -21,7 +21,8 @@ import (
 // root read) and the environment variables it names, read through
 // cfg.Getenv: the Play Integrity keys (present, non-empty, decodable), the
 // device-token key (token_key_env: present, long enough) and,
-// in proxy mode, the user-signature key (present, non-empty). It returns
+// in proxy mode, the user-signature key (present, non-empty), and the
+// alerting webhooks' secret_env (present, non-empty). It returns
 // the policy. `limiter validate` runs it.
 func Check(cfg Config) (*policy.Policy, error) {
 	cfg.defaults()
@@ -36,6 +37,9 @@ func Check(cfg Config) (*policy.Policy, error) {
 		}
 	}
 	if err := checkUserKey(cfg, p); err != nil {
+		return nil, err
+	}
+	if err := alertingCheck(cfg.Getenv)(p); err != nil {
 		return nil, err
 	}
 	if pa := p.Risk.Attestation; pa != nil {
@@ -107,9 +111,9 @@ func dialRedisOnce(ctx context.Context, log *slog.Logger, rc redis.UniversalClie
 
 // dialNATSOnce connects to NATS once at start (streams.Dial) and logs a
 // failure with its cause; it reports whether NATS answered.
-func dialNATSOnce(log *slog.Logger, url, consequence string) bool {
-	if err := streams.Dial(url, startDialTimeout); err != nil {
-		log.Error("nats unreachable at start; "+consequence, "nats", RedactURL(url), "err", err.Error())
+func dialNATSOnce(log *slog.Logger, url, consequence string, auth streams.Auth) bool {
+	if err := streams.Dial(url, startDialTimeout, auth.Options()...); err != nil {
+		log.Error("nats unreachable at start; "+consequence, "nats", streams.RedactURL(url), "err", err.Error())
 		return false
 	}
 	return true

@@ -48,6 +48,9 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkUserKey(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
+	if err := checkAlertingAtStart(l.holder, cfg.Getenv); err != nil {
+		return nil, err
+	}
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {
 		return nil, err
@@ -112,7 +115,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		Help: "Decision events dropped instead of published (queue full, NATS down, publish failed).",
 	})
 	l.reg.MustRegister(dropped)
-	ec := eventsConfig{URL: cfg.NATSURL, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
+	ec := eventsConfig{URL: cfg.NATSURL, Auth: streams.Auth{CA: cfg.NATSCA, Creds: cfg.NATSCreds}, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
 		Ensure: true, Dial: cfg.NATSURL != "", Consequence: "decisions and reports are dropped (and counted) until it answers", Logger: l.log}
 	if cfg.NATSURL == "" {
 		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort, Dir: natsStoreDir(cfg), Logger: l.log})
@@ -135,7 +138,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		return redisOffenders(l.store.client, cfg.KeyPrefix), nil
 	}
 	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), Policy: l.holder.Current, Redis: l.store.client,
-		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd")})
+		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd"), Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err
 	}
@@ -320,6 +323,6 @@ func (l *limiter) logListening() {
 		policyName = "built-in example"
 	}
 	l.log.Info("listening", "addr", l.run.Addr, "api_addr", l.run.APIAddr, "store", store, "policy", policyName,
-		"nats", RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
+		"nats", streams.RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, l.run.APIAddr))
 }

@@ -33,6 +33,9 @@ type RiskdConfig struct {
 	RedisCA string
 	// NATSURL is the NATS server (required).
 	NATSURL string
+	// NATSCA and NATSCreds are the CA file of a TLS NATS server and a
+	// JWT + nkey credentials file (7.5).
+	NATSCA, NATSCreds string
 	// KeyPrefix and SubjectPrefix must match the limiters'.
 	KeyPrefix     string
 	SubjectPrefix string
@@ -60,6 +63,9 @@ type RiskdConfig struct {
 	LeaseTTL time.Duration
 	// Logger (default JSON on stderr).
 	Logger *slog.Logger
+	// Getenv reads the environment variables the policy names: the
+	// alerting webhooks' secrets (default os.Getenv).
+	Getenv func(string) string
 }
 
 // Validate checks the configuration's values without touching the policy
@@ -69,6 +75,9 @@ func (c *RiskdConfig) Validate() error {
 		return errors.New("service: riskd needs --redis and --nats")
 	}
 	if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
+		return err
+	}
+	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
 		return err
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
@@ -99,6 +108,9 @@ func (c *RiskdConfig) defaults() {
 	}
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
 	}
 }
 
@@ -137,13 +149,16 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAlertingAtStart(holder, cfg.Getenv); err != nil {
+		return nil, err
+	}
 	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: time.Second, Logger: log,
 		Consequence: "riskd is not ready until it answers"})
 	if err != nil {
 		return nil, err
 	}
 	g.add("store", st)
-	ev, err := newEvents(ctx, eventsConfig{URL: cfg.NATSURL, Client: "tollgate-riskd", Streams: cfg.streams(), Dial: true,
+	ev, err := newEvents(ctx, eventsConfig{URL: cfg.NATSURL, Auth: streams.Auth{CA: cfg.NATSCA, Creds: cfg.NATSCreds}, Client: "tollgate-riskd", Streams: cfg.streams(), Dial: true,
 		Consequence: "riskd is not ready until it answers", Logger: log})
 	if err != nil {
 		return nil, err
@@ -152,7 +167,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	reg := newRegistry()
 	rk, err := newRisk(riskConfig{Publisher: ev.pub, Store: st.store, Policy: holder.Current, Redis: st.client, KeyPrefix: cfg.KeyPrefix,
 		Streams: cfg.streams(), Durable: cfg.Durable, Reassert: cfg.Reassert, LeaseTTL: cfg.LeaseTTL, ShareOffenders: true,
-		Registerer: reg, Logger: log})
+		Registerer: reg, Logger: log, Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +186,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 		return nil, err
 	}
 	g.add("http", hl)
-	log.Info("listening", "addr", hl.addr(), "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
+	log.Info("listening", "addr", hl.addr(), "nats", streams.RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
 	return &Running{Addr: hl.addr(), Done: make(chan struct{})}, nil
 }
 
