@@ -9,11 +9,14 @@
 // its error): it never runs half-deaf. cmd/riskd
 // runs it alone; the limiter embeds it in the one-process default.
 //
-// Delivery is at-least-once; the effect is exactly-once: riskd remembers
-// the last stream sequence it processed per stream and skips anything at
-// or below it, and on start it rebuilds the signals' state by replaying
-// each stream's recent window up to its durable consumer's ack floor,
-// with actions suppressed, before it consumes new messages.
+// Delivery is at-least-once: riskd acknowledges a message only once its
+// actions are written (a failed write is retried), remembers the last
+// stream sequence it processed per stream and skips a redelivery at or
+// below it. On start it rebuilds the signals' state by replaying each
+// stream's recent window up to its durable consumer's ack floor (events
+// whose actions were done) with actions suppressed, then consumes from the
+// floor with actions, doing what a riskd before it left undone. Under a
+// leadership lease (Options.Leading) it acts only while the lease is valid.
 package risk
 
 import (
