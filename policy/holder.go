@@ -34,6 +34,11 @@ type Holder struct {
 	// its new entries are in force, with the error (the old entries stay)
 	// otherwise. Use it for metrics (tollgate_list_reloads_total) and logs.
 	OnListReload func(l *List, err error)
+	// Check, when not nil, judges a reloaded policy that parsed: one it
+	// returns an error for is refused like an invalid file (what a
+	// running daemon cannot serve, such as a concurrency limit behind
+	// Envoy). Set it before the first reload.
+	Check func(p *Policy) error
 
 	path   string
 	logger *slog.Logger
@@ -146,6 +151,9 @@ func (h *Holder) load(fi os.FileInfo, data []byte) error {
 
 // finish puts p in force (when err is nil), logs and calls OnReload.
 func (h *Holder) finish(p *Policy, err error) error {
+	if err == nil && h.Check != nil {
+		err = h.Check(p)
+	}
 	if err != nil {
 		h.logger.Error("policy: reload refused, running policy stays in force",
 			"file", h.path, "error", err.Error())

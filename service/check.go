@@ -38,6 +38,9 @@ func Check(cfg Config) (*policy.Policy, error) {
 	if err := checkUserKey(cfg, p); err != nil {
 		return nil, err
 	}
+	if err := checkConcurrency(cfg, p); err != nil {
+		return nil, err
+	}
 	if pa := p.Risk.Attestation; pa != nil {
 		if _, _, err := attestation.FromPolicy(pa, cfg.Getenv); err != nil {
 			return nil, err

@@ -48,6 +48,10 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkUserKey(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
+	if err := checkConcurrency(cfg, l.holder.Current()); err != nil {
+		return nil, err
+	}
+	l.holder.Check = func(p *policy.Policy) error { return checkConcurrency(cfg, p) }
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {
 		return nil, err
