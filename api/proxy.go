@@ -28,9 +28,17 @@ import (
 type ProxyOptions struct {
 	// Upstream is the API requests are forwarded to (required).
 	Upstream *url.URL
-	// Transport reaches the upstream (default: an UpstreamTransport, which
-	// sends what it does not handle itself through a tuned http.Transport).
+	// Transport reaches the upstream (default: NewUpstreamTransport).
 	Transport http.RoundTripper
+	// UpstreamTimeout bounds the wait for the upstream's answer (its
+	// status and headers): past it the client gets 504 UPSTREAM_TIMEOUT
+	// (default DefaultUpstreamTimeout).
+	UpstreamTimeout time.Duration
+	// IdleTimeout bounds how long a proxied response may go without a
+	// byte moving, from the upstream or to the client; a response that
+	// keeps moving streams for as long as it lasts (default
+	// DefaultProxyIdleTimeout).
+	IdleTimeout time.Duration
 	// Getenv reads the user signature key (default os.Getenv).
 	Getenv func(string) string
 	// OnForgedUser is called when a user header fails its signature.
@@ -61,7 +69,13 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 		o.Getenv = os.Getenv
 	}
 	if o.Transport == nil {
-		o.Transport = &UpstreamTransport{Fallback: StdUpstreamTransport()}
+		o.Transport = NewUpstreamTransport()
+	}
+	if o.UpstreamTimeout <= 0 {
+		o.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultProxyIdleTimeout
 	}
 	p := &proxy{s: s, o: o}
 	p.rp = &httputil.ReverseProxy{
@@ -95,14 +109,16 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 				o.OnUpstreamError()
 			}
 			rid := w.Header().Get("X-Request-Id")
-			s.o.Logger.Warn("proxy: upstream", "request_id", rid, "err", err)
-			status, msg := http.StatusBadGateway, "upstream unavailable"
-			if errors.Is(err, context.DeadlineExceeded) {
-				status, msg = http.StatusGatewayTimeout, "upstream timed out"
-			}
-			writeError(w, rid, &apiError{status: status, code: "UPSTREAM_UNAVAILABLE", message: msg})
+			aerr := upstreamError(r, err)
+			s.o.Logger.Warn("proxy: upstream", "request_id", rid, "status", aerr.status, "err", err)
+			writeError(w, rid, aerr)
 		},
-		ModifyResponse: p.outcome,
+		ModifyResponse: func(resp *http.Response) error {
+			if id, ok := resp.Request.Context().Value(identityKey{}).(*identity); ok && id.wd != nil {
+				id.wd.started(resp)
+			}
+			return p.outcome(resp)
+		},
 	}
 	s.proxy = p
 	s.fwd = p // forward auth reads identities with the proxy's options
@@ -124,6 +140,7 @@ type identity struct {
 	rid      string
 	verified bool
 	body     *clientBody // the request's body as forwarded (nil: none)
+	wd       *watchdog   // the forwarded request's deadlines
 }
 
 type identityKey struct{}
@@ -167,7 +184,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.s.releaseAfter(rid, d)
 	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 	r.Header.Set("X-Request-Id", rid)
-	p.rp.ServeHTTP(w, r)
+	p.forward(w, r, id)
 }
 
 // identify fills id from the request per the identity section: client IP,
@@ -290,7 +307,7 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	if err != nil {
 		return netip.Addr{}, ""
 	}
-	peer = peer.Unmap()
+	peer = peer.WithZone("").Unmap()
 	if !inPrefixes(peer, trusted) {
 		return peer, "" // never trust X-Forwarded-For from an untrusted peer
 	}
@@ -304,11 +321,11 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	}
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(hops[i])
-		if err != nil {
+		a, ok := hopAddr(hops[i])
+		if !ok {
 			break // garbage: stop at the last good hop
 		}
-		client = a.Unmap()
+		client = a
 		if !inPrefixes(client, trusted) {
 			return client, strings.Join(hops[:i+1], ", ")
 		}

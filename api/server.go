@@ -212,9 +212,14 @@ func (s *Server) Public() http.Handler {
 		// the server's ReadHeaderTimeout. Only a request with a body gets
 		// one (an upgraded connection keeps none). Not every
 		// ResponseWriter can.
+		rc := http.NewResponseController(w)
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+			_ = rc.SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
 		}
+		// The server has no WriteTimeout (a proxied response streams for
+		// as long as it moves, under the proxy's idle deadline): every
+		// answer gets this bound, which a forwarded request replaces.
+		_ = rc.SetWriteDeadline(time.Now().Add(max(30*time.Second, s.o.BodyTimeout+30*time.Second)))
 		normalizeURL(r.URL)
 		p := r.URL.Path
 		switch {
@@ -399,29 +404,42 @@ func (s *Server) apiOnly(h http.HandlerFunc) http.HandlerFunc {
 // writes the 401 (or 429) envelope and returns false. rid is the request
 // id ("": made when an answer needs one).
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, g *adminGuard, sum *[32]byte, realm string) bool {
-	peer := peerHost(r.RemoteAddr)
-	if left, blocked := g.blocked(peer); blocked {
-		if rid == "" {
-			rid = requestID(w, r)
-		}
+	tok, present := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	left, ok := s.checkToken(r, tok, present, g, sum)
+	if ok {
+		return true
+	}
+	if rid == "" {
+		rid = requestID(w, r)
+	}
+	if left > 0 {
 		secs := int64((left + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", itoa(secs))
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed " + realm + " token attempts",
 			details: `"retry_after_ms":` + itoa(left.Milliseconds())})
 		return false
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	got := sha256.Sum256([]byte(tok))
-	if !ok || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
-		if rid == "" {
-			rid = requestID(w, r)
-		}
-		g.fail(peer)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-`+realm+`"`)
-		writeError(w, rid, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or wrong " + realm + " token"})
-		return false
+	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-`+realm+`"`)
+	writeError(w, rid, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or wrong " + realm + " token"})
+	return false
+}
+
+// checkToken checks tok (present: one was given) against sum in constant
+// time, with g's throttle on failed attempts per client address: it
+// reports true for the right token from an address not blocked; else
+// false, with how long the address stays blocked (0: the token was
+// merely wrong, and counted).
+func (s *Server) checkToken(r *http.Request, tok string, present bool, g *adminGuard, sum *[32]byte) (time.Duration, bool) {
+	peer := peerHost(r.RemoteAddr)
+	if left, blocked := g.blocked(peer); blocked {
+		return left, false
 	}
-	return true
+	got := sha256.Sum256([]byte(tok))
+	if !present || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
+		g.fail(peer)
+		return 0, false
+	}
+	return 0, true
 }
 
 // peerHost returns the host part of a RemoteAddr.

@@ -4,8 +4,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,5 +75,96 @@ func TestAttackReplayedSignedUserHeader(t *testing.T) {
 		if got := tg.up.lastUser(); (len(got) == 1 && got[0] == "alice") != c.want {
 			t.Errorf("%s: the upstream saw X-User-Id %q; authenticated should be %v", c.name, got, c.want)
 		}
+	}
+}
+
+// forwardAuth asks the limiter's forward-auth endpoint, as a gateway on
+// loopback (a trusted proxy) does, about a request from ip.
+func (tg *target) forwardAuth(t *testing.T, method, uri, ip string) int {
+	t.Helper()
+	h := bearer(apiToken)
+	h.Set("X-Forwarded-Method", method)
+	h.Set("X-Forwarded-Uri", uri)
+	h.Set("X-Forwarded-For", ip)
+	code, _ := do(t, "GET", tg.api+"/v1/forward-auth", "", h)
+	return code
+}
+
+// Attack: the login route spelled as some framework still serves it as
+// the login route (Tomcat's ";" parameters, IIS's backslash and case
+// folding, Rails' format suffix, a fragment a gateway passes on, a
+// lower-case method) is classed "write" in forward auth: login-ip
+// (10/min per address) never counts it, so guessing is unlimited.
+// Defence (7.1): route matching folds every one of these spellings.
+func TestAttackLoginRouteSpellingsInForwardAuth(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	for i, c := range []struct{ method, uri string }{
+		{"POST", "/AUTH/login"},
+		{"POST", "/Auth/Login"},
+		{"POST", "/auth/login;jsessionid=1"},
+		{"POST", "/auth/login/..;/login"},
+		{"POST", "/auth/login.json"},
+		{"POST", `/auth\login`},
+		{"POST", "/auth%5Clogin"},
+		{"POST", "/auth/login#x"},
+		{"post", "/auth/login"},
+		{"Post", "/auth/login"},
+	} {
+		ip := fmt.Sprintf("198.51.100.%d", 10+i)
+		allowed := 0
+		for range 12 {
+			if tg.forwardAuth(t, c.method, c.uri, ip) == http.StatusOK {
+				allowed++
+			}
+		}
+		if allowed != 10 {
+			t.Errorf("%s %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", c.method, c.uri, allowed)
+		}
+	}
+}
+
+// withDenyList adds a deny list of addresses to the attacked policy.
+func withDenyList(t *testing.T, addrs ...string) setup {
+	return func(c *service.Config) {
+		dir := filepath.Dir(c.ConfigPath)
+		if err := os.WriteFile(filepath.Join(dir, "scanners.txt"), []byte(strings.Join(addrs, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		withPolicy(t, func(p string) string {
+			return p + "lists:\n  scanners: {file: scanners.txt, kind: ip}\ndeny: [scanners]\n"
+		})(c)
+	}
+}
+
+// Attack: a load balancer that appends the client's port
+// (X-Forwarded-For: 198.51.100.66:4711) makes every entry unreadable, so
+// the limiter falls back to the balancer's own address: a denied scanner
+// gets through, and all clients share the balancer's bucket (one client
+// spends everybody's 60/min).
+// Defence (7.1): entries with a port are read as their address.
+func TestAttackForwardedForWithPort(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withDenyList(t, "198.51.100.66", "2001:db8:bad::1"))
+	for _, xff := range []string{"198.51.100.66:4711", "[2001:db8:bad::1]:443"} {
+		if code, body := do(t, "GET", tg.public+"/feed", "", from(xff)); code != http.StatusForbidden {
+			t.Errorf("denied scanner as %s: %d %.120s; want 403", xff, code, body)
+		}
+	}
+	// one client on rotating ports spends its own 60/min (and refills at
+	// 1/s while it goes on), then is refused
+	allowed, limited := 0, false
+	for i := 0; i < 200 && !limited; i++ {
+		code, _ := do(t, "GET", tg.public+"/feed", "", from(fmt.Sprintf("203.0.113.5:%d", 1000+i)))
+		limited = code == http.StatusTooManyRequests
+		if code == http.StatusOK {
+			allowed++
+		}
+	}
+	if !limited || allowed < 60 {
+		t.Errorf("one client on rotating ports: %d allowed before a 429 (limited %v); want 60 or a few more (ip-unauth, 60/min, one bucket)", allowed, limited)
+	}
+	if code, body := do(t, "GET", tg.public+"/feed", "", from("203.0.113.6:80")); code != http.StatusOK {
+		t.Errorf("another client after the first spent its budget: %d %.120s; want 200 (a bucket of its own)", code, body)
 	}
 }

@@ -49,6 +49,11 @@ type Limit struct {
 	// Subjects is a bit set of indexes into Request.Subjects whose effective
 	// multipliers scale this limit (bit i set: Subjects[i] applies).
 	Subjects uint32
+	// OwnKey, when set, is the bucket of the request's device alone
+	// (`trusted_devices: own`, 7.1): when Request.Device is in the trust
+	// set Request.OwnTrust the decision takes from OwnKey, with this
+	// limit's burst, rate and multipliers, instead of from Key.
+	OwnKey string
 }
 
 // RequestSubject is one subject whose multipliers a decision reads.
@@ -98,6 +103,10 @@ type Request struct {
 	TrustKeys []string
 	// Device is the request's device id, for trust sets.
 	Device string
+	// OwnTrust is the trust set (AppendTrustKey) that decides whether the
+	// limits with an OwnKey take from it: they do when Device is in it.
+	// "" (or no Device) means every limit takes from its Key.
+	OwnTrust string
 	// Lease is the lease id (LeaseLen lowercase hex digits, random: it is
 	// what a release must name) that a decision taking from a concurrency
 	// limit adds to its set. Required when Cost > 0 and a limit is a
@@ -151,6 +160,9 @@ type Result struct {
 	Limits []LimitResult
 	// Subjects holds one result per Request.Subjects (empty when Locked).
 	Subjects []SubjectResult
+	// Trusted reports that Device was in Request.OwnTrust: every limit
+	// with an OwnKey took from its OwnKey.
+	Trusted bool
 }
 
 // Multiplier is one source's multiplier on a subject.
@@ -230,6 +242,11 @@ func (r *Request) validate() error {
 			}
 		} else if !(l.Burst > 0) || !(l.Rate > 0) || l.Period <= 0 || math.IsInf(l.Burst, 0) || math.IsInf(l.Rate, 0) {
 			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" needs burst, rate and period > 0"))
+		}
+		if l.OwnKey != "" && (r.OwnTrust == "" || l.Kind != KindBucket) {
+			// a lease must be released from the key it was taken on, which
+			// only the store knows: own keys are for token buckets
+			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" has an own key but is no token bucket or the request has no trust set"))
 		}
 		if len(r.Subjects) < 32 && l.Subjects>>uint(len(r.Subjects)) != 0 {
 			return errors.Join(ErrBadRequest, errors.New("bucket: limit "+strconv.Quote(l.Key)+" names a subject out of range"))

@@ -118,10 +118,14 @@ func sameSlot(req *Request) bool {
 		}
 		return sl == first
 	}
+	own := ownLimits(req) > 0
 	for i := range req.Limits {
-		if !same(req.Limits[i].Key) {
+		if !same(req.Limits[i].Key) || own && !same(req.Limits[i].OwnKey) {
 			return false
 		}
+	}
+	if own && !same(req.OwnTrust) {
+		return false
 	}
 	for i := range req.Subjects {
 		if !req.Subjects[i].Cached && !same(req.Subjects[i].Key) {
@@ -145,7 +149,7 @@ func sameSlot(req *Request) bool {
 func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout) // all steps: the decision's deadline
 	defer cancel()
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits, res.Subjects = res.Limits[:0], res.Subjects[:0]
 
 	// 1. read multipliers, locks and trust sets, and Redis's TIME (unless
@@ -169,9 +173,14 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 			trusted[i] = pipe.SIsMember(ctx, req.TrustKeys[i], req.Device)
 		}
 	}
+	var ownTrust *redis.BoolCmd // trusted_devices: own (7.1)
+	if ownLimits(req) > 0 {
+		ownTrust = pipe.SIsMember(ctx, req.OwnTrust, req.Device)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
 	}
+	res.Trusted = ownTrust != nil && ownTrust.Val()
 	now, err := clusterNow(req, clock)
 	if err != nil {
 		return err
@@ -210,7 +219,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	var groups []*group
 	bySlot := map[uint16]*group{}
 	for i := range req.Limits {
-		sl := slotOf(req.Limits[i].Key)
+		sl := slotOf(limitKey(&req.Limits[i], res.Trusted))
 		g := bySlot[sl]
 		if g == nil {
 			g = &group{}
@@ -223,10 +232,11 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	pipe = s.c.Pipeline()
 	for gi, g := range groups {
 		g.req = Request{Now: now, Cost: req.Cost, Lease: req.Lease}
-		slotKey := req.Limits[g.limits[0]].Key
+		slotKey := limitKey(&req.Limits[g.limits[0]], res.Trusted)
 		remap := map[int]int{}
 		for _, i := range g.limits {
 			l := req.Limits[i]
+			l.Key, l.OwnKey = limitKey(&l, res.Trusted), "" // the bucket chosen above
 			var mask uint32
 			for j := range subs {
 				if l.Subjects&(1<<uint(j)) == 0 {

@@ -22,17 +22,22 @@
 --     concurrency" below for what rate and period_us hold then), nsub,
 --     nsub subject indexes (1-based)
 --   then, when a limit is a concurrency limit, the lease: two 48-bit
---     integers, the last two numbers
+--     integers (just before the own section)
+--   then the indexes (1-based) of the no limits with a device bucket of
+--     their own, and last no itself (0 when none): always the last numbers
 -- and its keys: nl bucket keys, then the multiplier hash keys of the
 -- subjects not cached, in order, then nk lock keys, then the trust set key
--- of each lock flagged 1.
+-- of each lock flagged 1, then (when no > 0) the no own buckets and the
+-- trust set that decides whether they are used (see ownKeys).
 --
 -- Reply: one entry per decision, in order:
 -- {3, message} when it failed (a key holding the wrong type), else
 -- {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
 -- a string of little-endian float64s: allowed, now, then per limit: ok,
 --  tokens, eff_burst, reset_us, retry_us, then per subject: read (1 when
---  read from its hash, 0 when the caller's cache knew it), mult, pen.
+--  read from its hash, 0 when the caller's cache knew it), mult, pen,
+--  then, when no > 0, 1 if the device was trusted (it took from its own
+--  buckets), else 0.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as tokens and last_us packed as
@@ -184,6 +189,24 @@ local vals = {}
 -- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
+-- trusted_devices: own (7.1). lkeys[i] is the bucket limit i takes from:
+-- its key, or its own bucket (the limit's key plus the device) when the
+-- decision's device is in the trust set of the own section (a trusted
+-- device of the request's account keeps a budget an attacker cannot
+-- spend). ownKeys sets them and returns 1 when the device is trusted,
+-- 0 when not, nil when the decision has no own section.
+local lkeys = {}
+local function ownKeys(kb, a, device)
+  local nl, nv = a[3], #a - 1 -- struct.unpack's last value is its next position
+  for i = 1, nl do lkeys[i] = KEYS[kb + i] end
+  local no = a[nv]
+  if no == 0 then return nil end
+  local ob = kb + a[1] - no - 1 -- the own buckets follow KEYS[ob]
+  if device == "" or rcall("SISMEMBER", KEYS[ob + no + 1], device) ~= 1 then return 0 end
+  for k = 1, no do lkeys[a[nv - no + k - 1]] = KEYS[ob + k] end
+  return 1
+end
+
 -- Quotas and concurrency (beside the buckets, a limit may be one of these).
 --
 -- A quota (kind 1) counts in UTC calendar periods: rate holds the period
@@ -300,8 +323,12 @@ local function lease(kb, nl, a, now, slack)
   local id = nil
   for i = 1, nl do
     if kinds[i] == 2 and st[6 * i - 1] then
-      -- a's last entry is struct.unpack's next position, after the numbers
-      if not id then id = string.format("%012x%012x", a[#a - 2], a[#a - 1]) end
+      -- a's last entry is struct.unpack's next position, after the numbers;
+      -- the lease precedes the own section (its count no, then no indexes)
+      if not id then
+        local t = a[#a - 1] + 1
+        id = string.format("%012x%012x", a[#a - 2 - t], a[#a - 1 - t])
+      end
       local key = KEYS[kb + i]
       rcall("ZADD", key, fmtus(xend[i]), id)
       rcall("ZREMRANGEBYSCORE", key, "-inf", fmtus(now))
@@ -386,6 +413,7 @@ local function decide(kb, lk, a, device)
     argi = argi + 5
   end
 
+  local trusted = ownKeys(kb, a, device)
   local allowed = 1
   cost = floor(cost * U)
   for i = 1, nl do
@@ -410,7 +438,7 @@ local function decide(kb, lk, a, device)
     local o = 6 * i
     kinds[i] = kind
     if kind ~= 0 then
-      if not special(i, kind, KEYS[kb + i], burst * m, rate, period, pend, unknown, cost, now) and not shadow then
+      if not special(i, kind, lkeys[i], burst * m, rate, period, pend, unknown, cost, now) and not shadow then
         allowed = 0
       end
     else
@@ -418,7 +446,7 @@ local function decide(kb, lk, a, device)
       local per = rate * m * U / period
       local tokens = effb
       local last = now
-      local key = KEYS[kb + i]
+      local key = lkeys[i]
       local t, l = wtok[key], wlast[key]
       if not t then
         local v = vals[key]
@@ -467,12 +495,12 @@ local function decide(kb, lk, a, device)
     local o = 6 * i
     local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
     if allowed == 1 and st[o - 1] and cost > 0 and kinds[i] ~= 0 then
-      tokens = take(i, KEYS[kb + i], tokens, cost, now, slack)
+      tokens = take(i, lkeys[i], tokens, cost, now, slack)
       wrote = true
     elseif allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
       -- written once, after the batch (see the header)
-      local key = KEYS[kb + i]
+      local key = lkeys[i]
       if not wtok[key] then written[#written + 1] = key end
       wtok[key] = tokens
       wlast[key] = st[o - 4]
@@ -501,6 +529,10 @@ local function decide(kb, lk, a, device)
     reply[r + 2] = mults[j]
     reply[r + 3] = pens[j]
     r = r + 3
+  end
+  if trusted then
+    r = r + 1
+    reply[r] = trusted
   end
   -- one binary string of little-endian doubles: every value is exact (the
   -- integers are below 2^53) and Redis sends one value instead of r
@@ -552,6 +584,8 @@ for d = 1, n do
     end
   end
   for i = 1, a[5] do wants(KEYS[sk + i]) end
+  local no = a[nv] -- own buckets (7.1): read with the others
+  for i = 1, no do wants(KEYS[kb + a[1] - no - 1 + i]) end
   kbs[d], lks[d] = kb, sk
   kb = kb + a[1]
 end

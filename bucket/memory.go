@@ -70,6 +70,25 @@ func (s *MemoryStore) trustedLocked(l Lock, req *Request, i int, now float64) bo
 	return ok && float64(until.UnixMicro()) > now
 }
 
+// ownLocked reports whether req's device is in req.OwnTrust at now, so
+// that its limits with an OwnKey take from that key (7.1); s.mu must be
+// held.
+func (s *MemoryStore) ownLocked(req *Request, now float64) bool {
+	if req.OwnTrust == "" || req.Device == "" {
+		return false
+	}
+	until, ok := s.trusts[req.OwnTrust][req.Device]
+	return ok && float64(until.UnixMicro()) > now
+}
+
+// limitKey is the bucket limit l takes from: its OwnKey when trusted.
+func limitKey(l *Limit, trusted bool) string {
+	if trusted && l.OwnKey != "" {
+		return l.OwnKey
+	}
+	return l.Key
+}
+
 type memShard struct {
 	mu      sync.Mutex
 	buckets memTable
@@ -183,7 +202,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	now := float64(t.UnixMicro())
 	res.Now = time.UnixMicro(int64(now))
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits = res.Limits[:0]
 	res.Subjects = res.Subjects[:0]
 
@@ -194,10 +213,11 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Subjects) > len(multsA) {
 		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
 	}
-	if len(req.Locks) > 0 || len(req.Subjects) > 0 {
+	if len(req.Locks) > 0 || len(req.Subjects) > 0 || req.OwnTrust != "" {
 		if !s.unshared {
 			s.mu.RLock()
 		}
+		res.Trusted = s.ownLocked(req, now)
 		for i, k := range req.Locks {
 			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
 				if !s.unshared {
@@ -234,8 +254,10 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	var idx, order [MaxLimits]uint8
 	var hashes [MaxLimits]uint64
 	nl := len(req.Limits)
+	var keys [MaxLimits]string // the bucket each limit takes from
 	for i := range req.Limits {
-		h := memHash(maphash.String(s.seed, req.Limits[i].Key))
+		keys[i] = limitKey(&req.Limits[i], res.Trusted)
+		h := memHash(maphash.String(s.seed, keys[i]))
 		idx[i], hashes[i] = uint8(h%memShards), h
 	}
 	if !s.unshared {
@@ -266,7 +288,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	}
 	evs[0].touched = touched // kept, so that the compiler keeps the reads
 	for i := range req.Limits {
-		evs[i].b = s.shards[idx[i]].buckets.match(int(at[i]), hashes[i], req.Limits[i].Key)
+		evs[i].b = s.shards[idx[i]].buckets.match(int(at[i]), hashes[i], keys[i])
 	}
 	allowed := true
 	for i := range req.Limits {
@@ -277,7 +299,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		case KindQuota:
 			evaluateQuota(&evs[i], now, l, m, pend, unknown, cost)
 		case KindConcurrency:
-			evaluateConcurrency(&evs[i], s.shards[idx[i]].leases[l.Key], now, l, m, pend, unknown, cost)
+			evaluateConcurrency(&evs[i], s.shards[idx[i]].leases[keys[i]], now, l, m, pend, unknown, cost)
 		default:
 			evaluate(&evs[i], now, l, m, pend, unknown, cost)
 		}
@@ -301,7 +323,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			for i := range req.Limits {
 				ev := &evs[i]
 				if ev.ok && (ev.b != nil) == (pass == 0) {
-					s.take(&s.shards[idx[i]], hashes[i], req.Limits[i].Key, ev, req.Lease, cost, now)
+					s.take(&s.shards[idx[i]], hashes[i], keys[i], ev, req.Lease, cost, now)
 				}
 			}
 		}

@@ -235,6 +235,15 @@ func (c *call) build(req *Request, slack float64) {
 			c.keys = append(c.keys, k)
 		}
 	}
+	own := ownLimits(req)
+	if own > 0 {
+		for i := range req.Limits {
+			if req.Limits[i].OwnKey != "" {
+				c.keys = append(c.keys, req.Limits[i].OwnKey)
+			}
+		}
+		c.keys = append(c.keys, req.OwnTrust)
+	}
 	now := 0.0
 	if !req.Now.IsZero() {
 		now = float64(req.Now.UnixMicro())
@@ -292,8 +301,32 @@ func (c *call) build(req *Request, slack float64) {
 		}
 		b = appendF64(b, hi, lo)
 	}
+	if own > 0 {
+		for i := range req.Limits {
+			if req.Limits[i].OwnKey != "" {
+				b = appendF64(b, float64(i+1))
+			}
+		}
+	}
+	b = appendF64(b, float64(own))
 	c.nums = b
 	c.blob, c.device = b, req.Device
+}
+
+// ownLimits counts the limits of req that decide.lua gives a device
+// bucket of their own (trusted_devices: own, 7.1): none without a trust
+// set and a device.
+func ownLimits(req *Request) int {
+	if req.OwnTrust == "" || req.Device == "" {
+		return 0
+	}
+	n := 0
+	for i := range req.Limits {
+		if req.Limits[i].OwnKey != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // appendF64 appends each of vs to b as a little-endian float64.
@@ -522,7 +555,7 @@ func unwrapReply(v interface{}) (interface{}, error) {
 
 // parseDecision turns decide.lua's reply into res, checking its shape.
 func parseDecision(reply interface{}, req *Request, res *Result) error {
-	res.Allowed, res.Locked, res.Lock, res.LockIndex = false, false, Lock{}, 0
+	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits = res.Limits[:0]
 	res.Subjects = res.Subjects[:0]
 	if packed, ok := reply.(string); ok {
@@ -553,7 +586,11 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 // little-endian float64s (see decide.lua).
 func parsePacked(b string, req *Request, res *Result) error {
 	nl, ns := len(req.Limits), len(req.Subjects)
-	if len(b) != 8*(2+5*nl+3*ns) {
+	n := 2 + 5*nl + 3*ns
+	if ownLimits(req) > 0 {
+		n++ // whether the device was trusted
+	}
+	if len(b) != 8*n {
 		return fmt.Errorf("bucket: reply of %d bytes for %d limits and %d subjects", len(b), nl, ns)
 	}
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i : 8*i+8]))) }
@@ -571,6 +608,7 @@ func parsePacked(b string, req *Request, res *Result) error {
 		}
 		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: f(k + 1), Pen: f(k + 2)})
 	}
+	res.Trusted = n > 2+5*nl+3*ns && f(n-1) == 1
 	return nil
 }
 

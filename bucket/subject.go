@@ -201,3 +201,12 @@ func ChallengeKey(prefix, device, challenge string) string {
 // scored by when they were set (Unix ms).
 func lockIndex(prefix string) string { return prefix + "index:locks" }
 func multIndex(prefix string) string { return prefix + "index:multipliers" }
+
+// AppendOwnPart appends to a bucket key the part that makes it the bucket
+// of one trusted device (Limit.OwnKey, 7.1): "|~" and the escaped device
+// id. A limit's other keys carry one part fewer, so no key of the limit
+// can be the device's.
+func AppendOwnPart(dst []byte, device string) []byte {
+	dst = append(dst, "|~"...)
+	return AppendEscapedID(dst, device)
+}

@@ -160,7 +160,9 @@ const (
 	spanBucket uint8 = iota
 	spanSubject
 	spanLock
-	spanTrust // the trust set of the lock just before it
+	spanTrust    // the trust set of the lock just before it
+	spanOwn      // the own bucket of the limit just before it (trusted_devices: own)
+	spanOwnTrust // the trust set that decides whether own buckets are used
 )
 
 // LeaseID returns the lease id of the concurrency slots an Allowed
@@ -335,7 +337,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		return nil
 	}
 	req := e.request(d, in, verifiedDevice, start)
-	e.appendLimits(p, ci, in, d, routeVal, verified)
+	e.appendLimits(p, ci, in, d, routeVal, verified, verifiedDevice)
 	locks := e.appendLocks(in, d, verifiedDevice)
 	if len(req.Limits) == 0 && !locks {
 		d.Outcome = Allowed
@@ -378,7 +380,7 @@ func (e *Engine) reputation(in *Input) {
 func (e *Engine) request(d *Decision, in *Input, verifiedDevice bool, start time.Time) *bucket.Request {
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
-	req.Device, req.Lease = "", ""
+	req.Device, req.OwnTrust, req.Lease = "", "", ""
 	if verifiedDevice {
 		// only a proven device can be in an account's trusted devices
 		req.Device = in.DeviceID
@@ -393,7 +395,7 @@ func (e *Engine) request(d *Decision, in *Input, verifiedDevice bool, start time
 // appendLimits appends to d's request every limit of the class ci that
 // applies to in, with its bucket key and its subjects' multiplier keys
 // (each subject once), keys built into one buffer (d.keybuf, d.spans).
-func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, routeVal string, verified float64) {
+func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, routeVal string, verified float64, verifiedDevice bool) {
 	req := &d.breq
 	bk := e.bucketKeysOf(p)
 	var subjOf [8]int8 // key part -> subject index + 1
@@ -417,6 +419,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 		}
 		d.keybuf = e.appendBucketKey(d.keybuf, bk, l, in, routeVal)
 		d.spans = append(d.spans, span{len(d.keybuf), spanBucket})
+		if l.TrustedOwn && verifiedDevice && in.Account != "" {
+			d.appendOwnKey(e.o.Prefix, in)
+		}
 		for _, part := range l.By {
 			if !part.IsSubject() {
 				continue
@@ -505,6 +510,10 @@ func handOutKeys(d *Decision, req *bucket.Request, borrow bool) {
 			req.TrustKeys = append(req.TrustKeys, "")
 		case spanTrust:
 			req.TrustKeys[len(req.TrustKeys)-1] = k
+		case spanOwn:
+			req.Limits[li-1].OwnKey = k
+		case spanOwnTrust:
+			req.OwnTrust = k
 		case spanSubject:
 			req.Subjects[si].Key = k
 			si++
@@ -625,7 +634,9 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 	bi := -1
 	var hit l1Entry
 	for i := range req.Limits {
-		if req.Limits[i].Shadow {
+		if req.Limits[i].Shadow || req.Limits[i].OwnKey != "" {
+			// a limit with an own bucket: only the store knows which
+			// bucket this request takes from (7.1)
 			continue
 		}
 		en, ok := c.get(req.Limits[i].Key, now)
@@ -680,7 +691,8 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	case Limited:
 		for i := range req.Limits {
 			lr := &d.bres.Limits[i]
-			if req.Limits[i].Shadow || lr.Allowed || lr.RetryAfter <= 0 || req.Limits[i].Kind == bucket.KindConcurrency {
+			if req.Limits[i].Shadow || lr.Allowed || lr.RetryAfter <= 0 || d.bres.Trusted && req.Limits[i].OwnKey != "" ||
+				req.Limits[i].Kind == bucket.KindConcurrency {
 				continue
 			}
 			// Local time plus the store's wait: the store's clock (Redis

@@ -58,14 +58,31 @@ func (p *Policy) WriteBudgets(w io.Writer) error {
 			if l.Shadow {
 				name += " (shadow)"
 			}
+			if l.TrustedOwn {
+				name += " (trusted devices: own)"
+			}
 			name += attrText(l.IfAttr)
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
 				class, mdEscape(name), keyText(l), mdEscape(kindText(l)),
 				strconv.FormatFloat(l.Burst, 'f', -1, 64), p.FailureModeOf(l, c))
 		}
 	}
+	p.writeTrusted(bw)
 	p.writeLists(bw)
 	return bw.Flush()
+}
+
+// writeTrusted explains `trusted_devices: own` when a limit sets it.
+func (p *Policy) writeTrusted(bw *bufio.Writer) {
+	for i := range p.Limits {
+		if p.Limits[i].TrustedOwn {
+			bw.WriteString("\nA limit marked \"(trusted devices: own)\" gives each trusted device of the request's account ")
+			bw.WriteString("(one that sent its device token with a successful login within `risk.attestation.trusted_for`) ")
+			bw.WriteString("a budget of its own, with the limit's rate and burst, keyed by the limit's key plus the device; ")
+			bw.WriteString("every other request to the account shares the limit's budget, so others spending it never deny that device.\n")
+			return
+		}
+	}
 }
 
 // attrText describes a limit's `if.attr` ("" when it has none):

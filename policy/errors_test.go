@@ -51,7 +51,8 @@ func TestParseBrokenFiles(t *testing.T) {
 		// One limit.
 		{"limit missing rate", "version: 1\nlimits:\n  - name: a\n    by: [ip]\n", `p.yaml:3: limit: missing required field "rate" (or "quota", or "concurrency")`},
 		{"limit missing name and by", "version: 1\nlimits:\n  - {rate: 1/s}\n", "p.yaml:3: limit: missing required field \"name\"\np.yaml:3: limit: missing required field \"by\""},
-		{"limit unknown field", head + "  - {name: b, by: [ip], rat: 1/s, rate: 1/s}\n", `p.yaml:6: unknown field "rat" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if)`},
+		{"limit unknown field", head + "  - {name: b, by: [ip], rat: 1/s, rate: 1/s}\n", `p.yaml:6: unknown field "rat" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices)`},
+		{"limit trusted_devices", head + "  - {name: b, by: [account], rate: 1/s, trusted_devices: mine}\n", `p.yaml:6: trusted_devices "mine": want own or shared`},
 		{"limit duplicate key", head + "  - name: b\n    by: [ip]\n    rate: 1/s\n    rate: 2/s\n", `p.yaml:9: duplicate key "rate" (first at line 8)`},
 		{"duplicate limit name", head + "  - {name: a, by: [user], rate: 1/s}\n", `p.yaml:6: duplicate limit name "a" (first at line 5)`},
 		{"bad limit name", head + "  - {name: \"b c\", by: [ip], rate: 1/s}\n", `p.yaml:6: name "b c": want 1-64 characters of A-Z a-z 0-9 _ . -`},
@@ -180,6 +181,8 @@ func TestParseBrokenFiles(t *testing.T) {
 			`p.yaml:7: verified_multiplier 0.5: must be at least 1`},
 		{"attestation unverified above 1", withRisk("  attestation: {unverified_multiplier: 2}\n"),
 			`p.yaml:7: unverified_multiplier 2: must be between 0 and 1`},
+		{"attestation trusted_for", withRisk("  attestation: {trusted_for: 30d}\n"),
+			`p.yaml:7: trusted_for "30d": want a duration like 30s, 10m or 24h`},
 		{"attestation valid_for", withRisk("  attestation: {valid_for: 1 day}\n"),
 			`p.yaml:7: valid_for "1 day": want a duration like 30s, 10m or 24h`},
 		{"apple missing root ca", withRisk("  attestation:\n    apple: {app_id: TEAMID.com.example.app}\n"),

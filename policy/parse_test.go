@@ -186,7 +186,7 @@ func TestLoadContractExample(t *testing.T) {
 		t.Errorf("Reputation = %+v", p.Risk.Reputation)
 	}
 	wantAtt := &Attestation{
-		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour,
+		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
 			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem")},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
@@ -355,7 +355,7 @@ limits:
 	_, err := Parse("multi.yaml", []byte(text))
 	want := `multi.yaml:1: version 2: unsupported (want 1)
 multi.yaml:3: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)
-multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if)
+multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices)
 multi.yaml:4: duplicate limit name "a" (first at line 3)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err =\n%v\nwant\n%s", err, want)
@@ -466,6 +466,7 @@ limits:
 		{"  - {name: a, by: [ip], rate: 1/s, quota: 1/day}\n", `k.yaml:3: quota: a limit is a bucket (rate), a quota or a concurrency limit; this one also has rate`},
 		{"  - {name: a, by: [ip], quota: 1/day, burst: 5}\n", `k.yaml:3: burst: only a limit with rate has one`},
 		{"  - {name: a, by: [ip], rate: 1/s, lease_ttl: 1m}\n", `k.yaml:3: lease_ttl: only a limit with concurrency has one`},
+		{"  - {name: a, by: [account], concurrency: 1, trusted_devices: own}\n", `k.yaml:3: trusted_devices: only a limit with rate has one`},
 		{"  - {name: a, by: [ip], concurrency: 0}\n", `k.yaml:3: concurrency 0: must be between 1 and 1000000`},
 		{"  - {name: a, by: [ip], concurrency: 1.5}\n", `k.yaml:3: concurrency: want an integer, got "1.5"`},
 		{"  - {name: a, by: [ip], concurrency: 1, lease_ttl: 100ms}\n", `k.yaml:3: lease_ttl 100ms: must be between 1s and 24h0m0s`},

@@ -143,7 +143,7 @@ func (ps *parser) checkKind(m *mapping, lim *Limit) bool {
 		return false
 	}
 	ok := true
-	for _, f := range []struct{ name, kind string }{{"burst", "rate"}, {"lease_ttl", "concurrency"}} {
+	for _, f := range []struct{ name, kind string }{{"burst", "rate"}, {"lease_ttl", "concurrency"}, {"trusted_devices", "rate"}} {
 		if g, has := m.get(f.name); has && set[0] != f.kind {
 			ps.errorf(g.val, "%s: only a limit with %s has one", f.name, f.kind)
 			ok = false

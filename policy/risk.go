@@ -15,7 +15,7 @@ var (
 	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration", "shadow"}
 	reputationFields    = []string{"asn_database", "rules"}
 	reputationRuleField = []string{"asns", "cidrs", "multiplier", "reason"}
-	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "token_key_env", "apple", "android"}
+	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "trusted_for", "token_key_env", "apple", "android"}
 	appleFields         = []string{"app_id", "environment", "root_ca_file"}
 	androidFields       = []string{"package_name", "decryption_key_env", "verification_key_env", "max_age", "require_strong_integrity"}
 	repeatOffenderField = []string{"per_minute"}
@@ -33,6 +33,8 @@ const (
 	DefaultRepeatOffenderPerMinute = 100
 	// DefaultAttestationValidFor is `attestation.valid_for` when unset.
 	DefaultAttestationValidFor = 24 * time.Hour
+	// DefaultTrustedFor is `attestation.trusted_for` when unset (7.1).
+	DefaultTrustedFor = 30 * 24 * time.Hour
 	// DefaultDeviceTokenHeader is `identity.device_token_header` when unset.
 	DefaultDeviceTokenHeader = "X-Device-Token"
 	// DefaultAndroidMaxAge is `attestation.android.max_age` when unset.
@@ -342,7 +344,7 @@ func (ps *parser) attestation(f field) *Attestation {
 	if m == nil {
 		return nil
 	}
-	a := &Attestation{VerifiedMultiplier: 1, ValidFor: DefaultAttestationValidFor}
+	a := &Attestation{VerifiedMultiplier: 1, ValidFor: DefaultAttestationValidFor, TrustedFor: DefaultTrustedFor}
 	ok := true
 	for _, g := range m.fields {
 		good := true
@@ -357,6 +359,8 @@ func (ps *parser) attestation(f field) *Attestation {
 			a.UnverifiedSet = good
 		case "valid_for":
 			a.ValidFor, good = ps.duration(g)
+		case "trusted_for":
+			a.TrustedFor, good = ps.duration(g)
 		case "token_key_env":
 			a.TokenKeyEnv, good = ps.envName(g)
 			a.TokenKeyEnvLine = g.val.Line

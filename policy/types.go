@@ -224,6 +224,12 @@ type Limit struct {
 	IfAttr []AttrCondition
 	// FailureMode is the limit's own `failure_mode`, if it sets one.
 	FailureMode *FailureMode
+	// TrustedOwn is `trusted_devices: own` (7.1): a trusted device of the
+	// request's account (a valid device token on a login_succeeded for it
+	// within risk.attestation.trusted_for) takes from a bucket of its own,
+	// the limit's key plus the device, with the limit's rate and burst;
+	// every other request shares the limit's bucket. Default `shared`.
+	TrustedOwn bool
 	// Line is the line of the limit in the policy file.
 	Line int
 }
@@ -334,6 +340,11 @@ type Attestation struct {
 	// ValidFor is how long an attestation counts (default 24h); device
 	// tokens expire with it.
 	ValidFor time.Duration
+	// TrustedFor is how long a device that presented a valid device token
+	// on a login_succeeded stays a trusted device of that account (7.1;
+	// default 30 days): exempt_attested lockouts spare it and limits with
+	// `trusted_devices: own` give it a bucket of its own.
+	TrustedFor time.Duration
 	// TokenKeyEnv names the environment variable holding the device-token
 	// HMAC key (its raw bytes, at least 32); "" means a random key per
 	// process (tokens verify only on the host that issued them).

@@ -121,7 +121,7 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 func (s *sim) report(r *streams.Report) {
 	s.tick(r.TS)
 	s.acts = s.sig.ApplyReport(0, 0, r, s.acts[:0])
-	s.acts = risk.TrustAction(r, risk.DefaultTrustFor, s.acts)
+	s.acts = risk.TrustAction(r, risk.TrustFor(s.pol), s.acts)
 	s.execute()
 }
 

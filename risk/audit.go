@@ -78,20 +78,57 @@ func (r *adminRecord) active(now time.Time) []adminEntry {
 	return out
 }
 
-// auditReader returns an ordered consumer of the whole audit stream.
-func (d *Daemon) auditReader(ctx context.Context) (jetstream.Consumer, error) {
-	oc, err := d.js.OrderedConsumer(ctx, d.o.Streams.Stream(streams.AuditStream), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.o.Streams.Prefix + "audit.>"}, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+// auditReader returns an ordered consumer of the audit stream from stream
+// sequence from (1: the whole stream). Its resets are bounded
+// (orderedResets) so that a Fetch on a cluster that lost the consumer's
+// node returns an error instead of retrying for ever without regard to
+// ctx; tailAudit then makes a new one.
+func (d *Daemon) auditReader(ctx context.Context, from uint64) (jetstream.Consumer, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{d.o.Streams.Prefix + "audit.>"},
+		DeliverPolicy: jetstream.DeliverAllPolicy, MaxResetAttempts: orderedResets}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	oc, err := d.js.OrderedConsumer(ctx, d.o.Streams.Stream(streams.AuditStream), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("risk: audit reader: %w", err)
 	}
 	return oc, nil
 }
 
+// orderedResets bounds how often an ordered consumer recreates itself
+// within one Fetch (about 3 s of backoff) before the Fetch fails.
+const orderedResets = 2
+
+// tailAudit applies every new audit event until ctx ends, starting with
+// oc. When the reader fails (the NATS node holding it was lost, 7.6) it is
+// logged and replaced by a new one from the next unread sequence, so that
+// riskd goes on instead of stopping.
+func (d *Daemon) tailAudit(ctx context.Context, oc jetstream.Consumer) error {
+	for {
+		err := d.readAudit(ctx, oc, false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.count("audit")
+		d.log.Warn("audit reader failed; starting a new one", "from_seq", d.auditNext.Load(), "err", err)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			if oc, err = d.auditReader(ctx, d.auditNext.Load()); err == nil {
+				break
+			}
+			d.log.Warn("audit reader", "err", err)
+		}
+	}
+}
+
 // readAudit applies audit events: with catchUp, those already in the
 // stream (it returns once it has read them all); otherwise every new one
-// until ctx ends.
+// until ctx ends or a fetch fails.
 func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp bool) error {
 	if catchUp {
 		st, err := d.js.Stream(ctx, d.o.Streams.Stream(streams.AuditStream))
@@ -115,8 +152,9 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
 			d.applyAudit(ctx, m, !catchUp)
 			n++
-			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
-				caughtUp = true
+			if meta, err := m.Metadata(); err == nil {
+				d.auditNext.Store(meta.Sequence.Stream + 1)
+				caughtUp = caughtUp || meta.NumPending == 0
 			}
 		}
 		if err := batch.Error(); err != nil && ctx.Err() == nil && !isTimeout(err) {

@@ -3,6 +3,7 @@ package service
 import (
 	"time"
 
+	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -30,10 +31,19 @@ const (
 	DefaultAttestPrefix = "/v1/attest/"
 	// DefaultStreamMaxBytes bounds each JetStream stream (1 GiB).
 	DefaultStreamMaxBytes = 1 << 30
+	// DefaultStreamReplicas is how many copies of each stream a NATS cluster
+	// keeps: one, a single server's.
+	DefaultStreamReplicas = 1
+	// MaxStreamReplicas is JetStream's own limit on a stream's replicas.
+	MaxStreamReplicas = 5
 	// DefaultDecisionsMaxAge is how long the decisions stream keeps decisions.
 	DefaultDecisionsMaxAge = time.Hour
 	// DefaultBodyTimeout bounds a proxied request body's arrival.
 	DefaultBodyTimeout = 30 * time.Second
+	// DefaultUpstreamTimeout bounds the wait for the upstream's answer.
+	DefaultUpstreamTimeout = api.DefaultUpstreamTimeout
+	// DefaultProxyIdleTimeout bounds a proxied response's silences.
+	DefaultProxyIdleTimeout = api.DefaultProxyIdleTimeout
 	// DefaultStoreTimeout bounds each check's store work.
 	DefaultStoreTimeout = 50 * time.Millisecond
 	// DefaultRedisLanes is the number of Redis round trips in flight at once.

@@ -93,10 +93,10 @@ func (l *httpListener) Run(ctx context.Context) error {
 }
 
 // apiServer is the limiter's listener server: bounded header, read, write
-// and idle times; on the public listener of proxy mode the read deadline
-// is set per request (the body's BodyTimeout, from arrival) and the
-// answer may follow a body that took that long.
-func apiServer(h http.Handler, public bool, bodyTimeout time.Duration, log *slog.Logger) *http.Server {
+// and idle times; on the public listener of proxy mode the read and write
+// deadlines are set per request by the handler (the body's BodyTimeout,
+// from arrival; a forwarded response's idle deadline).
+func apiServer(h http.Handler, public bool, log *slog.Logger) *http.Server {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -107,8 +107,10 @@ func apiServer(h http.Handler, public bool, bodyTimeout time.Duration, log *slog
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if public {
-		hs.ReadTimeout = 0
-		hs.WriteTimeout = max(30*time.Second, bodyTimeout+30*time.Second)
+		// no total deadline on the public listener: api.Server.Public
+		// bounds each answer's writes, and the proxy a streamed response's
+		// silences (--proxy-idle-timeout, 7.5)
+		hs.ReadTimeout, hs.WriteTimeout = 0, 0
 	}
 	return hs
 }

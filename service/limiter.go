@@ -101,7 +101,7 @@ func (l *limiter) storeConfig() storeConfig {
 // streams is the streams' configuration of the limiter's flags.
 func (c *Config) streams() streams.Config {
 	return streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName, DecisionsMaxBytes: c.DecisionsMaxBytes,
-		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes}
+		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes, Replicas: c.StreamReplicas}
 }
 
 // addEvents adds the NATS side: with --nats, the event publisher (riskd
@@ -240,6 +240,9 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 		return nil, err
 	}
 	srv.Handle("/v1/attest/", srv.Guard(l.att))
+	if err := l.addConsole(srv); err != nil {
+		return nil, err
+	}
 	if cfg.Upstream == "" {
 		return srv, nil
 	}
@@ -252,10 +255,8 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 	upErrs := prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_proxy_upstream_errors_total",
 		Help: "Proxied requests the upstream could not answer (502/504)."})
 	l.reg.MustRegister(forged, upErrs)
-	po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc, Getenv: cfg.Getenv}
-	if cfg.UpstreamTransport == "std" {
-		po.Transport = api.StdUpstreamTransport() // Validate allowed only lean (the default) or std
-	}
+	po := api.ProxyOptions{Upstream: u, OnForgedUser: forged.Inc, OnUpstreamError: upErrs.Inc, Getenv: cfg.Getenv,
+		UpstreamTimeout: cfg.UpstreamTimeout, IdleTimeout: cfg.ProxyIdleTimeout}
 	if err := srv.EnableProxy(po); err != nil {
 		return nil, err
 	}
@@ -279,15 +280,15 @@ func (l *limiter) addListeners() error {
 	if cfg.Upstream != "" {
 		apiAddr = cfg.APIListen
 	}
-	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, cfg.BodyTimeout, l.log), Drain: cfg.ShutdownTimeout})
+	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout})
 	if err != nil {
 		return err
 	}
 	l.g.add("http", api)
 	l.run.Addr, l.run.APIAddr = api.addr(), api.addr()
 	if cfg.Upstream != "" {
-		pub, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: apiServer(l.srv.Public(), true, cfg.BodyTimeout, l.log),
-			Drain: cfg.ShutdownTimeout, AfterDrain: l.srv.WaitReports})
+		pub, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: apiServer(l.srv.Public(), true, l.log),
+			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }})
 		if err != nil {
 			return err
 		}

@@ -46,6 +46,10 @@ type RiskdConfig struct {
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB);
 	// give it the limiters' value.
 	EventsMaxBytes int64
+	// StreamReplicas is how many copies a NATS cluster keeps of every
+	// stream and of riskd's durable consumers (default 1; 7.6). Give it the
+	// limiters' value.
+	StreamReplicas int
 	// Durable names riskd's durable consumers (default "riskd").
 	Durable string
 	// Reassert is how often active lockouts and multipliers are written
@@ -73,6 +77,9 @@ func (c *RiskdConfig) Validate() error {
 	if c.DecisionsMaxBytes < 0 {
 		return fmt.Errorf("service: decisions max bytes %d must not be negative", c.DecisionsMaxBytes)
 	}
+	if err := checkReplicas(c.StreamReplicas); err != nil {
+		return err
+	}
 	return checkAddr("listen address", c.Listen)
 }
 
@@ -98,7 +105,7 @@ func (c *RiskdConfig) defaults() {
 // streams is the streams' configuration of c.
 func (c *RiskdConfig) streams() streams.Config {
 	return streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName, DecisionsMaxBytes: c.DecisionsMaxBytes,
-		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes}
+		DecisionsMaxAge: c.DecisionsMaxAge, EventsMaxBytes: c.EventsMaxBytes, Replicas: c.StreamReplicas}
 }
 
 // StartRiskd starts riskd and returns once it listens; it stops when ctx

@@ -80,10 +80,12 @@ type Config struct {
 	// Upstream, when set, turns on reverse-proxy mode: allowed requests
 	// are forwarded to this URL.
 	Upstream string
-	// UpstreamTransport picks the proxy's upstream client: "lean" (default:
-	// api.UpstreamTransport, the round trip on the request's goroutine) or
-	// "std" (net/http's Transport for everything).
-	UpstreamTransport string
+	// UpstreamTimeout bounds the wait for the upstream's answer in proxy
+	// mode (default 60s): past it the client gets 504 UPSTREAM_TIMEOUT.
+	UpstreamTimeout time.Duration
+	// ProxyIdleTimeout bounds how long a proxied response may go without
+	// a byte moving (default 60s); there is no total deadline (7.5).
+	ProxyIdleTimeout time.Duration
 	// KeyPrefix starts every Redis key (default "tg:").
 	KeyPrefix string
 	// SubjectPrefix starts every NATS subject (default "tollgate.").
@@ -100,6 +102,10 @@ type Config struct {
 	// EventsMaxBytes bounds the reports-and-alerts stream (default 1 GiB;
 	// JetStream reserves it on the server).
 	EventsMaxBytes int64
+	// StreamReplicas is how many copies a NATS cluster keeps of every
+	// stream (default 1; 3 on a three-node cluster, 7.6). riskd's must be
+	// the same.
+	StreamReplicas int
 	// StoreTimeout bounds each check's store work from the moment it asks
 	// (default 50ms): the wait for a Redis lane, dial, write and read
 	// (6.6). Past it the limit's failure mode answers.
@@ -149,6 +155,12 @@ func (c *Config) defaults() {
 	if c.BodyTimeout <= 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
+	if c.UpstreamTimeout <= 0 {
+		c.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if c.ProxyIdleTimeout <= 0 {
+		c.ProxyIdleTimeout = DefaultProxyIdleTimeout
+	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
 	}
@@ -188,10 +200,14 @@ func (c *Config) Validate() error {
 		v    int64
 	}{{"nats port", int64(c.NATSPort)}, {"redis lanes", int64(c.RedisLanes)}, {"memory max keys", int64(c.MemoryMaxKeys)},
 		{"l1 max entries", int64(c.L1MaxEntries)}, {"decisions max bytes", c.DecisionsMaxBytes},
-		{"store timeout", int64(c.StoreTimeout)}, {"grpc max streams", int64(c.GRPCMaxStreams)}, {"grpc idle timeout", int64(c.GRPCIdleTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
+		{"store timeout", int64(c.StoreTimeout)}, {"grpc max streams", int64(c.GRPCMaxStreams)}, {"grpc idle timeout", int64(c.GRPCIdleTimeout)},
+		{"upstream timeout", int64(c.UpstreamTimeout)}, {"proxy idle timeout", int64(c.ProxyIdleTimeout)}, {"l1 ttl", int64(c.L1TTL)}, {"shutdown timeout", int64(c.ShutdownTimeout)}} {
 		if n.v < 0 {
 			return fmt.Errorf("service: %s %d must not be negative", n.name, n.v)
 		}
+	}
+	if err := checkReplicas(c.StreamReplicas); err != nil {
+		return err
 	}
 	if c.NATSPort > 65535 {
 		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
@@ -210,11 +226,6 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
 			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
 		}
-	}
-	switch c.UpstreamTransport {
-	case "", "lean", "std":
-	default:
-		return fmt.Errorf("service: upstream transport %q: want lean or std", c.UpstreamTransport)
 	}
 	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
 		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {
@@ -317,6 +328,15 @@ func upstreamURL(s string) (*url.URL, error) {
 
 // checkAddr checks a listen address: "" (unset), or host:port with a
 // numeric port (":0" picks a free one).
+// checkReplicas refuses a stream replica count JetStream cannot keep (0 is
+// the default, 1).
+func checkReplicas(n int) error {
+	if n < 0 || n > MaxStreamReplicas {
+		return fmt.Errorf("service: stream replicas %d must be between 1 and %d", n, MaxStreamReplicas)
+	}
+	return nil
+}
+
 func checkAddr(what, addr string) error {
 	if addr == "" {
 		return nil

@@ -371,18 +371,3 @@ func TestProxyModeTwoListeners(t *testing.T) {
 		t.Fatal("one address for both listeners was accepted")
 	}
 }
-
-func TestProxyUpstreamTransportChoice(t *testing.T) {
-	t.Parallel()
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("upstream " + r.URL.Path)) })
-	for _, tr := range []string{"lean", "std"} {
-		_, base := start(t, Config{Upstream: up, UpstreamTransport: tr})
-		if code, body := get(t, base+"/x"); code != 200 || body != "upstream /x" {
-			t.Fatalf("%s: %d %s", tr, code, body)
-		}
-	}
-	_, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", APIListen: "127.0.0.1:0", Upstream: up, UpstreamTransport: "fast", Logger: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), `upstream transport "fast": want lean or std`) {
-		t.Fatalf("bad transport accepted: %v", err)
-	}
-}

@@ -45,6 +45,11 @@ type Config struct {
 	AuditMaxBytes int64
 	// Memory keeps streams in memory instead of files (tests, embedded mode).
 	Memory bool
+	// Replicas is how many copies of each stream and of riskd's durable
+	// consumers a NATS cluster keeps (default 1; 3 on a three-node
+	// cluster survives the loss of any one node). A server that is not
+	// clustered refuses more than 1.
+	Replicas int
 }
 
 func (c *Config) defaults() {
@@ -71,6 +76,9 @@ func (c *Config) defaults() {
 	}
 	if c.AuditMaxBytes <= 0 {
 		c.AuditMaxBytes = 256 << 20
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
 	}
 }
 
@@ -122,6 +130,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			MaxBytes:    cfg.DecisionsMaxBytes,
 			Storage:     storage,
 			Discard:     jetstream.DiscardOld,
+			Replicas:    cfg.Replicas,
 		},
 		{
 			Name:        cfg.Name + EventsStream,
@@ -132,6 +141,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Storage:     storage,
 			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,
+			Replicas:    cfg.Replicas,
 		},
 		{
 			Name:        cfg.Name + AuditStream,
@@ -142,13 +152,28 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Storage:     storage,
 			Discard:     jetstream.DiscardOld,
 			Duplicates:  10 * time.Minute,
+			Replicas:    cfg.Replicas,
 		},
 	} {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			if notClustered(err) {
+				return fmt.Errorf("streams: ensure stream %s with %d replicas: the NATS server is not part of a JetStream cluster (run --stream-replicas 1, or cluster the servers: docs/scaling.md): %w", sc.Name, sc.Replicas, err)
+			}
 			return fmt.Errorf("streams: ensure stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// jsReplicasNotSupported is nats-server's error code for more than one
+// replica on a server that is not clustered (JSStreamReplicasNotSupportedErr).
+const jsReplicasNotSupported = 10074
+
+// notClustered reports whether err is the server's refusal of replicas
+// outside a cluster.
+func notClustered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsReplicasNotSupported
 }
 
 // EnsureConsumer creates or updates a durable pull consumer on stream.

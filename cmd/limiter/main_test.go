@@ -143,7 +143,8 @@ func TestBudgets(t *testing.T) {
 	}
 	for _, want := range []string{
 		"| route class | limit | key | rate | burst | failure mode |",
-		"| auth | login-account | account + route | 5/min | 5 | closed |",
+		"| auth | login-account (trusted devices: own) | account + route | 5/min | 5 | closed |",
+		"gives each trusted device of the request's account",
 		"| read | user-read | user | 300/min | 300 | open |",
 	} {
 		if !strings.Contains(out, want) {
@@ -223,8 +224,9 @@ func TestUsageErrors(t *testing.T) {
 		{"bad redis env", envMap("TOLLGATE_REDIS", "nonsense"), nil, "neither redis://"},
 		{"bad listen", envMap(), []string{"--listen", "nonsense"}, `listen address "nonsense"`},
 		{"bad upstream", envMap(), []string{"--upstream", "ftp://x"}, `upstream "ftp://x" is not an http(s) URL`},
-		{"bad transport", envMap(), []string{"--upstream", "http://127.0.0.1:1", "--upstream-transport", "fast"}, `upstream transport "fast": want lean or std`},
-		{"bad transport env", envMap("TOLLGATE_UPSTREAM_TRANSPORT", "fast"), []string{"--upstream", "http://127.0.0.1:1"}, `upstream transport "fast"`},
+		{"removed upstream transport", envMap(), []string{"--upstream", "http://127.0.0.1:1", "--upstream-transport", "std"}, "flag provided but not defined: -upstream-transport"},
+		{"negative upstream timeout", envMap(), []string{"--upstream", "http://127.0.0.1:1", "--upstream-timeout", "-1s"}, "upstream timeout -1000000000 must not be negative"},
+		{"negative grpc streams", envMap("TOLLGATE_GRPC_MAX_STREAMS", "-1"), nil, "grpc max streams -1 must not be negative"},
 		{"validate bad flag", envMap(), []string{"validate", "--nope"}, "not defined"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

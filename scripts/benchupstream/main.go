@@ -1,9 +1,8 @@
 // Command benchupstream is the upstream API of scripts/bench-proxy: it
 // answers every request with a small JSON body, as a fast API would. With
 // -proxy URL it is instead a bare httputil.ReverseProxy to URL: the
-// baseline of what any Go reverse-proxy hop costs on the machine; -lean
-// gives that proxy Tollgate's upstream client (api.UpstreamTransport)
-// instead of net/http's Transport.
+// baseline of what any Go reverse-proxy hop costs on the machine, on the
+// limiter's tuned net/http Transport (api.NewUpstreamTransport).
 package main
 
 import (
@@ -21,7 +20,6 @@ func main() {
 	addr := flag.String("listen", "127.0.0.1:0", "address")
 	delay := flag.Duration("delay", 0, "time each answer takes, as a real API's work would")
 	proxy := flag.String("proxy", "", "be a bare reverse proxy to this URL instead")
-	lean := flag.Bool("lean", false, "with -proxy: use api.UpstreamTransport")
 	flag.Parse()
 	if *proxy != "" {
 		u, err := url.Parse(*proxy)
@@ -29,10 +27,7 @@ func main() {
 			log.Fatal(err)
 		}
 		rp := httputil.NewSingleHostReverseProxy(u)
-		rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
-		if *lean {
-			rp.Transport = &api.UpstreamTransport{}
-		}
+		rp.Transport = api.NewUpstreamTransport()
 		srv := &http.Server{Addr: *addr, Handler: rp, ReadHeaderTimeout: 5 * time.Second}
 		log.Fatal(srv.ListenAndServe())
 	}

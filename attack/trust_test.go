@@ -1,0 +1,139 @@
+package attack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/attestation"
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/service"
+)
+
+// Attacks on the promise of 7.1: an attacker who knows an account name,
+// but holds none of its user's devices, can neither lock that user out
+// nor spend that user's budget.
+
+// Device tokens of the attacked deployment: every limiter host shares the
+// key (risk.attestation.token_key_env); the attacker does not know it.
+const (
+	deviceKeyEnv = "TOLLGATE_ATTACK_DEVICE_KEY"
+	deviceKey    = "device-token-key-of-the-deployment-32+"
+)
+
+func init() { os.Setenv(deviceKeyEnv, deviceKey) }
+
+// trustPolicy is the attack policy with the 7.1 settings of the example
+// policy: login-account gives trusted devices their own budget, device
+// tokens verify on every host.
+var trustPolicy = strings.NewReplacer(
+	"  - {name: login-account, by: [account, route],  rate: 5/min,   if: {class: auth}}",
+	"  - {name: login-account, by: [account, route],  rate: 5/min,   if: {class: auth}, trusted_devices: own}",
+	"    verified_multiplier: 2.0\n",
+	"    verified_multiplier: 2.0\n    token_key_env: "+deviceKeyEnv+"\n",
+).Replace(attackPolicy)
+
+// strictUpstream answers a login as many APIs do: 400 without a password
+// (nothing to report, so nothing locks), 401 for a wrong one, 200 for
+// "right".
+func strictUpstream(t *testing.T) setup {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var login struct{ Username, Password string }
+		if err := json.NewDecoder(r.Body).Decode(&login); err != nil || login.Password == "" {
+			http.Error(w, "password required", http.StatusBadRequest)
+			return
+		}
+		if login.Password != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, `{"token":"t"}`)
+	}))
+	t.Cleanup(srv.Close)
+	return func(c *service.Config) { c.Upstream = srv.URL }
+}
+
+// deviceToken is the token the limiter's attestation endpoint hands a
+// device that passed attestation (6.3).
+func deviceToken(t *testing.T, device string) string {
+	t.Helper()
+	tokens, err := attestation.NewTokens([]byte(deviceKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens.Issue(device, time.Now().Add(time.Hour))
+}
+
+// login posts a login for account to the public port from ip, with the
+// headers kv (device id and token), and returns the status and the
+// envelope's code.
+func (tg *target) login(t *testing.T, ip, account, password string, kv ...string) (int, string) {
+	t.Helper()
+	body := `{"username":"` + account + `"}`
+	if password != "" {
+		body = `{"username":"` + account + `","password":"` + password + `"}`
+	}
+	status, b := do(t, "POST", tg.public+"/auth/login", body, from(ip, kv...))
+	return status, code(b)
+}
+
+// enrol logs the user's phone in with its device token and waits until
+// riskd made it a trusted device of the account.
+func (tg *target) enrol(t *testing.T, account, device string) {
+	t.Helper()
+	if status, c := tg.login(t, "198.51.100.10", account, "right", "X-Device-Id", device, "X-Device-Token", deviceToken(t, device)); status != 200 {
+		t.Fatalf("the phone's first login: %d %s", status, c)
+	}
+	eventually(t, 10*time.Second, func() string {
+		ok, err := tg.rdb.SIsMember(context.Background(), bucket.TrustKey(tg.prefix, "account", account), device).Result()
+		if err != nil || !ok {
+			return fmt.Sprintf("%s not yet a trusted device of %s (%v)", device, account, err)
+		}
+		return ""
+	})
+}
+
+// Attack (a): the attacker spends alice's per-account login budget (5/min)
+// from addresses of its own, with logins that carry no password (the
+// upstream answers 400: nothing is reported, nothing locks, no alert) and
+// with wrong passwords: alice's trusted phone is answered 429 too.
+// Defence (7.1, trusted_devices: own): the phone draws from a budget of
+// its own; the attacker's requests share the account's.
+func TestAttackDrainedAccountBudgetKeepsTrustedPhoneOut(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t))
+	tg.enrol(t, "alice", "alice-phone")
+	denied := 0
+	for i := 0; i < 10; i++ {
+		password := ""
+		if i%2 == 1 {
+			password = fmt.Sprintf("guess-%d", i)
+		}
+		if status, c := tg.login(t, fmt.Sprintf("203.0.113.%d", 10+i), "alice", password); status == 429 && c == "RATE_LIMITED" {
+			denied++
+		}
+	}
+	if denied == 0 {
+		t.Fatalf("the attacker's 10 attempts against a 5/min budget were all let through")
+	}
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 200 {
+		t.Fatalf("alice's trusted phone after the attack: %d %s, want 200", status, c)
+	}
+	// the phone's own budget is bounded like the account's: 5 a minute
+	// (its first login above was taken from the shared budget: it was not
+	// trusted yet)
+	for i := 0; i < 4; i++ {
+		tg.login(t, "198.51.100.10", "alice", "right", phone...)
+	}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 429 || c != "RATE_LIMITED" {
+		t.Fatalf("the phone's 6th login within a minute: %d %s, want 429 RATE_LIMITED", status, c)
+	}
+}

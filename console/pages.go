@@ -1,0 +1,292 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// view is what a page template is given.
+type view struct {
+	Title       string
+	Path        string // the page's path (the nav marks it; changes return to it)
+	CSRF        string // "" on the pages shown without a session
+	Flash       string
+	FlashFailed bool
+	Message     string // the sign-in and error pages' message
+	Now         time.Time
+	Refresh     int // seconds between live refreshes (0: none)
+	Error       string
+	Data        any
+}
+
+// lockout is an entry of GET /v1/admin/lockouts.
+type lockout struct {
+	Subject   string    `json:"subject"`
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	Rule      string    `json:"rule"`
+	ExpiresAt time.Time `json:"expires_at"`
+	SetAt     time.Time `json:"set_at"`
+}
+
+// multiplier is an entry of GET /v1/admin/multipliers.
+type multiplier struct {
+	Subject   string     `json:"subject"`
+	ID        string     `json:"id"`
+	Source    string     `json:"source"`
+	Value     float64    `json:"value"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Reason    string     `json:"reason"`
+	SetAt     time.Time  `json:"set_at"`
+}
+
+// offender is an entry of GET /v1/admin/offenders.
+type offender struct {
+	Limit string    `json:"limit"`
+	Key   string    `json:"key"`
+	Count int64     `json:"count"`
+	Since time.Time `json:"since"`
+}
+
+// auditEvent is an entry of GET /v1/admin/audit.
+type auditEvent struct {
+	TS         time.Time  `json:"ts"`
+	Action     string     `json:"action"`
+	Subject    string     `json:"subject"`
+	ID         string     `json:"id"`
+	Value      *float64   `json:"value"`
+	TTL        string     `json:"ttl"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	Reason     string     `json:"reason"`
+	RequestID  string     `json:"request_id"`
+	RemoteAddr string     `json:"remote_addr"`
+	Cleared    *bool      `json:"cleared"`
+}
+
+// alert is an entry of GET /v1/admin/alerts.
+type alert struct {
+	TS         time.Time `json:"ts"`
+	Kind       string    `json:"kind"`
+	Subject    string    `json:"subject"`
+	ID         string    `json:"id"`
+	Rule       string    `json:"rule"`
+	Multiplier float64   `json:"multiplier"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Reason     string    `json:"reason"`
+	Count      int       `json:"count"`
+	Shadow     bool      `json:"shadow"`
+}
+
+// subjectView is GET /v1/admin/subjects/{subject}/{id}.
+type subjectView struct {
+	Subject     string   `json:"subject"`
+	ID          string   `json:"id"`
+	Effective   float64  `json:"effective"`
+	WithToken   *float64 `json:"effective_with_device_token"`
+	Multipliers []struct {
+		Source    string     `json:"source"`
+		Value     float64    `json:"value"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		Reason    string     `json:"reason"`
+	} `json:"multipliers"`
+	Lockout *struct {
+		Kind      string    `json:"kind"`
+		Rule      string    `json:"rule"`
+		ExpiresAt time.Time `json:"expires_at"`
+	} `json:"lockout"`
+	Attestation map[string]any `json:"attestation"`
+}
+
+// subjectKinds are the subject kinds, in the order forms offer them.
+var subjectKinds = []string{"account", "ip", "user", "device", "asn"}
+
+// listLimit is how many entries the list pages ask for.
+const listLimit = 200
+
+// overview is the overview page's data.
+type overview struct {
+	Counts      *Summary
+	CountsError string
+	Lockouts    int
+	Multipliers int
+	Alerts      []alert
+	Max         int64 // the largest per-minute total, for the chart's scale
+}
+
+func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Overview", 15
+	ov := overview{}
+	if c.o.Counters != nil {
+		if s, err := c.o.Counters.Summary(c.o.Now()); err != nil {
+			ov.CountsError = err.Error()
+		} else {
+			ov.Counts = &s
+			for _, m := range s.Minutes {
+				ov.Max = max(ov.Max, m.Allowed+m.Denied)
+			}
+		}
+	}
+	var locks []lockout
+	var ms []multiplier
+	var errs []string
+	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit), nil, &locks); err != nil {
+		errs = append(errs, "lockouts: "+err.Error())
+	}
+	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit), nil, &ms); err != nil {
+		errs = append(errs, "multipliers: "+err.Error())
+	}
+	if err := c.call(r, "GET", "/v1/admin/alerts?limit=5", nil, &ov.Alerts); err != nil {
+		errs = append(errs, "alerts: "+err.Error())
+	}
+	ov.Lockouts, ov.Multipliers = len(locks), len(ms)
+	v.Error, v.Data = strings.Join(errs, "; "), ov
+	c.render(w, r, http.StatusOK, "overview", *v)
+}
+
+func (c *Console) handleLockouts(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Lockouts", 30
+	var locks []lockout
+	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit), nil, &locks); err != nil {
+		v.Error = err.Error()
+	}
+	v.Data = locks
+	c.render(w, r, http.StatusOK, "lockouts", *v)
+}
+
+// handleLift lifts a lockout or step-up of any subject kind through the
+// admin API (the account path of 2.x for accounts).
+func (c *Console) handleLift(r *http.Request, _ string) (string, error) {
+	subject, id := r.PostFormValue("subject"), r.PostFormValue("id")
+	if !validKind(subject) || id == "" {
+		return "", errors.New("choose a subject kind and an id")
+	}
+	path := "/v1/admin/lockouts" + subjectPath(subject, id)
+	if subject == "account" {
+		path = "/v1/admin/lockouts/" + url.PathEscape(id)
+	}
+	var out struct {
+		Cleared bool `json:"cleared"`
+	}
+	if err := c.call(r, "DELETE", path, nil, &out); err != nil {
+		return "", err
+	}
+	if !out.Cleared {
+		return "Nothing was in force for " + subject + " " + id + " (recorded anyway).", nil
+	}
+	return "Lifted the lockout of " + subject + " " + id + ".", nil
+}
+
+func (c *Console) handleMultipliers(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Multipliers", 30
+	var ms []multiplier
+	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit), nil, &ms); err != nil {
+		v.Error = err.Error()
+	}
+	v.Data = ms
+	c.render(w, r, http.StatusOK, "multipliers", *v)
+}
+
+// handleSetMultiplier sets an admin multiplier through the admin API.
+func (c *Console) handleSetMultiplier(r *http.Request, _ string) (string, error) {
+	subject, id := r.PostFormValue("subject"), strings.TrimSpace(r.PostFormValue("id"))
+	if !validKind(subject) || id == "" {
+		return "", errors.New("choose a subject kind and an id")
+	}
+	m, err := strconv.ParseFloat(strings.TrimSpace(r.PostFormValue("multiplier")), 64)
+	if err != nil {
+		return "", errors.New("the multiplier must be a number such as 0.1 (0 blocks the subject)")
+	}
+	body := map[string]any{"multiplier": m, "reason": r.PostFormValue("reason")}
+	if ttl := strings.TrimSpace(r.PostFormValue("ttl")); ttl != "" {
+		body["ttl"] = ttl
+	}
+	if err := c.call(r, "PUT", "/v1/admin/multipliers"+subjectPath(subject, id), body, nil); err != nil {
+		return "", err
+	}
+	return "Set multiplier " + strconv.FormatFloat(m, 'g', -1, 64) + " on " + subject + " " + id + ".", nil
+}
+
+// handleClearMultiplier clears an admin multiplier through the admin API.
+func (c *Console) handleClearMultiplier(r *http.Request, _ string) (string, error) {
+	subject, id := r.PostFormValue("subject"), r.PostFormValue("id")
+	if !validKind(subject) || id == "" {
+		return "", errors.New("choose a subject kind and an id")
+	}
+	if err := c.call(r, "DELETE", "/v1/admin/multipliers"+subjectPath(subject, id), nil, nil); err != nil {
+		return "", err
+	}
+	return "Cleared the admin multiplier of " + subject + " " + id + ".", nil
+}
+
+func (c *Console) handleOffenders(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Offenders", 15
+	var out struct {
+		Offenders []offender `json:"offenders"`
+	}
+	if err := c.call(r, "GET", "/v1/admin/offenders", nil, &out); err != nil {
+		v.Error = err.Error()
+	}
+	v.Data = out.Offenders
+	c.render(w, r, http.StatusOK, "offenders", *v)
+}
+
+// subjectPage is the subject search's data.
+type subjectPage struct {
+	Kinds   []string
+	Subject string
+	ID      string
+	View    *subjectView
+}
+
+func (c *Console) handleSubjects(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title = "Subjects"
+	q := r.URL.Query()
+	p := subjectPage{Kinds: subjectKinds, Subject: q.Get("subject"), ID: strings.TrimSpace(q.Get("id"))}
+	if p.Subject == "" {
+		p.Subject = "account"
+	}
+	if p.ID != "" {
+		var sv subjectView
+		if err := c.call(r, "GET", "/v1/admin/subjects"+subjectPath(p.Subject, p.ID), nil, &sv); err != nil {
+			v.Error = err.Error()
+		} else {
+			p.View = &sv
+			v.Title = sv.Subject + " " + sv.ID
+		}
+	}
+	v.Data = p
+	c.render(w, r, http.StatusOK, "subjects", *v)
+}
+
+func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Audit trail", 30
+	var list []auditEvent
+	if err := c.call(r, "GET", "/v1/admin/audit?limit="+itoa(listLimit), nil, &list); err != nil {
+		v.Error = err.Error()
+	}
+	v.Data = list
+	c.render(w, r, http.StatusOK, "audit", *v)
+}
+
+func (c *Console) handleAlerts(w http.ResponseWriter, r *http.Request, v *view) {
+	v.Title, v.Refresh = "Alerts", 30
+	var list []alert
+	if err := c.call(r, "GET", "/v1/admin/alerts?limit="+itoa(listLimit), nil, &list); err != nil {
+		v.Error = err.Error()
+	}
+	v.Data = list
+	c.render(w, r, http.StatusOK, "alerts", *v)
+}
+
+func validKind(k string) bool {
+	for _, s := range subjectKinds {
+		if k == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,104 @@
+package policy
+
+import "strings"
+
+// Route spellings (contract 7.1): "no spelling that some upstream serves
+// as a route escapes that route's limits". Besides the normalisation of
+// 6.4 (NormalizePath, RoutePath), route matching
+//
+//   - folds ASCII case in paths and methods: ASP.NET, IIS, Spring with a
+//     case-insensitive matcher and most file-backed servers serve
+//     /AUTH/login as /auth/login, and some stacks take "post" for POST;
+//   - drops ";" path parameters from every segment, as Tomcat and Jetty
+//     do (/auth/login;jsessionid=1 is /auth/login, and
+//     /auth/login/..;/login is /auth/login/../login, so /auth/login);
+//   - drops a fragment ("#..."), which no client sends but a gateway may
+//     pass on in X-Forwarded-Uri;
+//   - reads "\" as "/" (IIS, ASP.NET and some Node routers do);
+//   - matches a path whose last segment ends in a format suffix (a "."
+//     and 1-8 letters or digits: /auth/login.json, /auth/login.xml) both
+//     as written and without the suffix, as Rails' format segment and
+//     Spring's suffix pattern matching serve it. A route whose pattern
+//     matches either spelling matches, so a route written for
+//     /config.json still matches it.
+//
+// Folding only ever maps a spelling onto the route an upstream serves it
+// as; the request forwarded upstream is not rewritten by it.
+
+// FoldRoutePath returns path (the request path, already decoded as
+// RoutePath decodes it) with the spellings above removed: fragment,
+// backslashes, ";" parameters, repeated slashes, dot segments and a
+// trailing slash. Case is kept (matching folds it) and so is a format
+// suffix (matching tries both). A path that needs none of it is returned
+// as is, without allocating.
+func FoldRoutePath(path string) string {
+	if !needsFold(path) {
+		return path
+	}
+	if i := strings.IndexByte(path, '#'); i >= 0 {
+		path = path[:i]
+	}
+	path = strings.ReplaceAll(path, `\`, "/")
+	if strings.IndexByte(path, ';') >= 0 {
+		segs := strings.Split(path, "/")
+		for i, s := range segs {
+			if j := strings.IndexByte(s, ';'); j >= 0 {
+				segs[i] = s[:j]
+			}
+		}
+		path = strings.Join(segs, "/")
+	}
+	return cleanSegments(path)
+}
+
+// needsFold reports whether FoldRoutePath would change path: it has a
+// fragment, a backslash or a ";", or is not clean (repeated slashes, a
+// segment starting with "." that may be a dot segment, a trailing slash,
+// no leading slash).
+func needsFold(path string) bool {
+	if path == "" || path[0] != '/' {
+		return true
+	}
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '#', '\\', ';':
+			return true
+		case '/':
+			if i+1 == len(path) {
+				return i > 0 // a trailing slash ("/" itself is clean)
+			}
+			if n := path[i+1]; n == '/' || n == '.' {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// formatSuffix returns the index of the format suffix of path's last
+// segment ("." and 1-8 ASCII letters or digits, after at least one other
+// character), or -1 when it has none.
+func formatSuffix(path string) int {
+	for i := len(path) - 1; i >= 0 && len(path)-i <= 9; i-- {
+		c := path[i]
+		switch {
+		case c == '.':
+			if i == len(path)-1 || i == 0 || path[i-1] == '/' {
+				return -1
+			}
+			return i
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
+		default:
+			return -1
+		}
+	}
+	return -1
+}
+
+// lowerASCII lower-cases an ASCII letter (route matching folds case).
+func lowerASCII(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}

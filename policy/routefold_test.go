@@ -1,0 +1,98 @@
+package policy
+
+import "testing"
+
+func TestFoldRoutePath(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"/auth/login", "/auth/login"},
+		{"/AUTH/Login", "/AUTH/Login"}, // case is folded by matching, not here
+		{"/auth/login;jsessionid=1", "/auth/login"},
+		{"/auth;x=1/login", "/auth/login"},
+		{"/auth/login/..;/login", "/auth/login"},
+		{"/auth/x/..;foo=bar/login", "/auth/login"},
+		{"/auth/login#frag", "/auth/login"},
+		{"/auth/login#/../../admin", "/auth/login"},
+		{`/auth\login`, "/auth/login"},
+		{`\auth\login\`, "/auth/login"},
+		{"/auth//login/", "/auth/login"},
+		{"/auth/./login", "/auth/login"},
+		{"/auth/.well-known", "/auth/.well-known"},
+		{"/auth/login.json", "/auth/login.json"}, // matching tries both
+		{"/", "/"},
+		{"", "/"},
+		{";x", "/"},
+		{"/..;/..;/auth/login", "/auth/login"},
+	} {
+		if got := FoldRoutePath(c.in); got != c.want {
+			t.Errorf("FoldRoutePath(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestFormatSuffix(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"/auth/login.json", 11}, {"/auth/login.JSON", 11}, {"/auth/login.xml", 11}, {"/a.b.json", 4},
+		{"/auth/login", -1}, {"/auth/.json", -1}, {"/auth/login.", -1}, {"/auth/login.toolongext", -1},
+		{"/auth/login.js-on", -1}, {"/v1.2/login", -1}, {".json", -1},
+	} {
+		if got := formatSuffix(c.in); got != c.want {
+			t.Errorf("formatSuffix(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// TestRouteSpellings: every spelling some upstream serves as the login
+// route is matched as it (7.1); routes written for a suffix keep it.
+func TestRouteSpellings(t *testing.T) {
+	t.Parallel()
+	p, err := Parse("r.yaml", []byte(`version: 1
+routes:
+  - {match: "GET /config.json", class: static}
+  - {match: "POST /auth/login", class: auth}
+  - {match: "GET /Reports/*", class: expensive}
+  - {match: "* *", class: write}
+limits: [{name: a, by: [ip], rate: 1/s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, path, match string }{
+		{"POST", "/auth/login", "POST /auth/login"},
+		{"POST", "/AUTH/login", "POST /auth/login"},
+		{"POST", "/Auth/LOGIN", "POST /auth/login"},
+		{"post", "/auth/login", "POST /auth/login"},
+		{"Post", "/auth/login", "POST /auth/login"},
+		{"POST", "/auth/login;jsessionid=1", "POST /auth/login"},
+		{"POST", "/auth/login/..;/login", "POST /auth/login"},
+		{"POST", "/auth/login.json", "POST /auth/login"},
+		{"POST", "/auth/login.XML", "POST /auth/login"},
+		{"POST", `/auth\login`, "POST /auth/login"},
+		{"POST", "/auth/login#x", "POST /auth/login"},
+		{"POST", "/AUTH/Login.json;x=1#y", "POST /auth/login"},
+		{"POST", "/auth/logins", "* *"},
+		{"POST", "/auth/login.json.bak", "* *"},
+		{"GET", "/config.json", "GET /config.json"},
+		{"GET", "/CONFIG.json", "GET /config.json"},
+		{"GET", "/reports/q3", "GET /Reports/*"},
+		{"GET", "/auth/login", "* *"},
+	} {
+		_, r := p.Route(c.method, c.path)
+		if r == nil || r.Match != c.match {
+			t.Errorf("Route(%s %s) = %+v, want %q", c.method, c.path, r, c.match)
+		}
+	}
+}
+
+// TestRouteFoldZeroAllocs: folding case and trying a format suffix cost
+// no allocation (not parallel: AllocsPerRun).
+func TestRouteFoldZeroAllocs(t *testing.T) {
+	p := Default()
+	if n := testing.AllocsPerRun(100, func() { p.Route("post", "/AUTH/Login.json") }); n != 0 {
+		t.Errorf("Route of a clean path allocates %v times", n)
+	}
+}
