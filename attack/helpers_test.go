@@ -196,7 +196,7 @@ func start(t *testing.T, setups ...setup) *target {
 		t.Fatal(err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
-	rr, err := service.StartRiskd(rctx, service.RiskdConfig{ConfigPath: pol, Listen: "127.0.0.1:0", RedisURL: redisURL,
+	rr, err := service.StartRiskd(rctx, service.RiskdConfig{ConfigPath: pol, Listen: "127.0.0.1:0", RedisURL: cfg.RedisURL,
 		NATSURL: testenv.NATSURL(), KeyPrefix: prefix, SubjectPrefix: subj, StreamName: stream,
 		DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes, LeaseTTL: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -136,4 +139,63 @@ func TestAttackDrainedAccountBudgetKeepsTrustedPhoneOut(t *testing.T) {
 	if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 429 || c != "RATE_LIMITED" {
 		t.Fatalf("the phone's 6th login within a minute: %d %s, want 429 RATE_LIMITED", status, c)
 	}
+}
+
+// privateRedis runs the limiter and riskd on a redis-server of the
+// test's own, which the test may restart empty; it returns the server.
+func privateRedis(t *testing.T) (*testenv.RedisServer, setup) {
+	rs := testenv.StartRedis(t)
+	return rs, func(c *service.Config) { c.RedisURL = "redis://" + rs.Addr + "/0" }
+}
+
+// Attack (c): alice's account is locked out (exempt_attested) by the
+// attacker's failed logins; her trusted phone still gets in. Then Redis
+// restarts empty: riskd re-asserts the lockout, but not the trust set, so
+// the phone is answered 429 ACCOUNT_LOCKED.
+// Defence (7.1): riskd keeps the trusted devices and writes them back
+// when the store lost its data, within 15 s.
+func TestAttackRedisLossUntrustsPhone(t *testing.T) {
+	t.Parallel()
+	rs, onRedis := privateRedis(t)
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
+	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { tg.rdb.Close() })
+	tg.enrol(t, "alice", "alice-phone")
+	// ten wrong guesses (the shared 5/min budget lets only some through
+	// the proxy; the backend reports the rest of the attack's failures)
+	for i := 0; i < 10; i++ {
+		if status, b := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"alice","ip":"203.0.113.9"}`, bearer(apiToken)); status != 202 {
+			t.Fatalf("report %d: %d %s", i, status, b)
+		}
+	}
+	locked := func() bool {
+		_, b := do(t, "POST", tg.api+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.77","account":"alice"}`, bearer(apiToken))
+		return code(b) == "ACCOUNT_LOCKED"
+	}
+	eventually(t, 10*time.Second, func() string {
+		if !locked() {
+			return "alice not locked out yet"
+		}
+		return ""
+	})
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 200 {
+		t.Fatalf("the trusted phone during the lockout: %d %s, want 200", status, c)
+	}
+	tg.syncRisk(t) // riskd is done with the phone's login: its report is not what brings trust back
+	rs.Restart(t)
+	// riskd re-asserts the lockout; the phone must be trusted again by
+	// then (its own budget is whole again: the store is empty)
+	lockKey := bucket.LockKey(tg.prefix, "account", "alice")
+	eventually(t, 15*time.Second, func() string {
+		// in Redis, not only in the limiter's L1 cache
+		if n, _ := tg.rdb.Exists(context.Background(), lockKey).Result(); n != 1 || !locked() {
+			return "the lockout is not re-asserted yet"
+		}
+		status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...)
+		if status != 200 {
+			return fmt.Sprintf("the trusted phone after Redis restarted empty: %d %s", status, c)
+		}
+		return ""
+	})
 }

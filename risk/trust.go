@@ -1,0 +1,173 @@
+package risk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/signals"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// Trusted devices survive a Redis that lost them (7.1).
+//
+// riskd enrols a device in an account's trust set on a login_succeeded
+// that proved the device (its token). The sets live in the store, so a
+// Redis that restarted empty would forget them: the account's owner would
+// be locked out by an exempt_attested lockout riskd re-asserts, and would
+// share the attacker's budget of a `trusted_devices: own` limit. So riskd
+// keeps its own record of every enrolment in force, built from the
+// reports it processes and, at start, from the login_succeeded reports of
+// the last trusted_for still in the events stream, and writes it back
+// whenever the store says it lost its data (StoreLost, asked every
+// second), or at every re-assertion when there is no StoreLost.
+
+// DefaultMaxTrust is Options.MaxTrust when unset.
+const DefaultMaxTrust = 500_000
+
+// trustRecord is riskd's record of the trusted devices in force: account
+// "\x00" device -> until. When full, expired entries go, then the one that
+// ends first. Safe for concurrent use.
+type trustRecord struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]time.Time
+}
+
+// set records device as trusted by account until until (a later end wins).
+func (r *trustRecord) set(account, device string, until, now time.Time) {
+	k := account + "\x00" + device
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.m[k]; ok {
+		if until.After(old) {
+			r.m[k] = until
+		}
+		return
+	}
+	if len(r.m) >= r.max {
+		first := ""
+		for key, u := range r.m {
+			if !u.After(now) {
+				delete(r.m, key)
+				continue
+			}
+			if first == "" || u.Before(r.m[first]) {
+				first = key
+			}
+		}
+		if len(r.m) >= r.max {
+			delete(r.m, first)
+		}
+	}
+	r.m[k] = until
+}
+
+// trustEntry is one recorded enrolment.
+type trustEntry struct {
+	account, device string
+	until           time.Time
+}
+
+// active returns the enrolments in force at now, forgetting the others.
+func (r *trustRecord) active(now time.Time) []trustEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]trustEntry, 0, len(r.m))
+	for k, u := range r.m {
+		if !u.After(now) {
+			delete(r.m, k)
+			continue
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] == 0 {
+				out = append(out, trustEntry{account: k[:i], device: k[i+1:], until: u})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// recordTrust records the enrolments among actions.
+func (d *Daemon) recordTrust(actions []signals.Action) {
+	now := d.o.Now()
+	for i := range actions {
+		if a := &actions[i]; a.Kind == ActionTrust {
+			d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, now)
+		}
+	}
+}
+
+// trustFor is how long a login_succeeded with a proven device trusts it.
+func (d *Daemon) trustFor() time.Duration {
+	if d.o.TrustFor > 0 {
+		return d.o.TrustFor
+	}
+	return TrustFor(d.o.Policy())
+}
+
+// readTrust rebuilds the trust record at start from the login_succeeded
+// reports of the last trustFor still in the events stream (one subject,
+// so it reads nothing else), up to the stream's end when it starts.
+func (d *Daemon) readTrust(ctx context.Context) error {
+	stream := d.o.Streams.Stream(streams.EventsStream)
+	st, err := d.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("risk: trust record: %w", err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	if st.CachedInfo().State.Msgs == 0 {
+		return nil
+	}
+	start := d.o.Now().Add(-d.trustFor())
+	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{d.o.Streams.Prefix + "reports." + streams.ReportLoginSucceeded},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
+	})
+	if err != nil {
+		return fmt.Errorf("risk: trust record: %w", err)
+	}
+	n := 0
+	var acts []signals.Action
+	for ctx.Err() == nil {
+		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return fmt.Errorf("risk: trust record: %w", err)
+		}
+		got, done := 0, false
+		for m := range batch.Messages() {
+			got++
+			var r streams.Report
+			if json.Unmarshal(m.Data(), &r) == nil {
+				r.Account = policy.NormalizeAccount(r.Account)
+				acts = TrustAction(&r, d.trustFor(), acts[:0])
+				d.recordTrust(acts)
+				n++
+			}
+			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last || meta.NumPending == 0 {
+				done = true
+			}
+		}
+		if got == 0 || done {
+			break
+		}
+	}
+	d.log.Info("trust record read", "reports", n)
+	return nil
+}
+
+// reassertTrust writes every recorded enrolment in force to the store.
+func (d *Daemon) reassertTrust(ctx context.Context, now time.Time) {
+	for _, e := range d.trusts.active(now) {
+		if err := d.o.Store.Trust(ctx, bucket.Subject{Kind: "account", ID: e.account}, e.device, e.until); err != nil {
+			d.count("store")
+		}
+	}
+}
