@@ -280,7 +280,11 @@ func (l *limiter) addListeners() error {
 	if cfg.Upstream != "" {
 		apiAddr = cfg.APIListen
 	}
-	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout})
+	apiTLS, pubTLS, grpcTLS, err := l.tlsSources()
+	if err != nil {
+		return err
+	}
+	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout, TLS: apiTLS})
 	if err != nil {
 		return err
 	}
@@ -288,7 +292,7 @@ func (l *limiter) addListeners() error {
 	l.run.Addr, l.run.APIAddr = api.addr(), api.addr()
 	if cfg.Upstream != "" {
 		pub, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: apiServer(l.srv.Public(), true, l.log),
-			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }})
+			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }, TLS: pubTLS})
 		if err != nil {
 			return err
 		}
@@ -297,7 +301,7 @@ func (l *limiter) addListeners() error {
 	}
 	if cfg.GRPCListen != "" {
 		gs, err := newGRPC(grpcConfig{Addr: cfg.GRPCListen, Decider: l.srv, Policy: l.holder.Current, Registerer: l.reg, Logger: l.log,
-			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout})
+			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout, TLS: grpcTLS})
 		if err != nil {
 			return err
 		}

@@ -54,9 +54,14 @@ type Config struct {
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
 	// GRPCListen, when set, serves Envoy's rate-limit service
-	// (envoy.service.ratelimit.v3.RateLimitService) over plaintext gRPC
+	// (envoy.service.ratelimit.v3.RateLimitService) over gRPC (h2c, or TLS with GRPCTLS)
 	// on this address (":0" picks a port); "" serves none.
 	GRPCListen string
+	// TLS secures Listen (the public listener in proxy mode, else the
+	// only one), APITLS the API listener of proxy mode and GRPCTLS
+	// GRPCListen (7.5); their certificates are reloaded when the files
+	// change. Zero: plaintext.
+	TLS, APITLS, GRPCTLS TLSFiles
 	// GRPCMaxStreams bounds the calls open at once on one gRPC connection
 	// (default 100; more are refused with REFUSED_STREAM, 7.5).
 	GRPCMaxStreams int
@@ -221,6 +226,9 @@ func (c *Config) Validate() error {
 		}
 	} else if c.RedisCA != "" {
 		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if c.GRPCListen != "" {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
