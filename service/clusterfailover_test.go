@@ -207,7 +207,9 @@ func TestThreeLimitersOneStore(t *testing.T) {
 	policyPath := writePolicy(t, failoverPolicy)
 	var bases []string
 	for i := 0; i < 3; i++ {
-		_, base := start(t, Config{ConfigPath: policyPath, RedisURL: "redis+cluster://" + strings.Join(c.Addrs, ",")})
+		// exactness, not deadlines, is under test: a generous store timeout
+		// keeps a loaded machine's slow answers from turning into failure modes
+		_, base := start(t, Config{ConfigPath: policyPath, RedisURL: "redis+cluster://" + strings.Join(c.Addrs, ","), StoreTimeout: 2 * time.Second})
 		bases = append(bases, base)
 		eventually(t, 10*time.Second, func() string {
 			resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /feed","ip":"192.0.2.8","user_id":"warm-up"}`)
