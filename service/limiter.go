@@ -116,7 +116,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		Help: "Decision events dropped instead of published (queue full, NATS down, publish failed).",
 	})
 	l.reg.MustRegister(dropped)
-	ec := eventsConfig{URL: cfg.NATSURL, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
+	ec := eventsConfig{URL: cfg.NATSURL, Auth: streams.Auth{CA: cfg.NATSCA, Creds: cfg.NATSCreds}, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
 		Ensure: true, Dial: cfg.NATSURL != "", Consequence: "decisions and reports are dropped (and counted) until it answers", Logger: l.log}
 	if cfg.NATSURL == "" {
 		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort, Dir: natsStoreDir(cfg), Logger: l.log})
@@ -324,6 +324,6 @@ func (l *limiter) logListening() {
 		policyName = "built-in example"
 	}
 	l.log.Info("listening", "addr", l.run.Addr, "api_addr", l.run.APIAddr, "store", store, "policy", policyName,
-		"nats", RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
+		"nats", streams.RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, l.run.APIAddr))
 }

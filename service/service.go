@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // Config is the limiter's configuration. Every field has a flag and an
@@ -43,6 +44,9 @@ type Config struct {
 	// NATSURL is the NATS server; "" starts an embedded NATS server
 	// (JetStream in NATSStoreDir, loopback) and the risk engine in process.
 	NATSURL string
+	// NATSCA and NATSCreds are the CA file of a TLS NATS server and a
+	// JWT + nkey credentials file (7.5); with NATSURL only.
+	NATSCA, NATSCreds string
 	// NATSPort is the embedded NATS server's port (0: a free port).
 	NATSPort int
 	// NATSStoreDir is where the embedded NATS server keeps JetStream (the
@@ -216,6 +220,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATSPort > 65535 {
 		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
+	}
+	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
+		return err
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
