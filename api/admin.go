@@ -95,7 +95,7 @@ type putMultiplier struct {
 }
 
 func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
@@ -158,7 +158,7 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 }
 
 func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
@@ -174,7 +174,7 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) handleGetSubject(w http.ResponseWriter, r *http.Request, rid string) {
-	subject, id, aerr := subjectPath(r)
+	subject, id, aerr := s.multiplierPath(r)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return

@@ -107,6 +107,9 @@ type Input struct {
 	// account's trusted devices). Otherwise unverified_multiplier applies,
 	// whatever is stored for the device.
 	DeviceVerified bool
+
+	// ipKey is the ip key part's value (IPKey), set by Decide.
+	ipKey string
 }
 
 // Decision is the outcome of Decide. It can be reused across calls.
@@ -325,6 +328,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.reputation(in)
 	}
 	verified, verifiedDevice := attestation(p, in)
+	in.ipKey = IPKey(p, in.IP, in.Addr)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -746,6 +750,9 @@ func partValue(in *Input, l *policy.Limit, i int, route string) string {
 func value(in *Input, part policy.KeyPart, route string) string {
 	switch part {
 	case policy.PartIP:
+		if in.ipKey != "" {
+			return in.ipKey // the IPv6 prefix (7.1)
+		}
 		return in.IP
 	case policy.PartUser:
 		return in.UserID

@@ -28,7 +28,7 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices"}
 	ifFields       = []string{"authenticated", "class", "attr"}
@@ -244,6 +244,8 @@ func (ps *parser) identity(f field) Identity {
 			}
 		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
 			ps.userSignature(g, &id)
+		case "ipv6_prefix":
+			id.IPv6Prefix, _ = ps.intRange(g, 32, 128)
 		case "account_body_field":
 			if s, ok := ps.str(g); ok {
 				id.AccountBodyField = s

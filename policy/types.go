@@ -142,6 +142,10 @@ type Identity struct {
 	// UserSignatureRequireTimestamp refuses the bare form: a request with
 	// one is unauthenticated.
 	UserSignatureRequireTimestamp bool
+	// IPv6Prefix is the prefix length an IPv6 client is keyed by in
+	// limits and multipliers keyed by ip (`ipv6_prefix`, 7.1); 0 means
+	// DefaultIPv6Prefix (64), 128 keeps whole addresses.
+	IPv6Prefix int
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
 	// DeviceTokenHeader carries the device token of the device id (6.3;

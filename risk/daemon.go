@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -779,6 +781,10 @@ func WriteAction(ctx context.Context, store ActionWriter, p *policy.Policy, a *s
 		_, err := store.ClearLock(ctx, sub)
 		return err
 	case signals.SetMultiplier:
+		if sub.Kind == "ip" {
+			// where the engine looks it up: an IPv6 client's prefix (7.1)
+			sub.ID = engine.IPKey(p, sub.ID, netip.Addr{})
+		}
 		return store.SetMultiplier(ctx, sub, a.Multiplier)
 	}
 	return nil
