@@ -34,7 +34,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		{"yaml bad indentation", "version: 1\nlimits: x\n  y: z\n", `p.yaml:3: invalid YAML: mapping values are not allowed in this context`},
 		{"yaml unknown anchor", "version: 1\nlimits: *nope\n", `p.yaml:2: invalid YAML: unknown anchor 'nope' referenced`},
 		{"two documents", head + "---\nversion: 1\n", `p.yaml:6: only one YAML document is allowed (found a second one)`},
-		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy)`},
+		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy, alerting)`},
 		{"duplicate top key", head + "version: 1\n", `p.yaml:6: duplicate key "version" (first at line 1)`},
 		{"non-string key", head + "[a]: 1\n", `p.yaml:6: mapping key must be a string, got a list`},
 

@@ -34,10 +34,10 @@ type Holder struct {
 	// its new entries are in force, with the error (the old entries stay)
 	// otherwise. Use it for metrics (tollgate_list_reloads_total) and logs.
 	OnListReload func(l *List, err error)
-	// Check, when not nil, judges a reloaded policy that parsed: one it
-	// returns an error for is refused like an invalid file (what a
-	// running daemon cannot serve, such as a concurrency limit behind
-	// Envoy). Set it before the first reload.
+	// Check, when not nil, is run on each newly parsed policy before it is
+	// put in force: an error (FILE:LINE, such as an alerting secret_env
+	// left unset in the environment, or a concurrency limit behind Envoy)
+	// refuses the reload like a parse error.
 	Check func(p *Policy) error
 
 	path   string
@@ -146,14 +146,16 @@ func (h *Holder) load(fi os.FileInfo, data []byte) error {
 	h.seen = fileStamp{modTime: fi.ModTime(), size: fi.Size(), sum: sha256.Sum256(data)}
 	h.known = true
 	p, err := parse(h.path, filepath.Dir(h.path), data)
+	if err == nil && h.Check != nil {
+		if err = h.Check(p); err != nil {
+			p = nil
+		}
+	}
 	return h.finish(p, err)
 }
 
 // finish puts p in force (when err is nil), logs and calls OnReload.
 func (h *Holder) finish(p *Policy, err error) error {
-	if err == nil && h.Check != nil {
-		err = h.Check(p)
-	}
 	if err != nil {
 		h.logger.Error("policy: reload refused, running policy stays in force",
 			"file", h.path, "error", err.Error())

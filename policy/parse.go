@@ -27,7 +27,7 @@ const (
 
 // The keys each mapping of the file may have.
 var (
-	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy"}
+	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
 	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices"}
@@ -174,6 +174,9 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 	}
 	if f, ok := top.get("envoy"); ok && !isNull(f.val) {
 		p.Envoy = ps.envoy(f)
+	}
+	if f, ok := top.get("alerting"); ok && !isNull(f.val) {
+		p.Alerting = ps.alerting(f)
 	}
 	var listNames []string
 	if f, ok := top.get("lists"); ok {

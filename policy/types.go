@@ -101,6 +101,9 @@ type Policy struct {
 	// Envoy is the `envoy` section (nil when absent: the Envoy rate-limit
 	// service then answers every request OK with no limit).
 	Envoy *Envoy
+	// Alerting is the `alerting` section (nil when absent: alerts are
+	// published on NATS and delivered nowhere else).
+	Alerting *Alerting
 	// Lists are the `lists`, in file order; Allow and Deny the lists
 	// named by `allow` and `deny`, in file order. A request on a deny list
 	// is denied; else one on an allow list is exempt from every limit.

@@ -48,10 +48,19 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkUserKey(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
+	if err := checkAlertingAtStart(l.holder, cfg.Getenv); err != nil {
+		return nil, err
+	}
 	if err := checkConcurrency(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
-	l.holder.Check = func(p *policy.Policy) error { return checkConcurrency(cfg, p) }
+	alertingOK := l.holder.Check
+	l.holder.Check = func(p *policy.Policy) error {
+		if err := checkConcurrency(cfg, p); err != nil {
+			return err
+		}
+		return alertingOK(p)
+	}
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {
 		return nil, err
@@ -139,7 +148,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		return redisOffenders(l.store.client, cfg.KeyPrefix), nil
 	}
 	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), Policy: l.holder.Current, Redis: l.store.client,
-		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd")})
+		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd"), Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err
 	}
