@@ -406,6 +406,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	req := &d.breq
 	bk := e.bucketKeysOf(p)
 	var subjOf [8]int8 // key part -> subject index + 1
+	var attrs attrSubjects
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
 			break
@@ -453,6 +454,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
+		}
+		if len(l.ByAttr) > 0 {
+			mask |= e.attrMask(d, &attrs, l, in)
 		}
 		d.applied = append(d.applied, l)
 		appendLimit(req, l, mask)
