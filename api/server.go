@@ -149,6 +149,7 @@ func (s *Server) SetState(state string) { s.health.SetState(state) }
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.apiOnly(s.handleCheck))
 	s.mux.HandleFunc("POST /v1/report", s.apiOnly(s.handleReport))
+	s.mux.HandleFunc("POST /v1/release", s.apiOnly(s.handleRelease))
 	s.mux.HandleFunc("GET /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
 	s.mux.HandleFunc("POST /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
 	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
