@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -156,7 +157,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Replicas:    cfg.Replicas,
 		},
 	} {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := ensureStream(ctx, js, sc); err != nil {
 			if notClustered(err) {
 				return fmt.Errorf("streams: ensure stream %s with %d replicas: the NATS server is not part of a JetStream cluster (run --stream-replicas 1, or cluster the servers: docs/scaling.md): %w", sc.Name, sc.Replicas, err)
 			}
@@ -195,3 +196,34 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream, durable
 
 // ErrNotConnected is returned by report and alert publishing while NATS is down.
 var ErrNotConnected = errors.New("streams: not connected to NATS")
+
+// ensureStream creates sc, or updates the stream to it when one of the
+// settings Tollgate manages differs; a stream already as configured is
+// left alone, so that a start does not ask every server to rewrite its
+// stores (nats-server's file store updates its config under the race
+// detector's eye: an update with nothing to change is a cost for nothing).
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created meanwhile by another process
+			_, err = js.UpdateStream(ctx, sc)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if sameManaged(st.CachedInfo().Config, sc) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// sameManaged reports whether have already has every setting of want.
+func sameManaged(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes &&
+		have.Storage == want.Storage && have.Discard == want.Discard && (want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) && have.Description == want.Description
+}
