@@ -182,23 +182,52 @@ func (s *Server) handleGetSubject(w http.ResponseWriter, r *http.Request, rid st
 	s.writeSubject(w, r, rid, subject, id)
 }
 
+// handleDeleteLockout serves DELETE /v1/admin/lockouts/{account}, the
+// lift of an account's lock (6.5).
 func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid string) {
 	account, aerr := canonicalID("account", r.PathValue("account"))
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
 	}
-	was, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: "account", ID: account})
+	if was, ok := s.liftLock(w, r, rid, "account", account); ok {
+		writeJSON(w, http.StatusOK, map[string]any{"account": account, "cleared": was, "request_id": rid})
+	}
+}
+
+// handleDeleteSubjectLockout serves DELETE
+// /v1/admin/lockouts/{subject}/{id}: the lift of the lock of any subject
+// a velocity rule locks (7.1).
+func (s *Server) handleDeleteSubjectLockout(w http.ResponseWriter, r *http.Request, rid string) {
+	subject := r.PathValue("subject")
+	if !lockSubjects[subject] {
+		writeError(w, rid, badRequest(fmt.Sprintf("subject %q is not one of account, ip, user, device", clip(subject))))
+		return
+	}
+	id, aerr := canonicalID(subject, r.PathValue("id"))
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
+	if was, ok := s.liftLock(w, r, rid, subject, id); ok {
+		writeJSON(w, http.StatusOK, map[string]any{"subject": subject, "id": id, "cleared": was, "request_id": rid})
+	}
+}
+
+// lockSubjects are the subject kinds velocity rules lock (7.1).
+var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "device": true}
+
+// liftLock clears the lock of (subject, id) and records the lift; it
+// reports whether a lock was in force and false ok when it answered an
+// error. riskd learns of the lift from the audit event: it resets the
+// subject's velocity counts and never re-asserts the lock (6.5).
+func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, id string) (was, ok bool) {
+	was, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: subject, ID: id})
 	if err != nil {
 		s.storeError(w, rid, err)
-		return
+		return false, false
 	}
-	// riskd learns of the lift from the audit event: it resets the
-	// account's velocity counts and never re-asserts the lock (6.5).
-	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: "account", ID: account, Cleared: &was}) {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"account": account, "cleared": was, "request_id": rid})
+	return was, s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: subject, ID: id, Cleared: &was})
 }
 
 // subjectView is the body of GET /v1/admin/subjects/{subject}/{id}.
@@ -258,8 +287,8 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		}
 		v.Multipliers = append(v.Multipliers, mv)
 	}
-	if subject == "account" {
-		l, ok, err := s.o.Store.GetLock(ctx, bucket.Subject{Kind: "account", ID: id})
+	if lockSubjects[subject] {
+		l, ok, err := s.o.Store.GetLock(ctx, bucket.Subject{Kind: subject, ID: id})
 		if err != nil {
 			s.storeError(w, rid, err)
 			return

@@ -98,7 +98,8 @@ type multiplierEntryView struct {
 }
 
 // handleListLockouts serves GET /v1/admin/lockouts: the lockouts and
-// step-up requirements in force (accounts and IPs), newest first.
+// step-up requirements in force (every subject kind: account, ip, user,
+// device), newest first.
 func (s *Server) handleListLockouts(w http.ResponseWriter, r *http.Request, rid string) {
 	limit, aerr := listLimit(r)
 	if aerr != nil {

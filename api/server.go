@@ -159,6 +159,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /v1/admin/multipliers/{subject}/{id}", s.adminOnly(s.handleDeleteMultiplier))
 	s.mux.HandleFunc("GET /v1/admin/subjects/{subject}/{id}", s.adminOnly(s.handleGetSubject))
 	s.mux.HandleFunc("DELETE /v1/admin/lockouts/{account}", s.adminOnly(s.handleDeleteLockout))
+	s.mux.HandleFunc("DELETE /v1/admin/lockouts/{subject}/{id}", s.adminOnly(s.handleDeleteSubjectLockout))
 	s.mux.HandleFunc("GET /v1/admin/lockouts", s.adminOnly(s.handleListLockouts))
 	s.mux.HandleFunc("GET /v1/admin/multipliers", s.adminOnly(s.handleListMultipliers))
 	s.mux.HandleFunc("GET /v1/admin/audit", s.adminOnly(s.handleAudit))

@@ -238,34 +238,62 @@ func (a *Apple) VerifyAttestation(attObj, keyID, clientDataHash []byte, now time
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
+	obj, ad, err := decodeAttestation(attObj)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := a.verifyChain(obj.AttStmt.X5C, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNonce(leaf, obj.AuthData, clientDataHash); err != nil {
+		return nil, err
+	}
+	pub, err := checkLeafKey(leaf, keyID, ad)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.checkAuthData(ad, keyID); err != nil {
+		return nil, err
+	}
+	return &AppleKey{KeyID: bytes.Clone(keyID), PublicKey: pub, Counter: ad.counter, Receipt: obj.AttStmt.Receipt}, nil
+}
+
+// decodeAttestation decodes the CBOR attestation object and its authData
+// and checks its format (steps decode and format).
+func decodeAttestation(attObj []byte) (*attestationObject, *authData, error) {
 	if len(attObj) > maxObject {
-		return nil, fail(StepDecode, fmt.Sprintf("attestation object is %d bytes, at most %d", len(attObj), maxObject))
+		return nil, nil, fail(StepDecode, fmt.Sprintf("attestation object is %d bytes, at most %d", len(attObj), maxObject))
 	}
 	var obj attestationObject
 	if err := decMode.Unmarshal(attObj, &obj); err != nil {
-		return nil, failErr(StepDecode, fmt.Errorf("attestation object is not valid CBOR: %w", err))
+		return nil, nil, failErr(StepDecode, fmt.Errorf("attestation object is not valid CBOR: %w", err))
 	}
 	if obj.Fmt != AppleFormat {
-		return nil, fail(StepFormat, fmt.Sprintf("fmt is %q, want %q", clipText(obj.Fmt), AppleFormat))
+		return nil, nil, fail(StepFormat, fmt.Sprintf("fmt is %q, want %q", clipText(obj.Fmt), AppleFormat))
 	}
 	if len(obj.AttStmt.X5C) == 0 {
-		return nil, fail(StepFormat, "attStmt has no x5c certificates")
+		return nil, nil, fail(StepFormat, "attStmt has no x5c certificates")
 	}
 	if len(obj.AttStmt.X5C) > maxChain {
-		return nil, fail(StepFormat, fmt.Sprintf("attStmt has %d x5c certificates, at most %d", len(obj.AttStmt.X5C), maxChain))
+		return nil, nil, fail(StepFormat, fmt.Sprintf("attStmt has %d x5c certificates, at most %d", len(obj.AttStmt.X5C), maxChain))
 	}
 	ad, err := parseAuthData(obj.AuthData, true)
 	if err != nil {
-		return nil, failErr(StepDecode, err)
+		return nil, nil, failErr(StepDecode, err)
 	}
+	return &obj, ad, nil
+}
 
-	// 1. The certificate chain.
-	leaf, err := x509.ParseCertificate(obj.AttStmt.X5C[0])
+// verifyChain parses x5c and verifies its leaf to a.Roots at now (step 1),
+// returning the leaf.
+func (a *Apple) verifyChain(x5c [][]byte, now time.Time) (*x509.Certificate, error) {
+	leaf, err := x509.ParseCertificate(x5c[0])
 	if err != nil {
 		return nil, failErr(StepCertificateChain, fmt.Errorf("leaf certificate: %w", err))
 	}
 	inter := x509.NewCertPool()
-	for i, der := range obj.AttStmt.X5C[1:] {
+	for i, der := range x5c[1:] {
 		c, err := x509.ParseCertificate(der)
 		if err != nil {
 			return nil, failErr(StepCertificateChain, fmt.Errorf("certificate %d of x5c: %w", i+1, err))
@@ -280,21 +308,29 @@ func (a *Apple) VerifyAttestation(attObj, keyID, clientDataHash []byte, now time
 	}); err != nil {
 		return nil, failErr(StepCertificateChain, err)
 	}
+	return leaf, nil
+}
 
-	// 2-4. The nonce.
+// checkNonce checks that SHA-256(authData || clientDataHash) is the leaf's
+// nonce extension (steps 2-4).
+func checkNonce(leaf *x509.Certificate, authData, clientDataHash []byte) error {
 	h := sha256.New()
-	h.Write(obj.AuthData)
+	h.Write(authData)
 	h.Write(clientDataHash)
 	nonce := h.Sum(nil)
 	certNonce, err := leafNonce(leaf)
 	if err != nil {
-		return nil, failErr(StepNonce, err)
+		return failErr(StepNonce, err)
 	}
 	if !bytes.Equal(nonce, certNonce) {
-		return nil, fail(StepNonce, "does not match the certificate's nonce extension")
+		return fail(StepNonce, "does not match the certificate's nonce extension")
 	}
+	return nil
+}
 
-	// 5. The key id.
+// checkLeafKey checks that the leaf's P-256 key hashes to keyID and is the
+// COSE key of authData (step 5), returning it.
+func checkLeafKey(leaf *x509.Certificate, keyID []byte, ad *authData) (*ecdsa.PublicKey, error) {
 	pub, ok := leaf.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
 		return nil, fail(StepPublicKey, "the leaf certificate's key is not an ECDSA P-256 key")
@@ -310,32 +346,30 @@ func (a *Apple) VerifyAttestation(attObj, keyID, clientDataHash []byte, now time
 	if err := checkCOSEKey(&ad.coseKey, point); err != nil {
 		return nil, failErr(StepPublicKey, err)
 	}
+	return pub, nil
+}
 
-	// 6. The rpIdHash.
+// checkAuthData checks authData's rpIdHash, counter, aaguid and credential
+// id (steps 6-9).
+func (a *Apple) checkAuthData(ad *authData, keyID []byte) error {
 	app := sha256.Sum256([]byte(a.AppID))
 	if !bytes.Equal(ad.rpIDHash, app[:]) {
-		return nil, fail(StepRPID, fmt.Sprintf("rpIdHash is not SHA-256 of the app id %q", a.AppID))
+		return fail(StepRPID, fmt.Sprintf("rpIdHash is not SHA-256 of the app id %q", a.AppID))
 	}
-
-	// 7. The counter.
 	if ad.counter != 0 {
-		return nil, fail(StepCounter, fmt.Sprintf("is %d, want 0 in an attestation", ad.counter))
+		return fail(StepCounter, fmt.Sprintf("is %d, want 0 in an attestation", ad.counter))
 	}
-
-	// 8. The aaguid.
 	want := aaguidProduction
 	if a.Environment == EnvironmentDevelopment {
 		want = aaguidDevelopment
 	}
 	if !bytes.Equal(ad.aaguid, want) {
-		return nil, fail(StepAAGUID, fmt.Sprintf("is %q, want %q for environment %s", printable(ad.aaguid), printable(want), a.env()))
+		return fail(StepAAGUID, fmt.Sprintf("is %q, want %q for environment %s", printable(ad.aaguid), printable(want), a.env()))
 	}
-
-	// 9. The credential id.
 	if !bytes.Equal(ad.credentialID, keyID) {
-		return nil, fail(StepCredentialID, "is not the key id")
+		return fail(StepCredentialID, "is not the key id")
 	}
-	return &AppleKey{KeyID: bytes.Clone(keyID), PublicKey: pub, Counter: ad.counter, Receipt: obj.AttStmt.Receipt}, nil
+	return nil
 }
 
 func (a *Apple) env() string {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,10 +63,13 @@ type RedisStore struct {
 	max     int
 	slack   float64 // ExpirySlack in ms
 	cluster bool
-	queue   chan *call
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	// refreshed is when refreshOnFailure last asked the Cluster client to
+	// reload its slot map (unix ns).
+	refreshed atomic.Int64
+	queue     chan *call
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	once      sync.Once
 }
 
 // call is one decision waiting for its lane.
@@ -135,9 +139,9 @@ func (s *RedisStore) Decide(ctx context.Context, req *Request, res *Result) erro
 		return err
 	}
 	if s.cluster && !sameSlot(req) {
-		return s.decideCluster(ctx, req, res)
+		return s.refreshOnFailure(s.decideCluster(ctx, req, res))
 	}
-	return s.decideOne(ctx, req, res)
+	return s.refreshOnFailure(s.decideOne(ctx, req, res))
 }
 
 // errDeadline is the error of a decision not answered within Timeout.
@@ -625,3 +629,32 @@ func usAt(v interface{}) (time.Time, error) {
 }
 
 var _ Store = (*RedisStore)(nil)
+
+// topologyReloader is the part of go-redis's ClusterClient that reloads
+// its slot map in the background.
+type topologyReloader interface{ ReloadState(ctx context.Context) }
+
+// refreshEvery bounds how often a failing Cluster store reloads its map.
+const refreshEvery = 200 * time.Millisecond
+
+// refreshOnFailure returns err; when a Cluster decision failed for want of
+// an answer, it first has the client reload its slot map (at most once
+// per refreshEvery). go-redis reloads the map on MOVED replies and
+// otherwise only every minute, so without this a running limiter kept
+// sending a failed master's slots to the dead address long after its
+// replica was promoted (7.6); with it, decisions are exact again within
+// a reload of the promotion.
+func (s *RedisStore) refreshOnFailure(err error) error {
+	if err == nil || !s.cluster || !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	r, ok := s.c.(topologyReloader)
+	if !ok {
+		return err
+	}
+	now, last := time.Now().UnixNano(), s.refreshed.Load()
+	if now-last >= int64(refreshEvery) && s.refreshed.CompareAndSwap(last, now) {
+		r.ReloadState(context.Background())
+	}
+	return err
+}

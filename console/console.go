@@ -112,7 +112,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // "no-referrer" makes Chromium send "Origin: null"
 	if c.o.AdminToken == "" {
 		http.Error(w, "404 page not found: the console is off (no admin token configured)", http.StatusNotFound)
 		return

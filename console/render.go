@@ -22,6 +22,7 @@ var nav = []struct{ Path, Label string }{
 
 var funcs = template.FuncMap{
 	"at":     at,
+	"short":  func(t time.Time) string { return t.UTC().Format("Jan 2 15:04:05") + " UTC" },
 	"rel":    rel,
 	"num":    num,
 	"mult":   mult,
@@ -29,7 +30,7 @@ var funcs = template.FuncMap{
 	"kinds":  func() []string { return subjectKinds },
 	"bar":    bar,
 	"minus":  func(a, b int) int { return a - b },
-	"tens":   func(i int) int { return i * 10 },
+	"slot":   func(i, n int) int { return (16-n+i)*10 + 1 }, // the chart has 16 slots, the current minute last
 	"label":  func(s string) string { return strings.ReplaceAll(s, "_", " ") },
 	"derefb": func(b *bool) bool { return b != nil && *b },
 	"pf": func(f *float64) float64 {

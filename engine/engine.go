@@ -126,7 +126,7 @@ type Decision struct {
 	// time left (Locked) or a hint (Unavailable).
 	RetryAfter time.Duration
 	// Lock describes the lock of a Locked or StepUp outcome; LockScope is
-	// the subject it is on ("account" or "ip").
+	// the subject kind it is on ("account", "ip", "user" or "device").
 	Lock      bucket.Lock
 	LockScope string
 	// Now is the decision time.
@@ -215,6 +215,7 @@ type Engine struct {
 	multKeys   [len(subjectKinds)]bucket.KeyTemplate
 	claimKeys  bucket.KeyTemplate // the claim subject's (claims.go)
 	bucketKeys atomic.Pointer[bucketKeys]
+	lockPlan   atomic.Pointer[lockPlan] // locks.go
 }
 
 // bucketKeys are the bucket key templates of a policy's limits tagged by
@@ -328,13 +329,15 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		routeVal = route.Match
 	}
 	if p.HasLists() && e.listed(p, in, d) {
-		d.Now = start
+		if d.Outcome != AllowedList || !e.allowListLocks(ctx, p, ci, in, d, verifiedDevice, start) {
+			d.Now = start
+		}
 		e.record(d, p, start)
 		return nil
 	}
 	req := e.request(d, in, verifiedDevice, start)
 	e.appendLimits(p, ci, in, d, routeVal, verified, verifiedDevice)
-	locks := e.appendLocks(in, d, verifiedDevice)
+	locks := e.appendLocks(p, ci, in, d, verifiedDevice)
 	if len(req.Limits) == 0 && !locks {
 		d.Outcome = Allowed
 		d.Now = start
@@ -462,28 +465,6 @@ func appendLimit(req *bucket.Request, l *policy.Limit, mask uint32) {
 	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects = l.Burst, l.Rate, l.Period, l.Shadow, mask
 }
 
-// appendLocks appends the lock keys of an auth route (6.5): lockouts and
-// step-up apply to the account, and to the IP for velocity rules keyed by
-// ip; a proven device is looked up in the account's trusted devices. It
-// reports whether it appended any.
-func (e *Engine) appendLocks(in *Input, d *Decision, verifiedDevice bool) bool {
-	locks := false
-	if d.Class == "auth" {
-		if in.Account != "" {
-			d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, "account", in.Account)
-			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
-			if verifiedDevice {
-				d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, "account", in.Account)
-				d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
-			}
-		}
-		d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, "ip", in.IP)
-		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
-		locks = true
-	}
-	return locks
-}
-
 // handOutKeys cuts the keys out of one string of d.keybuf and hands them
 // to req in the order they were appended. With borrow, that string is
 // d.keybuf itself, valid until d's next decision: only for a store that
@@ -523,7 +504,7 @@ func handOutKeys(d *Decision, req *bucket.Request, borrow bool) {
 // (unless the breaker is open), applying the failure modes when the store
 // fails, and records the decision.
 func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *Decision, req *bucket.Request, start time.Time) error {
-	if e.o.L1 != nil && e.fromL1(d, req, start) {
+	if e.o.L1 != nil && e.fromL1(p, ci, d, req, start) {
 		e.record(d, p, start)
 		return nil
 	}
@@ -560,6 +541,9 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		return nil
 	}
 	e.conclude(d)
+	if foreignLock(p, ci, d, req) {
+		return e.decideStore(ctx, p, ci, d, req, start)
+	}
 	if e.o.L1 != nil {
 		e.toL1(d, req, start)
 	}
@@ -602,7 +586,7 @@ func attestation(p *policy.Policy, in *Input) (verified float64, proven bool) {
 
 // fromL1 answers d from the L1 cache when a lock or an empty bucket of
 // this request is known; it reports whether it did.
-func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
+func (e *Engine) fromL1(p *policy.Policy, ci int, d *Decision, req *bucket.Request, now time.Time) bool {
 	c := e.o.L1
 	if !c.denials(now) {
 		return false
@@ -614,7 +598,7 @@ func (e *Engine) fromL1(d *Decision, req *bucket.Request, now time.Time) bool {
 			// would deny a request the store exempts).
 			continue
 		}
-		if en, ok := c.get(k, now); ok {
+		if en, ok := c.get(k, now); ok && p.LockApplies(en.lock.Rule, ci) {
 			d.Outcome, d.Lock, d.LockScope, d.Now = Locked, en.lock, en.scope, now
 			if en.lock.Kind == "step_up" {
 				d.Outcome = StepUp
@@ -817,9 +801,8 @@ func (e *Engine) conclude(d *Decision) {
 	d.Now = r.Now
 	if r.Locked {
 		d.Lock = r.Lock
-		d.LockScope = "ip"
-		if r.LockIndex == 0 && len(d.breq.Locks) == 2 {
-			d.LockScope = "account"
+		if r.LockIndex >= 0 && r.LockIndex < len(d.breq.Locks) {
+			d.LockScope = lockScope(e.o.Prefix, d.breq.Locks[r.LockIndex])
 		}
 		d.RetryAfter = r.Lock.Until.Sub(r.Now)
 		if r.Lock.Kind == "step_up" {

@@ -161,6 +161,7 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 		classes = append(classes, DefaultClass)
 	}
 	p.Classes = classes
+	ps.classes = classes
 
 	if f, ok := top.get("limits"); ok {
 		p.Limits = ps.limits(f, classes)

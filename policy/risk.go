@@ -10,7 +10,7 @@ import (
 // The keys of the `risk` section's mappings.
 var (
 	riskFields          = []string{"velocity", "anomaly", "reputation", "attestation", "repeat_offender"}
-	velocityFields      = []string{"name", "event", "by", "threshold", "window", "action", "duration", "multiplier", "escalate", "exempt_attested", "shadow"}
+	velocityFields      = []string{"name", "event", "by", "threshold", "window", "action", "duration", "multiplier", "escalate", "exempt_attested", "shadow", "classes"}
 	escalateFields      = []string{"factor", "max"}
 	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration", "shadow"}
 	reputationFields    = []string{"asn_database", "rules"}
@@ -20,9 +20,7 @@ var (
 	androidFields       = []string{"package_name", "decryption_key_env", "verification_key_env", "max_age", "require_strong_integrity"}
 	repeatOffenderField = []string{"per_minute"}
 
-	velocityEvents  = []string{"login_failed", "login_succeeded", "step_up_passed"}
-	velocityBy      = []string{"account", "ip", "user", "device"}
-	velocityActions = []string{"lockout", "step_up", "tighten"}
+	velocityActions = []string{ActionLockout, ActionStepUp, ActionTighten, ActionBlock}
 	anomalyBy       = []string{"device", "ip", "user", "account"}
 )
 
@@ -94,8 +92,6 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 		return rule, false
 	}
 	ok := ps.require(m, "velocity rule", "name", "event", "by", "threshold", "window", "action", "duration")
-	var multiplierField field
-	hasMultiplier := false
 	for _, g := range m.fields {
 		good := true
 		switch g.name {
@@ -115,12 +111,11 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 			}
 			rule.Name = s
 		case "event":
-			rule.Event, good = ps.oneOf(g, velocityEvents...)
+			rule.Event, good = ps.velocityEvent(g)
 		case "by":
-			var s string
-			if s, good = ps.oneOf(g, velocityBy...); good {
-				rule.By, _ = keyPartOf(s)
-			}
+			good = ps.velocityBy(g, &rule)
+		case "classes":
+			good = ps.velocityClasses(g, &rule)
 		case "threshold":
 			rule.Threshold, good = ps.intRange(g, 1, maxThreshold)
 		case "window":
@@ -130,7 +125,6 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 		case "duration":
 			rule.Duration, good = ps.duration(g)
 		case "multiplier":
-			multiplierField, hasMultiplier = g, true
 			rule.Multiplier, good = ps.fraction(g)
 		case "escalate":
 			rule.Escalate, good = ps.escalate(g)
@@ -144,12 +138,7 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 	if !ok {
 		return rule, false
 	}
-	if rule.Action == "tighten" && !hasMultiplier {
-		ps.errorf(n, "velocity rule: missing required field \"multiplier\" (action tighten)")
-		return rule, false
-	}
-	if rule.Action != "tighten" && hasMultiplier {
-		ps.errorf(multiplierField.val, "multiplier: only for action tighten, not %s", rule.Action)
+	if !ps.checkVelocityAction(n, m, &rule) {
 		return rule, false
 	}
 	if rule.Escalate != nil && rule.Escalate.Max < rule.Duration {

@@ -243,16 +243,22 @@ type Risk struct {
 type VelocityRule struct {
 	// Name is the rule's unique name.
 	Name string
-	// Event is the reported event counted: login_failed, login_succeeded or
-	// step_up_passed.
+	// Event is the reported event type counted (any ValidEventType:
+	// login_failed, otp_sent, ...).
 	Event string
-	// By is the subject counted: PartAccount, PartIP, PartUser or PartDevice.
-	By KeyPart
+	// By is the subject counted: PartAccount, PartIP, PartUser, PartDevice,
+	// PartASN, or PartAttr with the attribute's name in ByAttr.
+	By     KeyPart
+	ByAttr string
+	// Classes are the route classes a lockout or step-up is enforced on
+	// (empty: LockClass).
+	Classes []string
 	// Threshold is the count within Window at which the rule fires (>= 1).
 	Threshold int
 	// Window is the counting window.
 	Window time.Duration
-	// Action is lockout, step_up or tighten.
+	// Action is lockout, step_up, tighten or block (tighten with
+	// multiplier 0).
 	Action string
 	// Duration is how long the action lasts.
 	Duration time.Duration

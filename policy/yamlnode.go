@@ -23,9 +23,10 @@ type parser struct {
 	baseDir string // directory relative paths resolve against; "" = current
 	errs    []*Error
 	budget  int
-	broke   bool // budget exhausted (reported once)
-	dropped int  // errors found beyond maxCollected
-	deep    bool // merge keys nested too deep (reported once)
+	broke   bool     // budget exhausted (reported once)
+	dropped int      // errors found beyond maxCollected
+	deep    bool     // merge keys nested too deep (reported once)
+	classes []string // the policy's route classes, once routes are parsed
 }
 
 // maxCollected bounds the errors one parse keeps in memory.

@@ -110,6 +110,9 @@ func (d *Daemon) tailAudit(ctx context.Context, oc jetstream.Consumer) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, ErrNotLeading) {
+			return err
+		}
 		d.count("audit")
 		d.log.Warn("audit reader failed; starting a new one", "from_seq", d.auditNext.Load(), "err", err)
 		for {
@@ -150,6 +153,9 @@ func (d *Daemon) readAudit(ctx context.Context, oc jetstream.Consumer, catchUp b
 		}
 		caughtUp := false
 		for m := range batch.Messages() { // drained whole: the next Fetch needs it done
+			if !catchUp && !d.Leading() {
+				return ErrNotLeading
+			}
 			d.applyAudit(ctx, m, !catchUp)
 			n++
 			if meta, err := m.Metadata(); err == nil {
@@ -211,13 +217,17 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		}
 	case streams.AuditLockoutLift:
 		d.mu.Lock()
-		lifted := d.eng.LiftLock(a.ID, a.TS)
+		subject := a.Subject
+		if subject == "" {
+			subject = "account" // audit events of builds before 7.1
+		}
+		lifted := d.eng.LiftSubjectLock(subject, a.ID, a.TS)
 		d.mu.Unlock()
 		if lifted {
-			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: "account", ID: a.ID}); err != nil {
+			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: subject, ID: a.ID}); err != nil {
 				d.count("store")
 			}
-			d.log.Info("lockout lifted by an admin; not re-asserted", "account", a.ID, "request_id", a.RequestID)
+			d.log.Info("lockout lifted by an admin; not re-asserted", "subject", subject, "id", a.ID, "request_id", a.RequestID)
 		}
 	}
 }

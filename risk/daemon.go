@@ -81,7 +81,16 @@ type Options struct {
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
 	MaxAdmin int
+	// Leading, when set, reports whether the daemon may act now (riskd:
+	// its leadership lease is valid, Lease.Valid). It is asked before
+	// every store write, alert and acknowledgement; once it answers false
+	// the daemon acts no more and Run returns ErrNotLeading. nil: always.
+	Leading func() bool
 }
+
+// ErrNotLeading is Run's error when Options.Leading turned false: the
+// daemon stopped acting because its leadership may pass to another riskd.
+var ErrNotLeading = errors.New("risk: leadership lease no longer valid; stopped acting")
 
 // Defaults of Options.
 const (
@@ -159,6 +168,11 @@ func New(o Options) (*Daemon, error) {
 	}
 	return d, nil
 }
+
+// Leading reports whether the daemon may act now (Options.Leading): a
+// part that delivers what riskd decides (alerts to a webhook, say) asks it
+// before each delivery, so that only the leading riskd delivers.
+func (d *Daemon) Leading() bool { return d.o.Leading == nil || d.o.Leading() }
 
 // Ready is closed once the daemon has replayed its state and consumes.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
@@ -249,12 +263,11 @@ func (d *Daemon) sources() []source {
 func (d *Daemon) start(ctx context.Context, srcs []source) ([]jetstream.Consumer, error) {
 	var cons []jetstream.Consumer
 	for _, s := range srcs {
-		c, err := d.consumer(ctx, s)
+		c, floor, err := d.consumer(ctx, s)
 		if err != nil {
 			return nil, err
 		}
-		info := c.CachedInfo()
-		if floor := info.AckFloor.Stream; floor > 0 {
+		if floor > 0 {
 			n, err := d.replay(ctx, s, floor)
 			if err != nil {
 				return nil, err
@@ -262,7 +275,7 @@ func (d *Daemon) start(ctx context.Context, srcs []source) ([]jetstream.Consumer
 			d.log.Info("replayed state", "stream", s.stream, "messages", n, "up_to_seq", floor)
 		}
 		d.mu.Lock()
-		d.last[s.stream] = info.AckFloor.Stream
+		d.last[s.stream] = floor
 		d.mu.Unlock()
 		cons = append(cons, c)
 	}
@@ -290,10 +303,15 @@ func (d *Daemon) runParts(ctx context.Context, parts []part) error {
 			if rctx.Err() != nil {
 				return // stopped with the others
 			}
-			if err == nil {
+			switch {
+			case err == nil:
 				err = fmt.Errorf("risk: %s stopped", p.name)
+				d.log.Error("consumer failed; riskd stops consuming", "part", p.name, "err", err)
+			case errors.Is(err, ErrNotLeading):
+				d.log.Warn("leadership no longer valid; riskd stops acting", "part", p.name)
+			default:
+				d.log.Error("consumer failed; riskd stops consuming", "part", p.name, "err", err)
 			}
-			d.log.Error("consumer failed; riskd stops consuming", "part", p.name, "err", err)
 			cancel(err)
 		}()
 	}
@@ -315,11 +333,14 @@ func filterOf(c jetstream.ConsumerConfig) string {
 	return ""
 }
 
-// consumer returns the durable consumer of s, creating it to start at now
-// - window when it does not exist (so a first start sees recent history).
-// A consumer whose filter is not s.filter (left by an older riskd on a
-// server that ignored its FilterSubjects) is recreated at its position.
-func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, error) {
+// consumer returns the durable consumer of s and its ack floor (the last
+// stream sequence whose actions, and all before it, were done), creating
+// it to start at now - window when it does not exist (so a first start
+// sees recent history). A consumer whose filter is not s.filter (left by
+// an older riskd on a server that ignored its FilterSubjects), or that
+// holds what another riskd left undone (held), is recreated at its
+// position.
+func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, uint64, error) {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       s.durable,
 		FilterSubject: s.filter,
@@ -327,20 +348,30 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, er
 		AckWait:       30 * time.Second,
 		MaxAckPending: 20000,
 	}
+	var floor uint64
 	c, err := d.js.Consumer(ctx, s.stream, s.durable)
 	switch {
-	case err == nil && filterOf(c.CachedInfo().Config) == s.filter:
-		return c, nil
+	case err == nil && filterOf(c.CachedInfo().Config) == s.filter && !held(c.CachedInfo()):
+		return c, c.CachedInfo().AckFloor.Stream, nil
 	case err == nil:
 		info := c.CachedInfo()
-		d.log.Warn("consumer has the wrong subject filter; recreating it at its position",
-			"consumer", s.durable, "filter", filterOf(info.Config), "want", s.filter, "from_seq", info.AckFloor.Stream+1)
-		if err := d.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil {
-			return nil, fmt.Errorf("risk: delete consumer %s: %w", s.durable, err)
-		}
-		if info.AckFloor.Stream > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
+		floor = info.AckFloor.Stream
+		if filterOf(info.Config) != s.filter {
+			d.log.Warn("consumer has the wrong subject filter; recreating it at its position",
+				"consumer", s.durable, "filter", filterOf(info.Config), "want", s.filter, "from_seq", info.AckFloor.Stream+1)
 		} else {
+			d.log.Info("consumer holds events another riskd left undone; recreating it at its ack floor, so they come at once",
+				"consumer", s.durable, "ack_pending", info.NumAckPending, "waiting_pulls", info.NumWaiting, "from_seq", info.AckFloor.Stream+1)
+		}
+		if err := d.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil {
+			return nil, 0, fmt.Errorf("risk: delete consumer %s: %w", s.durable, err)
+		}
+		switch {
+		case info.AckFloor.Stream > 0:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
+		case filterOf(info.Config) == s.filter:
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
+		default:
 			start := d.o.Now().Add(-s.window)
 			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 		}
@@ -348,65 +379,150 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, er
 		start := d.o.Now().Add(-s.window)
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 	default:
-		return nil, fmt.Errorf("risk: consumer %s: %w", s.durable, err)
+		return nil, 0, fmt.Errorf("risk: consumer %s: %w", s.durable, err)
 	}
 	c, err = d.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("risk: create consumer %s: %w", s.durable, err)
+		return nil, 0, fmt.Errorf("risk: create consumer %s: %w", s.durable, err)
 	}
 	if got := filterOf(c.CachedInfo().Config); got != s.filter {
-		return nil, fmt.Errorf("risk: consumer %s: the server applied filter %q, not %q", s.durable, got, s.filter)
+		return nil, 0, fmt.Errorf("risk: consumer %s: the server applied filter %q, not %q", s.durable, got, s.filter)
 	}
-	return c, nil
+	return c, floor, nil
+}
+
+// held reports whether a consumer holds messages delivered and not
+// acknowledged, or pull requests that would take new ones: what a riskd
+// that stopped (or lost its leadership) left. They would come again only
+// after the consumer's AckWait or the pulls' expiry; a consumer recreated
+// at its ack floor delivers them at once.
+func held(info *jetstream.ConsumerInfo) bool {
+	return info.NumAckPending > 0 || info.NumWaiting > 0
 }
 
 // replay feeds messages of the last window up to seq floor into the
 // signals engine with actions suppressed: the state a restarted riskd had.
+// It reads until it has seen the floor or the stream's last message at
+// its start, whichever comes first, or until the server says nothing is
+// left for the filter; a failed fetch is logged and retried (ctx bounds
+// it), an empty one is never taken for the end.
 func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error) {
-	start := d.o.Now().Add(-s.window)
 	stream := s.stream
+	end, err := d.lastSeq(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	end = min(end, floor)
+	start := d.o.Now().Add(-s.window)
 	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{s.filter}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("risk: replay %s: %w", stream, err)
 	}
-	n := 0
-	for {
-		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return n, fmt.Errorf("risk: replay %s: %w", stream, err)
+	n, failures := 0, 0
+	for end > 0 && ctx.Err() == nil {
+		got, done, err := d.replayBatch(oc, end, &n)
+		if done {
+			return n, nil
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			meta, err := m.Metadata()
-			if err != nil {
+		if got == 0 && err == nil {
+			// nothing came: the end only if the server has nothing left
+			info, ierr := oc.Info(ctx)
+			switch {
+			case ierr == nil && info.NumPending == 0:
+				return n, nil
+			case ierr == nil || errors.Is(ierr, jetstream.ErrOrderedConsumerNotCreated):
+				_ = sleepCtx(ctx, 20*time.Millisecond)
 				continue
 			}
-			if meta.Sequence.Stream > floor {
-				return n, nil
-			}
-			d.mu.Lock()
-			_, _, _ = d.apply(m, nil)
-			d.mu.Unlock()
-			n++
-			if meta.Sequence.Stream == floor {
-				return n, nil
-			}
+			err = ierr
 		}
-		if got == 0 {
-			return n, nil // the window holds nothing past what we read
+		if err != nil && ctx.Err() == nil {
+			failures++
+			d.count("replay")
+			d.log.Warn("replay fetch failed; retrying (riskd acts only once its state is rebuilt)",
+				"stream", stream, "read", n, "up_to_seq", end, "failures", failures, "err", err)
+			_ = sleepCtx(ctx, min(time.Duration(failures)*100*time.Millisecond, time.Second))
 		}
+	}
+	if ctx.Err() != nil {
+		return n, fmt.Errorf("risk: replay %s: %w", stream, ctx.Err())
+	}
+	return n, nil
+}
+
+// replayBatch fetches what the server has ready of oc and applies each
+// message up to seq end, counting them in n. done: end, or the last
+// message for the filter, was reached. A fetch that found nothing is
+// got 0 with a nil error.
+func (d *Daemon) replayBatch(oc jetstream.Consumer, end uint64, n *int) (got int, done bool, err error) {
+	batch, err := oc.FetchNoWait(500)
+	if err != nil {
+		return 0, false, err
+	}
+	for m := range batch.Messages() { // drained whole: the next Fetch needs it done
+		got++
+		meta, merr := m.Metadata()
+		if done || merr != nil || meta.Sequence.Stream > end {
+			done = done || merr == nil
+			continue
+		}
+		d.mu.Lock()
+		_, _, _ = d.apply(m, nil)
+		d.mu.Unlock()
+		*n++
+		done = meta.Sequence.Stream >= end || meta.NumPending == 0
+	}
+	err = batch.Error()
+	if errors.Is(err, jetstream.ErrNoMessages) {
+		err = nil
+	}
+	return got, done, err
+}
+
+// lastSeq is the stream's last sequence now, asked until it answers
+// (failures logged) or ctx ends.
+func (d *Daemon) lastSeq(ctx context.Context, stream string) (uint64, error) {
+	for failures := 1; ; failures++ {
+		st, err := d.js.Stream(ctx, stream)
+		if err == nil {
+			return st.CachedInfo().State.LastSeq, nil
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("risk: replay %s: %w", stream, ctx.Err())
+		}
+		d.count("replay")
+		d.log.Warn("replay: stream info failed; retrying", "stream", stream, "failures", failures, "err", err)
+		if err := sleepCtx(ctx, min(time.Duration(failures)*100*time.Millisecond, time.Second)); err != nil {
+			return 0, fmt.Errorf("risk: replay %s: %w", stream, err)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends (then it returns ctx's error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
 // pullExpiry is how long one pull request of consume lives.
 const pullExpiry = 5 * time.Second
 
-// consume processes the durable consumer's messages until ctx ends. It
+// consume processes the durable consumer's messages until ctx ends, one
+// at a time and in order: a message is acknowledged only once its
+// actions are written (execute retries them), so the consumer's ack floor
+// is always an event whose actions, and all before it, took effect. It
 // returns an error when the consumer can no longer deliver (deleted,
-// refused, its iterator closed under it): riskd must not go on without it.
+// refused, its iterator closed under it): riskd must not go on without
+// it; and ErrNotLeading, without acknowledging, once the daemon may no
+// longer act.
 func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) error {
 	stream := s.stream
 	// A pull that lives 5 s is heartbeaten every 2.5 s, so a consumer whose
@@ -434,6 +550,9 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 			d.log.Warn("consume", "stream", stream, "consumer", s.durable, "err", err)
 			continue
 		}
+		if !d.Leading() {
+			return ErrNotLeading
+		}
 		meta, err := m.Metadata()
 		if err != nil {
 			_ = m.Ack()
@@ -441,6 +560,7 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 		}
 		d.mu.Lock()
 		if meta.Sequence.Stream <= d.last[stream] {
+			// a redelivery of what this daemon has done and acknowledged
 			d.mu.Unlock()
 			if d.o.Metrics != nil {
 				d.o.Metrics.Skipped.Inc()
@@ -453,7 +573,12 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 		actions, n, typ = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
-		d.execute(ctx, actions)
+		if err := d.execute(ctx, m, actions); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 		_ = m.Ack()
 		if d.o.Metrics != nil && n > 0 {
 			d.o.Metrics.Events.WithLabelValues(typ).Add(float64(n))
@@ -534,29 +659,59 @@ func (d *Daemon) refreshPolicy() {
 	}
 }
 
-// execute applies actions to the store and publishes alerts, retrying a
-// failed store write briefly; what still fails is re-asserted later.
-func (d *Daemon) execute(ctx context.Context, actions []signals.Action) {
+// Bounds of execute's retries of a failed action.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
+	// progressEvery is how often a message whose actions are being retried
+	// is marked in progress, so JetStream does not redeliver it meanwhile.
+	progressEvery = 5 * time.Second
+)
+
+// execute applies m's actions to the store and publishes their alerts, in
+// order, retrying a failed one until it succeeds: a stalled store holds
+// the consumer (the events wait in the stream) rather than lose a measure.
+// It returns nil once all are done, ErrNotLeading (not all done) once the
+// daemon may no longer act, and ctx's error when ctx ends first.
+func (d *Daemon) execute(ctx context.Context, m jetstream.Msg, actions []signals.Action) error {
 	for i := range actions {
 		a := &actions[i]
-		var err error
-		for attempt := 0; attempt < 3; attempt++ {
-			if err = d.do(ctx, a); err == nil || ctx.Err() != nil {
+		wait, progress := retryFirst, time.Now()
+		for attempt := 1; ; attempt++ {
+			err := d.do(ctx, a)
+			if err == nil {
+				if attempt > 1 {
+					d.log.Info("action done after retries", "kind", a.Kind, "subject", a.Subject, "id", a.ID, "attempts", attempt)
+				}
 				break
+			}
+			if errors.Is(err, ErrNotLeading) || ctx.Err() != nil {
+				return errors.Join(err, ctx.Err())
+			}
+			if attempt == 1 || attempt%20 == 0 {
+				d.log.Warn("action failed; retrying (the event is not acknowledged until it succeeds)",
+					"kind", a.Kind, "subject", a.Subject, "id", a.ID, "attempts", attempt, "err", err)
+			}
+			if m != nil && time.Since(progress) >= progressEvery {
+				_ = m.InProgress()
+				progress = time.Now()
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+				return ctx.Err()
+			case <-time.After(wait):
 			}
-		}
-		if err != nil {
-			d.log.Warn("action failed; re-asserted later", "kind", a.Kind, "subject", a.Subject, "err", err)
+			wait = min(2*wait, retryMax)
 		}
 	}
+	return nil
 }
 
 // do applies one action.
 func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
+	if !d.Leading() {
+		return ErrNotLeading
+	}
 	m := d.o.Metrics
 	if a.Kind == signals.Alert {
 		if err := d.o.Publisher.Alert(ctx, &a.Alert); err != nil {
@@ -648,6 +803,9 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		}
+		if !d.Leading() {
+			return ErrNotLeading
 		}
 		now := d.o.Now()
 		list := d.eng.Offenders(now)

@@ -3,26 +3,54 @@ package risk
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Lease is a leadership lease in Redis: several riskd instances share one
-// stream, and only the holder of the lease consumes, so their verdicts are
-// those of one riskd. A standby takes over within one TTL of the holder's
-// death, rebuilding its state by replay.
+// stream, and only the holder of the lease acts (consumes, writes,
+// delivers), so their verdicts are those of one riskd. A standby takes
+// over within one TTL of the holder's death, rebuilding its state by
+// replay.
+//
+// Every request to Redis (an acquisition, a renewal) has a deadline of a
+// third of the TTL, kept by the lease itself whatever the client's
+// timeouts and retries: a request sent at s that succeeds leaves the lease
+// in Redis until at least s+TTL, and the holder acts only until s+2/3 TTL
+// (Valid). A holder whose renewal has not succeeded within a third of the
+// TTL has stopped acting a third of the TTL before the lease can pass to
+// another riskd, even while Redis stalls.
 type Lease struct {
 	c     redis.UniversalClient
 	key   string
 	owner string
 	ttl   time.Duration
+	// base is the monotonic origin of until; until is the lease's end of
+	// action, in nanoseconds since base (0: not held).
+	base  time.Time
+	until atomic.Int64
 }
 
 // NewLease returns a lease on key held as owner for ttl at a time.
 func NewLease(c redis.UniversalClient, key, owner string, ttl time.Duration) *Lease {
-	return &Lease{c: c, key: key, owner: owner, ttl: ttl}
+	return &Lease{c: c, key: key, owner: owner, ttl: ttl, base: time.Now()}
 }
+
+// acquireScript takes the lease when it is free, or when it is still this
+// owner's (a renewal or acquisition the holder gave up on that Redis
+// carried out late).
+var acquireScript = redis.NewScript(`
+local v = redis.call("GET", KEYS[1])
+if v == false then
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return 1
+end
+if v == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
 
 var renewScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
@@ -36,6 +64,46 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
+// errTimeout is a lease request that did not answer within its deadline.
+var errTimeout = errors.New("risk: lease request timed out")
+
+// run runs script on the lease within a third of the TTL: the deadline is
+// a timer, not only ctx's, so neither the client's read timeout nor its
+// retries can extend it. The request goes on in the background when it
+// times out (Redis may still carry it out: acquireScript accepts that).
+func (l *Lease) run(ctx context.Context, script *redis.Script) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		n, err := script.Run(ctx, l.c, []string{l.key}, l.owner, l.ttl.Milliseconds()).Int()
+		if err == nil && n != 1 {
+			err = errLost
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err == nil, err
+	case <-ctx.Done():
+		return false, errTimeout
+	}
+}
+
+// Valid reports whether the holder may act now: the lease was acquired or
+// last renewed by a request sent less than two thirds of the TTL ago.
+// Every write, delivery and acknowledgement of the leader checks it
+// first; it turns false by itself, without waiting for Hold to notice.
+func (l *Lease) Valid() bool {
+	u := l.until.Load()
+	return u != 0 && int64(time.Since(l.base)) < u
+}
+
+// held records a successful request sent at sent (since base).
+func (l *Lease) held(sent time.Duration) {
+	l.until.Store(int64(sent + l.ttl*2/3))
+}
+
 // Acquire blocks until the lease is held or ctx ends (then it returns
 // ctx's error), trying every poll. A Redis that cannot be reached is
 // tried again at the next poll: a standby waits out an outage.
@@ -48,8 +116,9 @@ func (l *Lease) Acquire(ctx context.Context, poll time.Duration) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		ok, err := l.c.SetNX(ctx, l.key, l.owner, l.ttl).Result()
-		if err == nil && ok {
+		sent := time.Since(l.base)
+		if ok, _ := l.run(ctx, acquireScript); ok {
+			l.held(sent)
 			return nil
 		}
 		t.Reset(poll)
@@ -60,10 +129,12 @@ func (l *Lease) Acquire(ctx context.Context, poll time.Duration) error {
 var errLost = errors.New("risk: leadership lease lost")
 
 // Hold renews the lease every ttl/3 until ctx ends (then releases it) or
-// a renewal fails (then it returns errLost: stop consuming at once).
+// a renewal fails or does not answer within ttl/3 (then it returns an
+// error wrapping errLost: Valid is false already, stop acting).
 func (l *Lease) Hold(ctx context.Context) error {
 	t := time.NewTicker(l.ttl / 3)
 	defer t.Stop()
+	defer l.until.Store(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,13 +143,18 @@ func (l *Lease) Hold(ctx context.Context) error {
 			cancel()
 			return nil
 		case <-t.C:
-			n, err := renewScript.Run(ctx, l.c, []string{l.key}, l.owner, l.ttl.Milliseconds()).Int()
-			if err != nil || n != 1 {
+			sent := time.Since(l.base)
+			if _, err := l.run(ctx, renewScript); err != nil {
 				if ctx.Err() != nil {
 					continue
 				}
-				return errLost
+				l.until.Store(0)
+				if errors.Is(err, errLost) {
+					return errLost
+				}
+				return errors.Join(errLost, err)
 			}
+			l.held(sent)
 		}
 	}
 }

@@ -2,8 +2,12 @@ package risk_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/risk"
@@ -51,5 +55,93 @@ func TestLease(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Hold did not notice the lost lease")
+	}
+}
+
+// TestLeaseStalledRedis (7.5): two holders contend for a lease on a
+// private redis-server that is paused (SIGSTOP) for three TTLs, through
+// clients with go-redis's default timeouts and retries (a request against
+// a stalled server takes about 9 s). The holder stops acting (Valid turns
+// false, Hold returns) within a third of the TTL of a renewal it could not
+// make, and at no sample are both valid; after SIGCONT exactly one holds.
+func TestLeaseStalledRedis(t *testing.T) {
+	t.Parallel()
+	rs := testenv.StartRedis(t)
+	const ttl = 600 * time.Millisecond
+	var leases [2]*risk.Lease
+	for i, owner := range []string{"a", "b"} {
+		c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		leases[i] = risk.NewLease(c, "leader", owner, ttl)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := leases[0].Acquire(ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// each contender: acquire, hold until lost, again; lost counts the
+	// leaderships that ended
+	var lost [2]atomic.Int32
+	var wg sync.WaitGroup
+	for i := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if i == 1 || lost[0].Load() > 0 {
+					if leases[i].Acquire(ctx, 20*time.Millisecond) != nil {
+						return
+					}
+				}
+				_ = leases[i].Hold(ctx)
+				lost[i].Add(1)
+			}
+		}()
+	}
+	// the sampler: never both valid
+	var both atomic.Int32
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if leases[0].Valid() && leases[1].Valid() {
+				both.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if !leases[0].Valid() || leases[1].Valid() {
+		t.Fatal("want a valid, b not")
+	}
+	rs.Pause(t)
+	paused := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() string {
+		if lost[0].Load() == 0 {
+			return "the holder has not noticed the stalled renewal"
+		}
+		return ""
+	})
+	// a renewal is due every ttl/3 and may take ttl/3: Valid ended within
+	// 2/3 ttl of the pause, before the lease in Redis (ttl) could expire
+	if leases[0].Valid() {
+		t.Fatal("Hold returned but the lease is still valid")
+	}
+	for time.Since(paused) < 3*ttl {
+		if leases[0].Valid() || leases[1].Valid() {
+			t.Fatal("a lease is valid while Redis is paused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rs.Resume(t)
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if leases[0].Valid() == leases[1].Valid() {
+			return "not exactly one holder after SIGCONT"
+		}
+		return ""
+	})
+	cancel()
+	wg.Wait()
+	if n := both.Load(); n != 0 {
+		t.Fatalf("both held a valid lease at %d samples", n)
 	}
 }

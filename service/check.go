@@ -107,9 +107,9 @@ func dialRedisOnce(ctx context.Context, log *slog.Logger, rc redis.UniversalClie
 
 // dialNATSOnce connects to NATS once at start (streams.Dial) and logs a
 // failure with its cause; it reports whether NATS answered.
-func dialNATSOnce(log *slog.Logger, url, consequence string) bool {
-	if err := streams.Dial(url, startDialTimeout); err != nil {
-		log.Error("nats unreachable at start; "+consequence, "nats", RedactURL(url), "err", err.Error())
+func dialNATSOnce(log *slog.Logger, url, consequence string, auth streams.Auth) bool {
+	if err := streams.Dial(url, startDialTimeout, auth.Options()...); err != nil {
+		log.Error("nats unreachable at start; "+consequence, "nats", streams.RedactURL(url), "err", err.Error())
 		return false
 	}
 	return true

@@ -109,6 +109,8 @@ func (e *embeddedNATS) Run(ctx context.Context) error {
 type eventsConfig struct {
 	// URL is the NATS server(s) (required).
 	URL string
+	// Auth is the CA and credentials files to connect with.
+	Auth streams.Auth
 	// Client names the connection ("tollgate-limiter", "tollgate-riskd").
 	Client string
 	// Streams names the subjects and streams.
@@ -151,8 +153,8 @@ func newEvents(ctx context.Context, c eventsConfig) (*eventsComponent, error) {
 	}
 	// One dial first, for its real cause: the retrying connection below
 	// would only report "outbound buffer limit exceeded" for the streams.
-	reachable := !c.Dial || dialNATSOnce(c.Logger, c.URL, c.Consequence)
-	nc, err := streams.Connect(c.URL, c.Client)
+	reachable := !c.Dial || dialNATSOnce(c.Logger, c.URL, c.Consequence, c.Auth)
+	nc, err := streams.Connect(c.URL, c.Client, c.Auth.Options()...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -36,6 +37,8 @@ type grpcConfig struct {
 	// with no call open for that long (7.5). Zero: the defaults.
 	MaxStreams  int
 	IdleTimeout time.Duration
+	// TLS, when set, makes the listener speak TLS (nil: h2c).
+	TLS *tlsSource
 }
 
 // Validate checks the address and that the parts are there.
@@ -95,7 +98,7 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 	if idle <= 0 {
 		idle = DefaultGRPCIdleTimeout
 	}
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rs.Codec()),
 		grpc.MaxRecvMsgSize(64 << 10), // a RateLimitRequest is small; bound what one call may hold
 		grpc.MaxConcurrentStreams(uint32(maxStreams)),
@@ -103,6 +106,10 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.SharedWriteBuffer(true), // a connection's write buffer is pooled between writes
 	}
+	if c.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS.config())))
+	}
+	return opts
 }
 
 // checkOnly is the standard health service without its streaming Watch

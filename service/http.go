@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,8 @@ type httpConfig struct {
 	// AfterDrain, when set, runs once the listener has drained (the proxy
 	// waits there for the reports of the requests it served).
 	AfterDrain func()
+	// TLS, when set, makes the listener speak TLS (nil: plaintext).
+	TLS *tlsSource
 }
 
 // Validate checks the address and that a server with a handler is given.
@@ -53,6 +56,9 @@ func newHTTP(c httpConfig) (*httpListener, error) {
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("service: listen %s: %w", c.Addr, err)
+	}
+	if c.TLS != nil {
+		ln = tls.NewListener(ln, c.TLS.config())
 	}
 	return &httpListener{c: c, ln: ln}, nil
 }

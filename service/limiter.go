@@ -112,7 +112,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		Help: "Decision events dropped instead of published (queue full, NATS down, publish failed).",
 	})
 	l.reg.MustRegister(dropped)
-	ec := eventsConfig{URL: cfg.NATSURL, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
+	ec := eventsConfig{URL: cfg.NATSURL, Auth: streams.Auth{CA: cfg.NATSCA, Creds: cfg.NATSCreds}, Client: "tollgate-limiter", Streams: cfg.streams(), OnDrop: func(n int) { dropped.Add(float64(n)) },
 		Ensure: true, Dial: cfg.NATSURL != "", Consequence: "decisions and reports are dropped (and counted) until it answers", Logger: l.log}
 	if cfg.NATSURL == "" {
 		en, err := newEmbeddedNATS(natsServerConfig{Port: cfg.NATSPort, Dir: natsStoreDir(cfg), Logger: l.log})
@@ -276,7 +276,11 @@ func (l *limiter) addListeners() error {
 	if cfg.Upstream != "" {
 		apiAddr = cfg.APIListen
 	}
-	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout})
+	apiTLS, pubTLS, grpcTLS, err := l.tlsSources()
+	if err != nil {
+		return err
+	}
+	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout, TLS: apiTLS})
 	if err != nil {
 		return err
 	}
@@ -284,7 +288,7 @@ func (l *limiter) addListeners() error {
 	l.run.Addr, l.run.APIAddr = api.addr(), api.addr()
 	if cfg.Upstream != "" {
 		pub, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: apiServer(l.srv.Public(), true, l.log),
-			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }})
+			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }, TLS: pubTLS})
 		if err != nil {
 			return err
 		}
@@ -293,7 +297,7 @@ func (l *limiter) addListeners() error {
 	}
 	if cfg.GRPCListen != "" {
 		gs, err := newGRPC(grpcConfig{Addr: cfg.GRPCListen, Decider: l.srv, Policy: l.holder.Current, Registerer: l.reg, Logger: l.log,
-			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout})
+			Drain: cfg.ShutdownTimeout, MaxStreams: cfg.GRPCMaxStreams, IdleTimeout: cfg.GRPCIdleTimeout, TLS: grpcTLS})
 		if err != nil {
 			return err
 		}
@@ -316,6 +320,6 @@ func (l *limiter) logListening() {
 		policyName = "built-in example"
 	}
 	l.log.Info("listening", "addr", l.run.Addr, "api_addr", l.run.APIAddr, "store", store, "policy", policyName,
-		"nats", RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
+		"nats", streams.RedactURL(l.run.NATSURL), "upstream", RedactURL(cfg.Upstream),
 		"try", fmt.Sprintf(`curl -s -X POST http://%s/v1/check -d '{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}'`, l.run.APIAddr))
 }

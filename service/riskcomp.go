@@ -82,13 +82,14 @@ func newRisk(c riskConfig) (*riskComponent, error) {
 		c.Durable = DefaultDurable
 	}
 	r := &riskComponent{c: c, metrics: risk.NewMetrics(c.Registerer)}
+	if c.LeaseTTL > 0 {
+		r.lease = risk.NewLease(c.Redis, bucket.LeaderKey(c.KeyPrefix, c.Durable), ulid.Make().String(), c.LeaseTTL)
+	}
 	d, err := r.newDaemon()
 	if err != nil {
 		return nil, err
 	}
-	if c.LeaseTTL > 0 {
-		r.lease = risk.NewLease(c.Redis, bucket.LeaderKey(c.KeyPrefix, c.Durable), ulid.Make().String(), c.LeaseTTL)
-	} else {
+	if r.lease == nil {
 		r.cur.Store(d)
 		r.leader.Store(true)
 	}
@@ -101,6 +102,9 @@ func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 	o := risk.Options{
 		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Streams: c.Streams, Durable: c.Durable,
 		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert,
+	}
+	if r.lease != nil {
+		o.Leading = r.lease.Valid
 	}
 	if c.Redis != nil {
 		o.StoreLost = storeLost(c.Redis, bucket.StoreEpochKey(c.KeyPrefix, c.Durable))
@@ -157,6 +161,10 @@ func (r *riskComponent) lead(ctx context.Context) error {
 	go func() { ran <- r.serve(tctx, d) }()
 	select {
 	case err := <-held:
+		// not leading from now: the daemon has stopped acting (Valid
+		// is false) and stops; what it still holds waits for it
+		r.leader.Store(false)
+		r.metrics.StandBy()
 		cancel()
 		<-ran
 		if ctx.Err() == nil {
@@ -164,10 +172,23 @@ func (r *riskComponent) lead(ctx context.Context) error {
 		}
 		return nil
 	case err := <-ran:
+		r.leader.Store(false)
+		r.metrics.StandBy()
 		cancel()
 		<-held // releases the lease
+		if errors.Is(err, risk.ErrNotLeading) {
+			r.c.Logger.Warn("leadership lease not renewed in time; stopped acting, standing by")
+			return nil
+		}
 		return err
 	}
+}
+
+// leading reports whether this process may act now: it holds a valid
+// lease (or runs without one). What delivers riskd's decisions outside
+// the daemon asks it before each delivery.
+func (r *riskComponent) leading() bool {
+	return r.lease == nil || r.lease.Valid()
 }
 
 // serve runs d until ctx ends or d fails; a daemon that returns before
@@ -178,6 +199,9 @@ func (r *riskComponent) serve(ctx context.Context, d *risk.Daemon) error {
 	err := d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
+	}
+	if errors.Is(err, risk.ErrNotLeading) {
+		return err // not a failure: lead stands by again
 	}
 	if err == nil {
 		err = errors.New("risk: daemon stopped")

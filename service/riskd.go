@@ -33,6 +33,9 @@ type RiskdConfig struct {
 	RedisCA string
 	// NATSURL is the NATS server (required).
 	NATSURL string
+	// NATSCA and NATSCreds are the CA file of a TLS NATS server and a
+	// JWT + nkey credentials file (7.5).
+	NATSCA, NATSCreds string
 	// KeyPrefix and SubjectPrefix must match the limiters'.
 	KeyPrefix     string
 	SubjectPrefix string
@@ -69,6 +72,9 @@ func (c *RiskdConfig) Validate() error {
 		return errors.New("service: riskd needs --redis and --nats")
 	}
 	if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
+		return err
+	}
+	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
 		return err
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
@@ -143,7 +149,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 		return nil, err
 	}
 	g.add("store", st)
-	ev, err := newEvents(ctx, eventsConfig{URL: cfg.NATSURL, Client: "tollgate-riskd", Streams: cfg.streams(), Dial: true,
+	ev, err := newEvents(ctx, eventsConfig{URL: cfg.NATSURL, Auth: streams.Auth{CA: cfg.NATSCA, Creds: cfg.NATSCreds}, Client: "tollgate-riskd", Streams: cfg.streams(), Dial: true,
 		Consequence: "riskd is not ready until it answers", Logger: log})
 	if err != nil {
 		return nil, err
@@ -171,7 +177,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 		return nil, err
 	}
 	g.add("http", hl)
-	log.Info("listening", "addr", hl.addr(), "nats", RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
+	log.Info("listening", "addr", hl.addr(), "nats", streams.RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
 	return &Running{Addr: hl.addr(), Done: make(chan struct{})}, nil
 }
 

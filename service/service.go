@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // Config is the limiter's configuration. Every field has a flag and an
@@ -43,6 +44,9 @@ type Config struct {
 	// NATSURL is the NATS server; "" starts an embedded NATS server
 	// (JetStream in NATSStoreDir, loopback) and the risk engine in process.
 	NATSURL string
+	// NATSCA and NATSCreds are the CA file of a TLS NATS server and a
+	// JWT + nkey credentials file (7.5); with NATSURL only.
+	NATSCA, NATSCreds string
 	// NATSPort is the embedded NATS server's port (0: a free port).
 	NATSPort int
 	// NATSStoreDir is where the embedded NATS server keeps JetStream (the
@@ -54,9 +58,14 @@ type Config struct {
 	// AdminToken enables /v1/admin/* with this bearer token.
 	AdminToken string
 	// GRPCListen, when set, serves Envoy's rate-limit service
-	// (envoy.service.ratelimit.v3.RateLimitService) over plaintext gRPC
+	// (envoy.service.ratelimit.v3.RateLimitService) over gRPC (h2c, or TLS with GRPCTLS)
 	// on this address (":0" picks a port); "" serves none.
 	GRPCListen string
+	// TLS secures Listen (the public listener in proxy mode, else the
+	// only one), APITLS the API listener of proxy mode and GRPCTLS
+	// GRPCListen (7.5); their certificates are reloaded when the files
+	// change. Zero: plaintext.
+	TLS, APITLS, GRPCTLS TLSFiles
 	// GRPCMaxStreams bounds the calls open at once on one gRPC connection
 	// (default 100; more are refused with REFUSED_STREAM, 7.5).
 	GRPCMaxStreams int
@@ -212,6 +221,9 @@ func (c *Config) Validate() error {
 	if c.NATSPort > 65535 {
 		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
 	}
+	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
+		return err
+	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
@@ -221,6 +233,9 @@ func (c *Config) Validate() error {
 		}
 	} else if c.RedisCA != "" {
 		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if c.GRPCListen != "" {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {

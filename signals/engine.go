@@ -157,8 +157,9 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 // (locks, velocity multipliers and alerts; a ClearLock for a step_up_passed
 // report), returning the extended slice. seq and index work as for
 // ApplyDecision, in the same sequence space. Reports of identities on an
-// allow list (AllowList set) count for no velocity rule (a step_up_passed
-// still clears the account's lock). Reports with a zero or out-of-range
+// allow list (AllowList set) count only for lockout and step-up rules: no
+// allow list exempts from those (7.1), so none makes an account
+// brute-forceable (a step_up_passed still clears the account's lock). Reports with a zero or out-of-range
 // timestamp are ignored.
 func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Action) []Action {
 	if r == nil {
@@ -177,9 +178,7 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	if r.Type == streams.ReportStepUpPassed && r.Account != "" {
 		out = e.stepUpPassed(r, ns, out)
 	}
-	if r.AllowList == "" { // an allow list exempts the identity from every signal
-		out = e.velocityReport(r, ns, out)
-	}
+	out = e.velocityReport(r, ns, out)
 	e.sweepReport()
 	return out
 }

@@ -9,11 +9,13 @@ import (
 )
 
 // TestAllowListedEventsIgnored: decisions answered by an allow list and
-// reports of allow-listed identities feed no signal (CONTRACT 6.9).
+// reports of allow-listed identities feed no signal (CONTRACT 6.9) but
+// lockouts and step-ups (7.1; TestAllowListedLockout).
 func TestAllowListedEventsIgnored(t *testing.T) {
 	t.Parallel()
 	rule := lockoutRule()
 	rule.Threshold = 2
+	rule.Action, rule.Multiplier = policy.ActionTighten, 0.5
 	e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{rule}, Anomaly: exampleAnomaly()}})
 	for i := range 5 {
 		r := failed("alice", sec(float64(i)))
@@ -36,6 +38,25 @@ func TestAllowListedEventsIgnored(t *testing.T) {
 	}
 	if len(acts) == 0 {
 		t.Fatal("unmarked reports did not fire the rule")
+	}
+}
+
+// TestAllowListedLockout: no allow list exempts from a lockout (7.1):
+// failed logins of an allow-listed account lock it like any other's.
+func TestAllowListedLockout(t *testing.T) {
+	t.Parallel()
+	rule := lockoutRule()
+	rule.Threshold = 3
+	e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{rule}}})
+	var acts []Action
+	for i := range 3 {
+		r := failed("alice", sec(float64(i)))
+		r.AllowList = "staff"
+		acts = e.ApplyReport(0, 0, r, acts)
+	}
+	if len(acts) != 2 || acts[0].Kind != SetLock || acts[0].Subject != "account" || acts[0].ID != "alice" ||
+		acts[0].Lock.Kind != policy.ActionLockout {
+		t.Fatalf("allow-listed failures: actions %+v, want the account's lock and its alert", acts)
 	}
 }
 

@@ -156,8 +156,8 @@ func reportValue(r *streams.Report, by policy.KeyPart) string {
 // those that reach their threshold. Callers hold e.mu.
 func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Action {
 	for _, rule := range e.vrules {
-		if rule.Event != r.Type {
-			continue
+		if rule.Event != r.Type || r.AllowList != "" && !rule.IsLock() {
+			continue // an allow list exempts from every signal but locks (7.1)
 		}
 		value := reportValue(r, rule.By)
 		if value == "" {
@@ -392,31 +392,37 @@ func (e *Engine) stepUpPassed(r *streams.Report, ns int64, out []Action) []Actio
 	return append(out, Action{Kind: ClearLock, Subject: "account", ID: r.Account})
 }
 
-// LiftLock records that an admin lifted the lock of account at ts (an
-// audit lockout_lift event, 6.5): the velocity counts of every rule keyed
-// by account are reset to the events after ts (the account is locked
-// again only by the threshold of new failures), and the lock the engine
-// set before ts is forgotten, so it is never re-asserted (Active no longer
-// lists it). It reports whether the engine had such a lock in force. Events
-// that arrive later with a time at or before ts are not counted.
+// LiftLock is LiftSubjectLock of the account subject.
 func (e *Engine) LiftLock(account string, ts time.Time) bool {
+	return e.LiftSubjectLock("account", account, ts)
+}
+
+// LiftSubjectLock records that an admin lifted the lock of (subject, id)
+// at ts (an audit lockout_lift event, 6.5, 7.1): the velocity counts of
+// every rule keyed by that subject kind are reset to the events after ts
+// (the subject is locked again only by the threshold of new events), and
+// the lock the engine set before ts is forgotten, so it is never
+// re-asserted (Active no longer lists it). It reports whether the engine
+// had such a lock in force. Events that arrive later with a time at or
+// before ts are not counted.
+func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	ns, ok := eventTime(ts)
-	if account == "" || !ok {
+	if id == "" || subject == "" || !ok {
 		return false
 	}
 	e.lock()
 	defer e.unlock()
 	e.advanceClock(ns)
-	key := e.measureKey("account", account, lockSource)
+	key := e.measureKey(subject, id, lockSource)
 	men := e.meas.peekBytes(key)
 	// the lock lifted: the one set at or before ts (not one that new
-	// failures set after it, as when an old lift is replayed at start)
+	// events set after it, as when an old lift is replayed at start)
 	lifts := men != nil && men.val.set <= ns
 	for _, rule := range e.vrules {
-		if rule.By != policy.PartAccount {
+		if rule.subject != subject {
 			continue
 		}
-		st := e.velocity(rule, account)
+		st := e.velocity(rule, id)
 		if ns > st.lifted {
 			st.lifted = ns
 		}

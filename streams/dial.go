@@ -15,9 +15,10 @@ import (
 // which retries in the background, gives none and nats.go itself says only
 // "no servers available". The daemons call it once at start to log why
 // NATS cannot be reached. Errors do not repeat url (it may carry a token).
-func Dial(url string, timeout time.Duration) error {
+func Dial(url string, timeout time.Duration, extra ...nats.Option) error {
 	d := &recordingDialer{Dialer: net.Dialer{Timeout: timeout}}
-	nc, err := nats.Connect(url, nats.Name("tollgate-dial"), nats.Timeout(timeout), nats.NoReconnect(), nats.SetCustomDialer(d))
+	opts := append([]nats.Option{nats.Name("tollgate-dial"), nats.Timeout(timeout), nats.NoReconnect(), nats.SetCustomDialer(d)}, extra...)
+	nc, err := nats.Connect(ServerURLs(url), opts...)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoServers) {
 			if last := d.lastErr(); last != nil {

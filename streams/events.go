@@ -183,7 +183,7 @@ type Audit struct {
 	// Action is multiplier_set, multiplier_clear or lockout_lift.
 	Action string `json:"action"`
 	// Subject is ip, user, device, account or asn; ID the subject's id
-	// (an account for lockout_lift).
+	// (lockout_lift: the locked subject, account, ip, user or device).
 	Subject string `json:"subject"`
 	ID      string `json:"id"`
 	// Value is the multiplier set (multiplier_set; null otherwise).

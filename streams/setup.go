@@ -96,17 +96,18 @@ func (c Config) alertsSubject(kind string) string     { return c.Prefix + "alert
 // Connect dials NATS with reconnection forever and no reconnect buffer: a
 // publish while disconnected fails at once (and is counted as dropped)
 // instead of piling up in memory.
-func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+func Connect(url, name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(-1),
 		nats.RetryOnFailedConnect(true),
-		nats.Timeout(2*time.Second),
-	)
+		nats.Timeout(2 * time.Second),
+	}, extra...)
+	nc, err := nats.Connect(ServerURLs(url), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("streams: connect %s: %w", url, err)
+		return nil, fmt.Errorf("streams: connect %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
 }

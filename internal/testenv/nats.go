@@ -29,6 +29,8 @@ type NATSServer struct {
 	Port int
 	Cmd  *exec.Cmd
 	dir  string
+	// extra arguments (a -c config file) and environment of the process
+	extra, env []string
 }
 
 // StartNATS starts nats-server (JetStream, loopback, free port) as a child
@@ -50,7 +52,15 @@ func (s *NATSServer) start() error {
 	if err != nil {
 		bin = "/usr/sbin/nats-server"
 	}
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-js", "-sd", s.dir, "-l", filepath.Join(s.dir, "nats.log"))
+	args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-l", filepath.Join(s.dir, "nats.log")}
+	if s.extra == nil {
+		args = append(args, "-js", "-sd", s.dir)
+	}
+	args = append(args, s.extra...)
+	cmd := exec.Command(bin, args...)
+	if s.env != nil {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("testenv: start nats-server: %w", err)
 	}
@@ -75,6 +85,23 @@ func (s *NATSServer) Stop() {
 	_ = s.Cmd.Process.Kill()
 	_, _ = s.Cmd.Process.Wait()
 	s.Cmd = nil
+}
+
+// StartNATSConfig is StartNATS with the configuration file conf (its
+// listen address and port overridden for the test; JetStream and its
+// store directory are the file's) and
+// env (NAME=value) added to the process's environment, for the variables
+// the file refers to.
+func StartNATSConfig(t testing.TB, conf string, env ...string) *NATSServer {
+	t.Helper()
+	s := &NATSServer{dir: t.TempDir(), extra: []string{"-c", conf}, env: env}
+	s.Port = FreePort(t)
+	s.URL = fmt.Sprintf("nats://127.0.0.1:%d", s.Port)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // Restart starts the server again on the same port and store.

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// TestAdminLockoutsOfEverySubject (7.1): the lock of each subject kind is
+// listed, shown in its subject view and lifted by DELETE
+// /v1/admin/lockouts/{subject}/{id}, with a lockout_lift audit event
+// naming the subject; other kinds are refused.
+func TestAdminLockoutsOfEverySubject(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	auth := []string{"Authorization", "Bearer tok"}
+	ctx := context.Background()
+	for i, s := range []bucket.Subject{{Kind: "ip", ID: "192.0.2.7"}, {Kind: "user", ID: "u1"}, {Kind: "device", ID: "d1"}} {
+		f.now = f.now.Add(time.Second)
+		if err := f.store.SetLock(ctx, s, bucket.Lock{Kind: []string{"lockout", "step_up", "lockout"}[i], Rule: "r-" + s.Kind, Until: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.7", "", auth...), 200,
+		`{"subject":"ip","id":"192.0.2.7","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r-ip","expires_at":"2024-04-19T11:30:00Z"},"attestation":null,"request_id":"req-1"}`)
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/user/u1", "", auth...), 200,
+		`{"subject":"user","id":"u1","effective":1,"multipliers":[],"lockout":{"kind":"step_up","rule":"r-user","expires_at":"2024-04-19T11:30:00Z"},"attestation":null,"request_id":"req-1"}`)
+	w := f.do(t, "GET", "/v1/admin/lockouts", "", auth...)
+	for _, want := range []string{`"subject":"ip","id":"192.0.2.7","kind":"lockout","rule":"r-ip"`,
+		`"subject":"user","id":"u1","kind":"step_up","rule":"r-user"`, `"subject":"device","id":"d1","kind":"lockout","rule":"r-device"`} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("GET /v1/admin/lockouts = %s; lacks %s", w.Body, want)
+		}
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/192.0.2.7", "", auth...), 200, `{"cleared":true,"id":"192.0.2.7","request_id":"req-1","subject":"ip"}`)
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/192.0.2.7", "", auth...), 200, `{"cleared":false,"id":"192.0.2.7","request_id":"req-1","subject":"ip"}`)
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/device/d1", "", auth...), 200, `{"cleared":true,"id":"d1","request_id":"req-1","subject":"device"}`)
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.7", "", auth...), 200,
+		`{"subject":"ip","id":"192.0.2.7","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+	if len(audit.list) != 3 {
+		t.Fatalf("audit events %+v", audit.list)
+	}
+	if a := audit.list[0]; a.Action != streams.AuditLockoutLift || a.Subject != "ip" || a.ID != "192.0.2.7" || a.Cleared == nil || !*a.Cleared {
+		t.Errorf("lift: %+v", a)
+	}
+	for _, tt := range []struct{ path, msg string }{
+		{"/v1/admin/lockouts/asn/64500", `subject \"asn\" is not one of account, ip, user, device`},
+		{"/v1/admin/lockouts/ip/nope", `id \"nope\" is not an IP address`},
+	} {
+		expect(t, f.do(t, "DELETE", tt.path, "", auth...), 400,
+			`{"error":{"code":"BAD_REQUEST","message":"`+tt.msg+`","details":{},"request_id":"req-1"}}`)
+	}
+}

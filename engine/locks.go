@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+// Locks on every subject kind (CONTRACT 7.1): a decision checks the lock
+// keys of the subject kinds the policy's lock rules cover on its class
+// (policy.LockParts), and a lock in force answers unless the rule that set
+// it is not enforced on that class; an allow list never exempts from one.
+
+// lockPlan holds, for one policy, the subject kinds whose locks each class
+// checks (by class index).
+type lockPlan struct {
+	p     *policy.Policy
+	parts [][]policy.KeyPart
+}
+
+// lockPartsOf returns the lock subject kinds of class ci under p, computed
+// once per policy.
+func (e *Engine) lockPartsOf(p *policy.Policy, ci int) []policy.KeyPart {
+	lp := e.lockPlan.Load()
+	if lp == nil || lp.p != p {
+		lp = &lockPlan{p: p, parts: make([][]policy.KeyPart, len(p.Classes))}
+		for c := range p.Classes {
+			lp.parts[c] = p.LockParts(c)
+		}
+		e.lockPlan.Store(lp)
+	}
+	if ci < 0 || ci >= len(lp.parts) {
+		return nil
+	}
+	return lp.parts[ci]
+}
+
+// appendLocks appends the lock keys of the request's subjects that class
+// ci checks (account first, with the account's trust set for a proven
+// device: exempt_attested locks spare it). It reports whether it appended
+// any.
+func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, verifiedDevice bool) bool {
+	locks := false
+	for _, part := range e.lockPartsOf(p, ci) {
+		id := value(in, part, "")
+		if id == "" {
+			continue
+		}
+		kind := subjectKinds[part]
+		d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, kind, id)
+		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		if part == policy.PartAccount && verifiedDevice {
+			d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, kind, id)
+			d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
+		}
+		locks = true
+	}
+	return locks
+}
+
+// lockScope returns the subject kind of a lock key (prefix + "{kind:id}:l").
+func lockScope(prefix, key string) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(key, prefix), "{")
+	kind, _, _ := strings.Cut(rest, ":")
+	return kind
+}
+
+// foreignLock reports whether d is Locked or StepUp by a lock whose rule is
+// not enforced on class ci; it then drops that lock from req and resets
+// d's lock, so that the decision can be asked again without it (the store
+// wrote nothing: a lock answers before any bucket is taken from).
+func foreignLock(p *policy.Policy, ci int, d *Decision, req *bucket.Request) bool {
+	if d.Outcome != Locked && d.Outcome != StepUp || p.LockApplies(d.Lock.Rule, ci) {
+		return false
+	}
+	i := d.bres.LockIndex
+	if i < 0 || i >= len(req.Locks) {
+		return false
+	}
+	req.Locks = append(req.Locks[:i], req.Locks[i+1:]...)
+	if i < len(req.TrustKeys) {
+		req.TrustKeys = append(req.TrustKeys[:i], req.TrustKeys[i+1:]...)
+	}
+	d.Outcome, d.Lock, d.LockScope, d.RetryAfter, d.fromL1 = Allowed, bucket.Lock{}, "", 0, false
+	return true
+}
+
+// allowListLocks decides the locks of a request on an allow list (7.1: no
+// allow list exempts from a lockout or step-up). It reports whether one is
+// in force (d is then Locked or StepUp); otherwise, and when the store
+// cannot answer, d keeps its AllowedList outcome: the list exempts the
+// request from every limit, so a store failure denies nothing.
+func (e *Engine) allowListLocks(ctx context.Context, p *policy.Policy, ci int, in *Input, d *Decision, verifiedDevice bool, start time.Time) bool {
+	req := e.request(d, in, verifiedDevice, start)
+	if !e.appendLocks(p, ci, in, d, verifiedDevice) {
+		return false
+	}
+	handOutKeys(d, req, e.borrowKeys)
+	list := d.List
+	for len(req.Locks) > 0 {
+		if e.o.L1 != nil && e.fromL1(p, ci, d, req, start) {
+			return true
+		}
+		if !e.o.Breaker.Allow() {
+			break
+		}
+		err := e.o.Store.Decide(ctx, req, &d.bres)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			e.o.Breaker.Abandon()
+			break
+		}
+		e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
+		if err != nil || !d.bres.Locked {
+			break
+		}
+		e.conclude(d)
+		if foreignLock(p, ci, d, req) {
+			continue
+		}
+		if e.o.L1 != nil {
+			e.toL1(d, req, start)
+		}
+		return true
+	}
+	d.Outcome, d.List, d.Lock, d.LockScope, d.RetryAfter = AllowedList, list, bucket.Lock{}, "", 0
+	return false
+}

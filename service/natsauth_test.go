@@ -1,0 +1,103 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+// shippedNATS starts nats-server with deploy/nats/nats-server.conf (the
+// one docs/deploy.md ships) and returns it with the URL of each user.
+func shippedNATS(t *testing.T) (ns *testenv.NATSServer, url func(user string) string) {
+	t.Helper()
+	ns = testenv.StartNATSConfig(t, "../deploy/nats/nats-server.conf", "TOLLGATE_NATS_STORE_DIR="+t.TempDir(),
+		"TOLLGATE_NATS_LIMITER_PASSWORD=limiter-pw", "TOLLGATE_NATS_RISKD_PASSWORD=riskd-pw", "TOLLGATE_NATS_ALERTS_PASSWORD=alerts-pw")
+	return ns, func(user string) string {
+		return strings.Replace(ns.URL, "nats://", "nats://"+user+":"+user+"-pw@", 1)
+	}
+}
+
+// permissionErrors connects as url and collects the server's permission
+// violations of the connection.
+func permissionErrors(t *testing.T, url string) (*nats.Conn, func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []string
+	nc, err := nats.Connect(url, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		errs = append(errs, err.Error())
+		mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(errs, "; ") }
+}
+
+// TestShippedNATSPermissions (7.5): with the shipped nats-server
+// configuration in force, the limiter and riskd work with their users
+// (three failed logins lock the account, and the alert reaches the
+// alerts user), while riskd's and the alerts user's connections are
+// refused publishing a report or an audit event, and a client without a
+// password cannot connect at all.
+func TestShippedNATSPermissions(t *testing.T) {
+	t.Parallel()
+	_, url := shippedNATS(t)
+	_, keyPrefix := testenv.Redis(t)
+	policyPath := writePolicy(t, loopPolicy)
+	redisURL := "redis://" + testenv.RedisAddr() + "/0"
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: url("limiter"), KeyPrefix: keyPrefix})
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: url("riskd"),
+		KeyPrefix: keyPrefix, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-rr.Done }()
+	alerts := watchAlerts(t, url("alerts"), "tollgate.")
+	reportFailedLogins(t, base, "grace", 3)
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if !loginLocked(t, base, "grace") {
+			return "grace not locked: the limiter or riskd cannot work with its NATS user"
+		}
+		if alerts.kinds()["lockout:grace"] != 1 {
+			return "the alerts user has not seen the lockout alert"
+		}
+		return ""
+	})
+	for _, user := range []string{"riskd", "alerts"} {
+		nc, violations := permissionErrors(t, url(user))
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range []string{"tollgate.reports.login_failed", "tollgate.audit.multiplier_set"} {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Publish(pctx, subj, []byte(`{"v":1}`))
+			pcancel()
+			if err == nil {
+				t.Fatalf("%s published to %s", user, subj)
+			}
+			testenv.Eventually(t, 5*time.Second, func() string {
+				if !strings.Contains(violations(), `Permissions Violation for Publish to "`+subj+`"`) {
+					return user + ": no permission violation for " + subj + ": " + violations()
+				}
+				return ""
+			})
+		}
+	}
+	_, err = nats.Connect(strings.Replace(url("x"), "x:x-pw@", "", 1))
+	if !errors.Is(err, nats.ErrAuthorization) && (err == nil || !strings.Contains(err.Error(), "Authorization Violation")) {
+		t.Fatalf("a client without a password connected: %v", err)
+	}
+}
