@@ -169,6 +169,13 @@ type setup func(*service.Config)
 // of its own) and riskd in front of a new upstream.
 func start(t *testing.T, setups ...setup) *target {
 	t.Helper()
+	return startWith(t, nil, setups...)
+}
+
+// startWith is start with riskdSetup changing riskd's configuration too
+// (nil: none).
+func startWith(t *testing.T, riskdSetup func(*service.RiskdConfig), setups ...setup) *target {
+	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	stream, subj := testenv.SharedStreams(t)
 	pol := filepath.Join(t.TempDir(), "policy.yaml")
@@ -196,10 +203,14 @@ func start(t *testing.T, setups ...setup) *target {
 		t.Fatal(err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
-	rr, err := service.StartRiskd(rctx, service.RiskdConfig{ConfigPath: pol, Listen: "127.0.0.1:0", RedisURL: cfg.RedisURL,
+	rc := service.RiskdConfig{ConfigPath: pol, Listen: "127.0.0.1:0", RedisURL: cfg.RedisURL,
 		NATSURL: testenv.NATSURL(), KeyPrefix: prefix, SubjectPrefix: subj, StreamName: stream,
 		DecisionsMaxBytes: cfg.DecisionsMaxBytes, EventsMaxBytes: cfg.EventsMaxBytes, LeaseTTL: time.Second,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler)}
+	if riskdSetup != nil {
+		riskdSetup(&rc)
+	}
+	rr, err := service.StartRiskd(rctx, rc)
 	if err != nil {
 		cancel()
 		<-r.Done

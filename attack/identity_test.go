@@ -168,3 +168,35 @@ func TestAttackForwardedForWithPort(t *testing.T) {
 		t.Errorf("another client after the first spent its budget: %d %.120s; want 200 (a bucket of its own)", code, body)
 	}
 }
+
+// Attack: an IPv6 subscriber gets a whole /64 (2^64 addresses) and moves
+// to a fresh one per request: each address had its own ip-unauth bucket,
+// so the 60/min never bound, and an admin block of the address he was
+// seen at missed the next one.
+// Defence (7.1): limits and multipliers keyed by ip key an IPv6 client by
+// its /64 (identity.ipv6_prefix); admin ip ids address that prefix.
+func TestAttackIPv6RotationWithinPrefix(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	allowed, limited := 0, false
+	for i := 0; i < 200 && !limited; i++ {
+		code, _ := do(t, "GET", tg.public+"/feed", "", from(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1)))
+		limited = code == http.StatusTooManyRequests
+		if code == http.StatusOK {
+			allowed++
+		}
+	}
+	if !limited || allowed < 60 {
+		t.Errorf("rotating addresses of one /64: %d allowed before a 429 (limited %v); want 60 or a few more (one bucket)", allowed, limited)
+	}
+	if code, body := do(t, "GET", tg.public+"/feed", "", from("2001:db8:1:3::1")); code != http.StatusOK {
+		t.Errorf("a client of another /64: %d %.120s; want 200", code, body)
+	}
+	// the operator blocks the address he saw; the rest of its /64 is blocked with it
+	if code, body := do(t, "PUT", tg.api+"/v1/admin/multipliers/ip/2001:db8:9:9::1", `{"multiplier":0,"ttl":"10m"}`, bearer(adminToken)); code != 200 {
+		t.Fatalf("PUT multiplier: %d %s", code, body)
+	}
+	if code, _ := do(t, "GET", tg.public+"/feed", "", from("2001:db8:9:9:abcd::7")); code != http.StatusTooManyRequests {
+		t.Errorf("another address of the blocked address's /64: %d; want 429", code)
+	}
+}

@@ -107,6 +107,9 @@ type Input struct {
 	// account's trusted devices). Otherwise unverified_multiplier applies,
 	// whatever is stored for the device.
 	DeviceVerified bool
+
+	// ipKey is the ip key part's value (IPKey), set by Decide.
+	ipKey string
 }
 
 // Decision is the outcome of Decide. It can be reused across calls.
@@ -321,6 +324,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 		e.reputation(in)
 	}
 	verified, verifiedDevice := attestation(p, in)
+	in.ipKey = IPKey(p, in.IP, in.Addr)
 	*d = Decision{applied: d.applied[:0], breq: d.breq, bres: d.bres, keybuf: d.keybuf[:0], spans: d.spans[:0]}
 	d.Class = p.Classes[ci]
 	routeVal := policy.DefaultClass
@@ -400,6 +404,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	var subjOf [8]int8 // key part -> subject index + 1
 	var claimOf int8   // the claim subject's index + 1 (claims.go)
 	claim := in.DeviceID != "" && !verifiedDevice
+	var attrs attrSubjects
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
 			break
@@ -450,6 +455,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 			if part == policy.PartDevice && claim {
 				mask |= 1 << uint(e.claimSubject(d, in, &claimOf)-1)
 			}
+		}
+		if len(l.ByAttr) > 0 {
+			mask |= e.attrMask(d, &attrs, l, in)
 		}
 		d.applied = append(d.applied, l)
 		appendLimit(req, l, mask)
@@ -739,6 +747,9 @@ func partValue(in *Input, l *policy.Limit, i int, route string) string {
 func value(in *Input, part policy.KeyPart, route string) string {
 	switch part {
 	case policy.PartIP:
+		if in.ipKey != "" {
+			return in.ipKey // the IPv6 prefix (7.1)
+		}
 		return in.IP
 	case policy.PartUser:
 		return in.UserID

@@ -34,7 +34,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		{"yaml bad indentation", "version: 1\nlimits: x\n  y: z\n", `p.yaml:3: invalid YAML: mapping values are not allowed in this context`},
 		{"yaml unknown anchor", "version: 1\nlimits: *nope\n", `p.yaml:2: invalid YAML: unknown anchor 'nope' referenced`},
 		{"two documents", head + "---\nversion: 1\n", `p.yaml:6: only one YAML document is allowed (found a second one)`},
-		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy)`},
+		{"unknown top field", head + "limitz: []\n", `p.yaml:6: unknown field "limitz" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy, alerting)`},
 		{"duplicate top key", head + "version: 1\n", `p.yaml:6: duplicate key "version" (first at line 1)`},
 		{"non-string key", head + "[a]: 1\n", `p.yaml:6: mapping key must be a string, got a list`},
 
@@ -97,7 +97,7 @@ func TestParseBrokenFiles(t *testing.T) {
 
 		// identity.
 		{"identity is a list", head + "identity: [X-User-Id]\n", `p.yaml:6: identity: want a mapping, got a list`},
-		{"identity unknown field", head + "identity: {user_header: X-User-Id, ip_header: X-Real-Ip}\n", `p.yaml:6: unknown field "ip_header" (want one of trusted_proxies, user_header, user_signature_header, user_signature_key_env, user_signature_max_age, user_signature_require_timestamp, device_header, device_token_header, account_body_field, account_header, attributes)`},
+		{"identity unknown field", head + "identity: {user_header: X-User-Id, ip_header: X-Real-Ip}\n", `p.yaml:6: unknown field "ip_header" (want one of trusted_proxies, user_header, user_signature_header, user_signature_key_env, user_signature_max_age, user_signature_require_timestamp, ipv6_prefix, device_header, device_token_header, account_body_field, account_header, attributes)`},
 		{"trusted proxy bad cidr", head + "identity:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `p.yaml:7: trusted_proxies "10.0.0.0/33": not a CIDR prefix or IP address`},
 		{"trusted proxy not an ip", head + "identity:\n  trusted_proxies:\n    - proxy.local\n", `p.yaml:8: trusted_proxies "proxy.local": not a CIDR prefix or IP address`},
 		{"header not a token", head + "identity: {user_header: \"X User\"}\n", `p.yaml:6: user_header "X User": not a valid HTTP header name`},

@@ -26,6 +26,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(head + "envoy:\n  domain: d\n  entries: {remote_address: ip, plan: attr:plan, m: endpoint_method}\n"))
 	f.Add([]byte(head + "  - {name: b, by: [attr:plan, ip], rate: 1/s, if: {attr: {plan: [free, trial]}}}\nidentity: {attributes: {plan: X-Plan}}\n"))
 	f.Add([]byte(head + "lists:\n  x: {file: testdata/budgets-example.md, kind: \"attr:plan\"}\nallow: [x]\ndeny: [x, y]\n"))
+	f.Add([]byte(head + contractAlerting))
+	f.Add([]byte(head + "alerting:\n  alertmanager: {url: \"http://u:p@a:9093/#f\", labels: {a-b: \"\", severity: x}}\n  webhooks: [{url: x, kinds: [nope]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
 		p, err := Parse("fuzz.yaml", data)

@@ -34,6 +34,10 @@ type Holder struct {
 	// its new entries are in force, with the error (the old entries stay)
 	// otherwise. Use it for metrics (tollgate_list_reloads_total) and logs.
 	OnListReload func(l *List, err error)
+	// Check, when not nil, is run on each newly parsed policy before it is
+	// put in force: an error (FILE:LINE, such as an alerting secret_env
+	// left unset in the environment) refuses the reload like a parse error.
+	Check func(p *Policy) error
 
 	path   string
 	logger *slog.Logger
@@ -141,6 +145,11 @@ func (h *Holder) load(fi os.FileInfo, data []byte) error {
 	h.seen = fileStamp{modTime: fi.ModTime(), size: fi.Size(), sum: sha256.Sum256(data)}
 	h.known = true
 	p, err := parse(h.path, filepath.Dir(h.path), data)
+	if err == nil && h.Check != nil {
+		if err = h.Check(p); err != nil {
+			p = nil
+		}
+	}
 	return h.finish(p, err)
 }
 

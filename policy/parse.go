@@ -27,8 +27,8 @@ const (
 
 // The keys each mapping of the file may have.
 var (
-	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
+	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if", "trusted_devices"}
 	ifFields       = []string{"authenticated", "class", "attr"}
@@ -175,6 +175,9 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 	if f, ok := top.get("envoy"); ok && !isNull(f.val) {
 		p.Envoy = ps.envoy(f)
 	}
+	if f, ok := top.get("alerting"); ok && !isNull(f.val) {
+		p.Alerting = ps.alerting(f)
+	}
 	var listNames []string
 	if f, ok := top.get("lists"); ok {
 		p.Lists, listNames = ps.lists(f)
@@ -244,6 +247,8 @@ func (ps *parser) identity(f field) Identity {
 			}
 		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
 			ps.userSignature(g, &id)
+		case "ipv6_prefix":
+			id.IPv6Prefix, _ = ps.intRange(g, 32, 128)
 		case "account_body_field":
 			if s, ok := ps.str(g); ok {
 				id.AccountBodyField = s

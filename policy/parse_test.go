@@ -328,7 +328,7 @@ limits:
   - {<<: *base, name: b, rate: 5/s}
 `
 	_, err := Parse("m.yaml", []byte(text))
-	if want := `m.yaml:2: unknown field "x-base" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy)`; err == nil || err.Error() != want {
+	if want := `m.yaml:2: unknown field "x-base" (want one of version, identity, routes, limits, failure_mode, risk, lists, allow, deny, envoy, alerting)`; err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %s", err, want)
 	}
 	text = `version: 1

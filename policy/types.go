@@ -101,6 +101,9 @@ type Policy struct {
 	// Envoy is the `envoy` section (nil when absent: the Envoy rate-limit
 	// service then answers every request OK with no limit).
 	Envoy *Envoy
+	// Alerting is the `alerting` section (nil when absent: alerts are
+	// published on NATS and delivered nowhere else).
+	Alerting *Alerting
 	// Lists are the `lists`, in file order; Allow and Deny the lists
 	// named by `allow` and `deny`, in file order. A request on a deny list
 	// is denied; else one on an allow list is exempt from every limit.
@@ -142,6 +145,10 @@ type Identity struct {
 	// UserSignatureRequireTimestamp refuses the bare form: a request with
 	// one is unauthenticated.
 	UserSignatureRequireTimestamp bool
+	// IPv6Prefix is the prefix length an IPv6 client is keyed by in
+	// limits and multipliers keyed by ip (`ipv6_prefix`, 7.1); 0 means
+	// DefaultIPv6Prefix (64), 128 keeps whole addresses.
+	IPv6Prefix int
 	// DeviceHeader carries the device id; "" means none is read.
 	DeviceHeader string
 	// DeviceTokenHeader carries the device token of the device id (6.3;

@@ -9,11 +9,14 @@
 // its error): it never runs half-deaf. cmd/riskd
 // runs it alone; the limiter embeds it in the one-process default.
 //
-// Delivery is at-least-once; the effect is exactly-once: riskd remembers
-// the last stream sequence it processed per stream and skips anything at
-// or below it, and on start it rebuilds the signals' state by replaying
-// each stream's recent window up to its durable consumer's ack floor,
-// with actions suppressed, before it consumes new messages.
+// Delivery is at-least-once: riskd acknowledges a message only once its
+// actions are written (a failed write is retried), remembers the last
+// stream sequence it processed per stream and skips a redelivery at or
+// below it. On start it rebuilds the signals' state by replaying each
+// stream's recent window up to its durable consumer's ack floor (events
+// whose actions were done) with actions suppressed, then consumes from the
+// floor with actions, doing what a riskd before it left undone. Under a
+// leadership lease (Options.Leading) it acts only while the lease is valid.
 package risk
 
 import (
@@ -22,14 +25,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -214,7 +220,7 @@ type source struct {
 // with it, so riskd never runs half-deaf. A part that stops while ctx
 // lives has failed too.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := streams.EnsureStreams(ctx, d.js, d.o.Streams); err != nil {
+	if err := d.ensureStreams(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	srcs := d.sources()
@@ -779,6 +785,10 @@ func WriteAction(ctx context.Context, store ActionWriter, p *policy.Policy, a *s
 		_, err := store.ClearLock(ctx, sub)
 		return err
 	case signals.SetMultiplier:
+		if sub.Kind == "ip" {
+			// where the engine looks it up: an IPv6 client's prefix (7.1)
+			sub.ID = engine.IPKey(p, sub.ID, netip.Addr{})
+		}
 		return store.SetMultiplier(ctx, sub, a.Multiplier)
 	}
 	return nil
@@ -847,6 +857,27 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				// them, not at every re-assertion (unless nothing tells)
 				d.reassertTrust(ctx, now)
 			}
+		}
+	}
+}
+
+// ensureStreams creates or updates the streams, trying again every second
+// while the NATS server does not answer in time: on a new JetStream
+// cluster, limiters and riskd starting together all create the replicated
+// streams at once, and some of those requests time out while the cluster
+// places them (7.6). Only ctx's end gives up.
+func (d *Daemon) ensureStreams(ctx context.Context) error {
+	for {
+		err := streams.EnsureStreams(ctx, d.js, d.o.Streams)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		d.count("streams")
+		d.log.Warn("streams not ensured yet; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
 		}
 	}
 }

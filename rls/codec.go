@@ -67,23 +67,18 @@ func marshalPooled(m protov2.Message) (mem.BufferSlice, error) {
 	} else {
 		n = protoMarshal.Size(m)
 	}
-	pool, pooled := mem.DefaultBufferPool(), !mem.IsBelowBufferPoolingThreshold(n)
-	var buf *[]byte
-	if pooled {
-		buf = pool.Get(n)
-	} else {
+	if mem.IsBelowBufferPoolingThreshold(n) {
 		b := make([]byte, n)
-		buf = &b
-	}
-	err := encodeInto((*buf)[:n], m, vt)
-	switch {
-	case err != nil:
-		if pooled {
-			pool.Put(buf)
+		if err := encodeInto(b, m, vt); err != nil {
+			return nil, fmt.Errorf("rls: marshal: %w", err)
 		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(n)
+	if err := encodeInto((*buf)[:n], m, vt); err != nil {
+		pool.Put(buf)
 		return nil, fmt.Errorf("rls: marshal: %w", err)
-	case !pooled:
-		return mem.BufferSlice{mem.SliceBuffer(*buf)}, nil
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }

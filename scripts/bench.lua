@@ -33,7 +33,18 @@ end
 
 local requests, nrequests
 
+-- BENCH_BODY=envoy writes the same decision as envoyproxy/ratelimit's POST /json takes it
+-- (scripts/bench-peers): domain bench, the four descriptors benchgrpc sends over gRPC.
+local envoy = os.getenv("BENCH_BODY") == "envoy"
+
 local function body(ip, user, device)
+  if envoy then
+    return string.format(
+      '{"domain":"bench","descriptors":[{"entries":[{"key":"remote_address","value":"%s"}]},'
+        .. '{"entries":[{"key":"method","value":"POST"},{"key":"path","value":"/bench"}]},'
+        .. '{"entries":[{"key":"user_id","value":"%s"}]},{"entries":[{"key":"device_id","value":"%s"}]}]}',
+      ip, user, device)
+  end
   return string.format(
     '{"endpoint":"POST /bench","ip":"%s","user_id":"%s","device_id":"%s","cost":1}',
     ip, user, device)

@@ -21,7 +21,8 @@ import (
 // root read) and the environment variables it names, read through
 // cfg.Getenv: the Play Integrity keys (present, non-empty, decodable), the
 // device-token key (token_key_env: present, long enough) and,
-// in proxy mode, the user-signature key (present, non-empty). It returns
+// in proxy mode, the user-signature key (present, non-empty), and the
+// alerting webhooks' secret_env (present, non-empty). It returns
 // the policy. `limiter validate` runs it.
 func Check(cfg Config) (*policy.Policy, error) {
 	cfg.defaults()
@@ -36,6 +37,9 @@ func Check(cfg Config) (*policy.Policy, error) {
 		}
 	}
 	if err := checkUserKey(cfg, p); err != nil {
+		return nil, err
+	}
+	if err := alertingCheck(cfg.Getenv)(p); err != nil {
 		return nil, err
 	}
 	if pa := p.Risk.Attestation; pa != nil {

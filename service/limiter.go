@@ -48,6 +48,9 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkUserKey(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
+	if err := checkAlertingAtStart(l.holder, cfg.Getenv); err != nil {
+		return nil, err
+	}
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {
 		return nil, err
@@ -135,7 +138,7 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		return redisOffenders(l.store.client, cfg.KeyPrefix), nil
 	}
 	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), Policy: l.holder.Current, Redis: l.store.client,
-		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd")})
+		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd"), Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err
 	}

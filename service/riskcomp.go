@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/alerting"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/risk"
@@ -45,6 +46,8 @@ type riskConfig struct {
 	ShareOffenders bool
 	Registerer     prometheus.Registerer
 	Logger         *slog.Logger
+	// Getenv reads the alerting webhooks' secrets (default os.Getenv).
+	Getenv func(string) string
 }
 
 // Validate checks that the daemon's parts are there and that a lease or
@@ -69,6 +72,7 @@ type riskComponent struct {
 	leader  atomic.Bool
 	cur     atomic.Pointer[risk.Daemon] // the daemon in force (nil while standing by)
 	failure atomic.Pointer[string]      // why the daemon stopped
+	alerts  *alerting.Deliverer         // runs beside the daemon in force
 }
 
 var _ component = (*riskComponent)(nil)
@@ -87,6 +91,9 @@ func newRisk(c riskConfig) (*riskComponent, error) {
 	}
 	d, err := r.newDaemon()
 	if err != nil {
+		return nil, err
+	}
+	if r.alerts, err = newAlertDeliverer(c, r.leading); err != nil {
 		return nil, err
 	}
 	if r.lease == nil {
@@ -196,6 +203,7 @@ func (r *riskComponent) leading() bool {
 func (r *riskComponent) serve(ctx context.Context, d *risk.Daemon) error {
 	r.cur.Store(d)
 	defer r.cur.Store(nil)
+	defer deliverAlerts(ctx, r.alerts, r.c.Logger)() // only the daemon in force delivers
 	err := d.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

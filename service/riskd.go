@@ -63,6 +63,9 @@ type RiskdConfig struct {
 	LeaseTTL time.Duration
 	// Logger (default JSON on stderr).
 	Logger *slog.Logger
+	// Getenv reads the environment variables the policy names: the
+	// alerting webhooks' secrets (default os.Getenv).
+	Getenv func(string) string
 }
 
 // Validate checks the configuration's values without touching the policy
@@ -106,6 +109,9 @@ func (c *RiskdConfig) defaults() {
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
 	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
 }
 
 // streams is the streams' configuration of c.
@@ -143,6 +149,9 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAlertingAtStart(holder, cfg.Getenv); err != nil {
+		return nil, err
+	}
 	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: time.Second, Logger: log,
 		Consequence: "riskd is not ready until it answers"})
 	if err != nil {
@@ -158,7 +167,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	reg := newRegistry()
 	rk, err := newRisk(riskConfig{Publisher: ev.pub, Store: st.store, Policy: holder.Current, Redis: st.client, KeyPrefix: cfg.KeyPrefix,
 		Streams: cfg.streams(), Durable: cfg.Durable, Reassert: cfg.Reassert, LeaseTTL: cfg.LeaseTTL, ShareOffenders: true,
-		Registerer: reg, Logger: log})
+		Registerer: reg, Logger: log, Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err
 	}

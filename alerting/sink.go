@@ -1,0 +1,279 @@
+package alerting
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// SignatureHeader is the header of a signed webhook delivery:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
+const SignatureHeader = "X-Tollgate-Signature"
+
+// Delivery is what a sink is handed: one alert, standing for Folded
+// alerts of one (kind, subject, id) when folding joined repeats.
+type Delivery struct {
+	// ID is the delivery's id (the first folded alert's alert_id): the
+	// same on every retry and redelivery, so receivers dedupe on it.
+	ID string
+	// Alert is the most recent alert of the delivery.
+	Alert streams.Alert
+	// Folded is how many alerts the delivery stands for (1: not folded).
+	Folded int
+}
+
+// WebhookBody is the JSON body of a webhook delivery (format json): the
+// alert's fields of contract 4.x plus delivery_id, and folded when the
+// delivery stands for more than one alert.
+type WebhookBody struct {
+	streams.Alert
+	DeliveryID string `json:"delivery_id"`
+	Folded     int    `json:"folded,omitempty"`
+}
+
+// sink is one destination of deliveries.
+type sink interface {
+	// name is the sink's metrics label: "alertmanager" or "webhooks[N]".
+	name() string
+	// send makes one attempt; a nil error means the sink took it.
+	send(ctx context.Context, c *http.Client, d Delivery, now time.Time) error
+}
+
+// maxAnswer bounds how much of an answer is read (and quoted in errors).
+const maxAnswer = 64 << 10
+
+// post sends body to url and succeeds on a 2xx answer.
+func post(ctx context.Context, c *http.Client, url string, body []byte, header http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("alerting: build request: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "tollgate-alerting")
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("alerting: post: %w", err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("alerting: answered %s: %.200s", resp.Status, strings.TrimSpace(string(answer)))
+	}
+	return nil
+}
+
+// alertmanagerSink posts to Alertmanager's API v2.
+type alertmanagerSink struct {
+	url    string // .../api/v2/alerts
+	labels map[string]string
+}
+
+// amAlert is one alert of Alertmanager's API v2 (postableAlert).
+type amAlert struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	StartsAt     time.Time         `json:"startsAt"`
+	EndsAt       *time.Time        `json:"endsAt,omitempty"`
+	GeneratorURL string            `json:"generatorURL,omitempty"`
+}
+
+func newAlertmanager(s *policy.AlertmanagerSink) *alertmanagerSink {
+	return &alertmanagerSink{url: strings.TrimRight(s.URL, "/") + "/api/v2/alerts", labels: s.Labels}
+}
+
+func (s *alertmanagerSink) name() string { return "alertmanager" }
+
+func (s *alertmanagerSink) send(ctx context.Context, c *http.Client, d Delivery, _ time.Time) error {
+	body, err := json.Marshal([]amAlert{amAlertOf(d, s.labels)})
+	if err != nil {
+		return fmt.Errorf("alerting: encode alertmanager alert: %w", err)
+	}
+	return post(ctx, c, s.url, body, nil)
+}
+
+// amAlertOf is the Alertmanager alert of d (contract 7.2): labels
+// alertname (Tollgate + the kind in CamelCase), kind, subject, id, rule,
+// severity and the section's labels; annotations summary and description
+// (and folded); startsAt the alert's ts, endsAt its expires_at when set.
+func amAlertOf(d Delivery, extra map[string]string) amAlert {
+	a := d.Alert
+	labels := make(map[string]string, len(extra)+6)
+	for k, v := range extra {
+		labels[k] = v
+	}
+	labels["alertname"] = AlertName(a.Kind)
+	labels["kind"] = a.Kind
+	labels["subject"] = a.Subject
+	labels["id"] = a.SubjectID
+	labels["rule"] = a.Rule
+	labels["severity"] = Severity(a.Kind)
+	ann := map[string]string{"summary": summary(a), "description": description(a)}
+	if d.Folded > 1 {
+		ann["folded"] = strconv.Itoa(d.Folded)
+	}
+	out := amAlert{Labels: labels, Annotations: ann, StartsAt: a.TS}
+	if !a.ExpiresAt.IsZero() {
+		end := a.ExpiresAt
+		out.EndsAt = &end
+	}
+	return out
+}
+
+// AlertName is the alertname of an alert of kind: "Tollgate" and the
+// kind in CamelCase (TollgateLockout, TollgateRepeatOffender).
+func AlertName(kind string) string {
+	var b strings.Builder
+	b.WriteString("Tollgate")
+	for _, part := range strings.Split(kind, "_") {
+		if part == "" {
+			continue
+		}
+		b.WriteString(strings.ToUpper(part[:1]))
+		b.WriteString(part[1:])
+	}
+	return b.String()
+}
+
+// Severity is "critical" for lockouts and blocks, "warning" otherwise.
+func Severity(kind string) string {
+	if kind == streams.AlertLockout || kind == "block" {
+		return "critical"
+	}
+	return "warning"
+}
+
+// summary is the alert's reason, or a sentence when it has none.
+func summary(a streams.Alert) string {
+	if a.Reason != "" {
+		return a.Reason
+	}
+	return fmt.Sprintf("%s of %s %s", a.Kind, a.Subject, a.SubjectID)
+}
+
+// description says what fired, on whom, and until when.
+func description(a streams.Alert) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Tollgate %s of %s %q by rule %s", strings.ReplaceAll(a.Kind, "_", " "), a.Subject, a.SubjectID, a.Rule)
+	if a.Count > 0 {
+		fmt.Fprintf(&b, " after %d events", a.Count)
+	}
+	if a.Rate > 0 {
+		fmt.Fprintf(&b, " (%.3g/s, baseline %.3g/s)", a.Rate, a.Baseline)
+	}
+	if a.Multiplier != 1 {
+		fmt.Fprintf(&b, ", multiplier %g", a.Multiplier)
+	}
+	if !a.ExpiresAt.IsZero() {
+		fmt.Fprintf(&b, ", until %s", a.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if a.Shadow {
+		b.WriteString(" (shadow rule: nothing enforced)")
+	}
+	b.WriteString(".")
+	return b.String()
+}
+
+// webhookSink posts the alert's JSON (or Slack's {"text": ...}).
+type webhookSink struct {
+	label  string
+	url    string
+	secret []byte // nil: unsigned
+	slack  bool
+	broken error // non-nil: every attempt fails with it
+}
+
+func (s *webhookSink) name() string { return s.label }
+
+func (s *webhookSink) send(ctx context.Context, c *http.Client, d Delivery, now time.Time) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	var v any = WebhookBody{Alert: d.Alert, DeliveryID: d.ID, Folded: folded(d)}
+	if s.slack {
+		v = map[string]string{"text": SlackText(d)}
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("alerting: encode webhook body: %w", err)
+	}
+	var h http.Header
+	if s.secret != nil {
+		h = http.Header{SignatureHeader: {Sign(s.secret, now, body)}}
+	}
+	return post(ctx, c, s.url, body, h)
+}
+
+// folded is d.Folded when the delivery is folded, else 0 (omitted).
+func folded(d Delivery) int {
+	if d.Folded > 1 {
+		return d.Folded
+	}
+	return 0
+}
+
+// Sign returns the X-Tollgate-Signature value of body signed at now:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
+func Sign(secret []byte, now time.Time, body []byte) string {
+	t := strconv.FormatInt(now.Unix(), 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(t))
+	m.Write([]byte("."))
+	m.Write(body)
+	return "t=" + t + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// SlackText is the text of a Slack delivery.
+func SlackText(d Delivery) string {
+	a := d.Alert
+	icon := ":warning:"
+	if Severity(a.Kind) == "critical" {
+		icon = ":rotating_light:"
+	}
+	text := fmt.Sprintf("%s *%s* %s `%s`: %s\n%s", icon, AlertName(a.Kind), a.Subject, a.SubjectID, summary(a), description(a))
+	if d.Folded > 1 {
+		text += fmt.Sprintf("\n(%d alerts folded into this one)", d.Folded)
+	}
+	return text
+}
+
+// sinksFor builds the sinks of a that take alerts of kind; getenv reads
+// the webhooks' secrets. A webhook whose secret variable is empty (the
+// policy's checks refuse that at start and at reload) fails every attempt
+// rather than deliver unsigned.
+func sinksFor(a *policy.Alerting, kind string, getenv func(string) string) []sink {
+	var out []sink
+	if a.Alertmanager != nil {
+		out = append(out, newAlertmanager(a.Alertmanager))
+	}
+	for i := range a.Webhooks {
+		w := &a.Webhooks[i]
+		if !w.Wants(kind) {
+			continue
+		}
+		s := &webhookSink{label: fmt.Sprintf("webhooks[%d]", i), url: w.URL, slack: w.Format == policy.FormatSlack}
+		if w.SecretEnv != "" {
+			if secret := getenv(w.SecretEnv); secret != "" {
+				s.secret = []byte(secret)
+			} else {
+				s.broken = fmt.Errorf("alerting: webhooks[%d]: environment variable %s (secret_env) is empty", i, w.SecretEnv)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}

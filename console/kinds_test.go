@@ -1,0 +1,67 @@
+package console_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/service"
+)
+
+// TestLiftLockoutOfAnIP lifts a lockout of another kind than account
+// (7.1): an IP locked by a `by: ip` velocity rule is listed, and the
+// console's lift is DELETE /v1/admin/lockouts/ip/{id}: gone and audited.
+func TestLiftLockoutOfAnIP(t *testing.T) {
+	t.Parallel()
+	text := strings.Replace(string(policy.Example()), "  velocity:\n", "  velocity:\n"+
+		"    - {name: ip-failures, event: login_failed, by: ip, threshold: 3, window: 10m, action: lockout, duration: 5m}\n", 1)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := service.Start(ctx, service.Config{ConfigPath: path, Listen: "127.0.0.1:0", AdminToken: adminToken,
+		Logger: slog.New(slog.DiscardHandler), Getenv: func(k string) string { return "test-user-key" }})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-r.Done })
+	base := "http://" + r.Addr
+	for range 3 {
+		resp, err := http.Post(base+"/v1/report", "application/json", strings.NewReader(`{"type":"login_failed","ip":"198.51.100.44"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	waitFor(t, func() string {
+		for _, e := range list(t, base, "/v1/admin/lockouts") {
+			if e.Subject == "ip" && e.ID == "198.51.100.44" {
+				return ""
+			}
+		}
+		return "no lockout of ip 198.51.100.44 listed"
+	})
+	c := newClient(t)
+	csrf := signIn(t, c, base)
+	if _, page := do(t, c, "GET", base+"/console/lockouts", nil); !strings.Contains(page, `data-subject="ip" data-id="198.51.100.44"`) {
+		t.Fatalf("lockouts page lacks the ip: %s", page)
+	}
+	resp, _ := do(t, c, "POST", base+"/console/lockouts/lift", url.Values{"csrf": {csrf}, "subject": {"ip"}, "id": {"198.51.100.44"}, "back": {"/console/lockouts"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("lift: %d", resp.StatusCode)
+	}
+	if _, page := do(t, c, "GET", base+"/console/lockouts", nil); !strings.Contains(page, "Lifted the lockout of ip 198.51.100.44.") || strings.Contains(page, `data-id="198.51.100.44"`) {
+		t.Fatalf("after lift: %s", page)
+	}
+	if au := list(t, base, "/v1/admin/audit"); len(au) != 1 || au[0].Action != "lockout_lift" || au[0].Subject != "ip" || au[0].ID != "198.51.100.44" {
+		t.Fatalf("audit = %+v", au)
+	}
+}
