@@ -179,6 +179,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !allowed {
 		return
 	}
+	// the slots of concurrency limits are held until the response has
+	// been sent, or the client went away (ServeHTTP returns then too)
+	defer p.s.releaseAfter(rid, d)
 	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 	r.Header.Set("X-Request-Id", rid)
 	p.forward(w, r, id)
@@ -405,6 +408,7 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 		if !WriteDecision(w, rid, d) {
 			return
 		}
+		defer s.releaseAfter(rid, d)
 		r.Header.Set("X-Request-Id", rid)
 		h.ServeHTTP(w, r)
 	})
