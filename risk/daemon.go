@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -219,7 +220,7 @@ type source struct {
 // with it, so riskd never runs half-deaf. A part that stops while ctx
 // lives has failed too.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := streams.EnsureStreams(ctx, d.js, d.o.Streams); err != nil {
+	if err := d.ensureStreams(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	srcs := d.sources()
@@ -856,6 +857,27 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				// them, not at every re-assertion (unless nothing tells)
 				d.reassertTrust(ctx, now)
 			}
+		}
+	}
+}
+
+// ensureStreams creates or updates the streams, trying again every second
+// while the NATS server does not answer in time: on a new JetStream
+// cluster, limiters and riskd starting together all create the replicated
+// streams at once, and some of those requests time out while the cluster
+// places them (7.6). Only ctx's end gives up.
+func (d *Daemon) ensureStreams(ctx context.Context) error {
+	for {
+		err := streams.EnsureStreams(ctx, d.js, d.o.Streams)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		d.count("streams")
+		d.log.Warn("streams not ensured yet; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
 		}
 	}
 }
