@@ -45,8 +45,15 @@ const MaxTTL = 365 * 24 * time.Hour
 // id in the form the check API keys it (canonicalID).
 func subjectPath(r *http.Request) (subject, id string, aerr *apiError) {
 	subject, id = r.PathValue("subject"), r.PathValue("id")
+	if name, ok := strings.CutPrefix(subject, "attr:"); ok && policy.ValidAttrName(name) {
+		// an attribute subject (7.4): the id is the attribute's value
+		if msg := policy.CheckAttribute(name, id); msg != "" {
+			return "", "", badRequest("id: " + msg)
+		}
+		return subject, id, nil
+	}
 	if !subjects[subject] {
-		return "", "", &apiError{status: http.StatusBadRequest, code: CodeBadRequest, message: fmt.Sprintf("subject %q is not one of ip, user, device, account, asn", clip(subject))}
+		return "", "", &apiError{status: http.StatusBadRequest, code: CodeBadRequest, message: fmt.Sprintf("subject %q is not one of ip, user, device, account, asn, attr:NAME", clip(subject))}
 	}
 	id, aerr = canonicalID(subject, id)
 	return subject, id, aerr

@@ -275,7 +275,7 @@ func TestAdmin(t *testing.T) {
 	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/device/d1", "", auth...), 200,
 		`{"subject":"device","id":"d1","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	for _, tt := range []struct{ path, body, msg string }{
-		{"/v1/admin/multipliers/planet/x", `{"multiplier":1}`, `subject \"planet\" is not one of ip, user, device, account, asn`},
+		{"/v1/admin/multipliers/planet/x", `{"multiplier":1}`, `subject \"planet\" is not one of ip, user, device, account, asn, attr:NAME`},
 		{"/v1/admin/multipliers/ip/x", `{"multiplier":1}`, `id \"x\" is not an IP address`},
 		{"/v1/admin/multipliers/asn/AS", `{"multiplier":1}`, `id \"AS\" is not an AS number (such as 64500 or AS64500)`},
 		{"/v1/admin/multipliers/account/%20", `{"multiplier":1}`, `id is required`},

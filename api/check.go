@@ -152,6 +152,10 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 		b = append(b, `,"policy":`...)
 		b = jsonw.AppendString(b, d.Binding.Name)
 	}
+	if id := d.LeaseID(); id != "" {
+		b = append(b, `,"lease_id":`...)
+		b = jsonw.AppendString(b, id)
+	}
 	b = append(b, `,"request_id":`...)
 	b = jsonw.AppendString(b, rid)
 	b = append(b, "}\n"...)
@@ -259,6 +263,9 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		details := `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))
 		if d.Binding != nil {
 			details += `,"limit":` + string(jsonw.AppendString(nil, d.Binding.Name)) + `,"scope":` + string(jsonw.AppendString(nil, d.Binding.PartName(0)))
+			if d.Binding.Kind != policy.KindBucket {
+				details += `,"kind":"` + d.Binding.Kind.String() + `"`
+			}
 		}
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
 	case engine.Locked:

@@ -51,6 +51,15 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 		return
 	}
+	if d.LeaseID() != "" {
+		// the gateway never says when the request ends: a slot taken here
+		// could only expire, so it is given back and the request refused
+		s.releaseAfter(rid, d)
+		writeError(w, rid, &apiError{status: http.StatusBadRequest, code: CodeBadRequest,
+			message: "limit " + strconv.Quote(concurrencyName(d)) + " applies and holds concurrency slots, which forward auth cannot release: serve this route through proxy mode or the check API",
+			details: `"limit":` + string(AppendJSONString(nil, concurrencyName(d)))})
+		return
+	}
 	if as403 {
 		c := &capture{h: w.Header()}
 		if !WriteDecision(c, rid, d) {

@@ -50,7 +50,8 @@ func FuzzDecodeCheck(f *testing.F) {
 // without a type and a subject.
 func FuzzDecodeReport(f *testing.F) {
 	for _, s := range []string{`{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`, `{"type":"step_up_passed"}`, `{}`, `[`,
-		`{"type":"login_failed","account":"a","attributes":{"plan":"free"}}`, `{"type":"login_failed","account":"a","attributes":{"Plan":"x"}}`} {
+		`{"type":"login_failed","account":"a","attributes":{"plan":"free"}}`, `{"type":"login_failed","account":"a","attributes":{"Plan":"x"}}`,
+		`{"type":"otp_sent","device_id":"d","attributes":{"phone_prefix":"4479"}}`, `{"type":"OTP","ip":"192.0.2.1"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -61,7 +62,7 @@ func FuzzDecodeReport(f *testing.F) {
 			}
 			return
 		}
-		if r.Type == "" || (r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "") {
+		if !policy.ValidEventType(r.Type) || (r.Account == "" && r.IP == "" && r.DeviceID == "" && r.UserID == "") {
 			t.Fatalf("accepted %+v", r)
 		}
 		if len(r.Attributes) > policy.MaxAttributes {

@@ -33,3 +33,19 @@ func (s *Server) multiplierPath(r *http.Request) (subject, id string, aerr *apiE
 	}
 	return subject, id, aerr
 }
+
+// throttleKey is the client a failed token attempt counts against (7.1):
+// its address as the proxy rules find it (the peer, or behind a trusted
+// proxy the right-most untrusted X-Forwarded-For address), so one
+// client's wrong tokens behind a load balancer never throttle another;
+// an IPv6 client by its identity.ipv6_prefix, so rotating addresses
+// within it buys no fresh attempts. A peer that is no address (a Unix
+// socket) counts as its RemoteAddr.
+func (s *Server) throttleKey(r *http.Request) string {
+	pol := s.o.Engine.Policy()
+	ip, _ := clientIP(r, pol.Identity.TrustedProxies)
+	if !ip.IsValid() {
+		return peerHost(r.RemoteAddr)
+	}
+	return engine.IPKey(pol, ip.String(), ip)
+}

@@ -57,3 +57,45 @@ func TestAdminLockoutsOfEverySubject(t *testing.T) {
 			`{"error":{"code":"BAD_REQUEST","message":"`+tt.msg+`","details":{},"request_id":"req-1"}}`)
 	}
 }
+
+// TestReportAnyEventType (7.4): /v1/report takes any type matching
+// [a-z][a-z0-9_]{0,63}; others are refused naming the field.
+func TestReportAnyEventType(t *testing.T) {
+	t.Parallel()
+	f := newAttrFixture(t, false)
+	good := []string{"otp_sent", "signup", "payment_declined", "a", strings.Repeat("e", 64)}
+	for _, typ := range good {
+		expect(t, f.do(t, "POST", "/v1/report", `{"type":"`+typ+`","device_id":"d1","attributes":{"phone_prefix":"4479"}}`), 202, "")
+	}
+	for typ, shown := range map[string]string{"OTP": "OTP", "1otp": "1otp", "otp-sent": "otp-sent", strings.Repeat("e", 65): strings.Repeat("e", 64) + "..."} {
+		expect(t, f.do(t, "POST", "/v1/report", `{"type":"`+typ+`","device_id":"d1"}`), 400,
+			`{"error":{"code":"BAD_REQUEST","message":"field \"type\" must match [a-z][a-z0-9_]{0,63} (login_failed, otp_sent, ...), not \"`+shown+`\"","details":{},"request_id":"req-1"}}`)
+	}
+	f.reporter.mu.Lock()
+	defer f.reporter.mu.Unlock()
+	if len(f.reporter.list) != len(good) || f.reporter.list[0].Type != "otp_sent" || f.reporter.list[0].Attributes["phone_prefix"] != "4479" {
+		t.Fatalf("published %+v", f.reporter.list)
+	}
+}
+
+// TestAdminAttributeSubjects (7.4): multipliers on attr:NAME subjects are
+// set, shown, listed and audited as "subject": "attr:NAME", "id": VALUE.
+func TestAdminAttributeSubjects(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	auth := []string{"Authorization", "Bearer tok"}
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/attr:phone_prefix/4479", `{"multiplier":0,"reason":"pumping"}`, auth...), 200,
+		`{"subject":"attr:phone_prefix","id":"4479","effective":0,"multipliers":[{"source":"admin","value":0,"expires_at":null,"reason":"pumping"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+	w := f.do(t, "GET", "/v1/admin/multipliers", "", auth...)
+	if !strings.Contains(w.Body.String(), `"subject":"attr:phone_prefix","id":"4479","source":"admin","value":0`) {
+		t.Errorf("list: %s", w.Body)
+	}
+	if len(audit.list) != 1 || audit.list[0].Subject != "attr:phone_prefix" || audit.list[0].ID != "4479" {
+		t.Errorf("audit %+v", audit.list)
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/attr:phone_prefix/4479", "", auth...), 200,
+		`{"subject":"attr:phone_prefix","id":"4479","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/attr:Phone/4479", `{"multiplier":0}`, auth...), 400, "")
+}

@@ -179,6 +179,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !allowed {
 		return
 	}
+	// the slots of concurrency limits are held until the response has
+	// been sent, or the client went away (ServeHTTP returns then too)
+	defer p.s.releaseAfter(rid, d)
 	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 	r.Header.Set("X-Request-Id", rid)
 	p.forward(w, r, id)
@@ -357,7 +360,7 @@ func (p *proxy) outcome(resp *http.Response) error {
 		return nil
 	}
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
-		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, Attributes: id.in.Attributes}
+		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, ASN: id.in.ASN, Attributes: id.in.Attributes}
 	rep.AllowList = p.s.allowList(rep)
 	if typ == streams.ReportLoginSucceeded {
 		rep.Attested = id.in.DeviceVerified // a proven device, not a claimed id
@@ -405,6 +408,7 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 		if !WriteDecision(w, rid, d) {
 			return
 		}
+		defer s.releaseAfter(rid, d)
 		r.Header.Set("X-Request-Id", rid)
 		h.ServeHTTP(w, r)
 	})

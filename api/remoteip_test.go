@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"net/http/httptest"
 	"testing"
 )
@@ -28,5 +29,36 @@ func TestClientIPPorts(t *testing.T) {
 		if ip, _ := clientIP(r, trusted); ip.String() != tt.want {
 			t.Errorf("xff %q: got %s, want %s", tt.xff, ip, tt.want)
 		}
+	}
+}
+
+// TestTokenThrottlePerClient: behind a trusted proxy, failed token
+// attempts count per client (the right-most untrusted X-Forwarded-For
+// address), not per proxy (7.1); IPv6 clients count by their /64.
+func TestTokenThrottlePerClient(t *testing.T) {
+	t.Parallel()
+	f := newForwardAuthFixture(t, nil) // 192.0.2.1, httptest's peer, is a trusted proxy
+	f.srv.o.AdminToken = "tok"
+	f.srv.tokenSum = sha256.Sum256([]byte("tok"))
+	admin := func(xff, token string) int {
+		return f.do(t, "GET", "/v1/admin/offenders", "", "X-Forwarded-For", xff, "Authorization", "Bearer "+token).Code
+	}
+	for range 10 {
+		admin("198.51.100.7", "wrong")
+	}
+	if got := admin("198.51.100.7", "tok"); got != 429 {
+		t.Errorf("the guessing client with the right token: %d, want 429", got)
+	}
+	if got := admin("203.0.113.9", "wrong"); got != 401 {
+		t.Errorf("another client behind the same proxy, wrong token: %d, want 401 (not throttled)", got)
+	}
+	for range 10 {
+		admin("2001:db8:1:2::1", "wrong")
+	}
+	if got := admin("2001:db8:1:2:ffff::9", "wrong"); got != 429 {
+		t.Errorf("another address of the guessing client's /64: %d, want 429", got)
+	}
+	if got := admin("2001:db8:1:3::1", "wrong"); got != 401 {
+		t.Errorf("a client of another /64: %d, want 401", got)
 	}
 }

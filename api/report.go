@@ -9,10 +9,12 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strconv"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/policy"
 
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -54,12 +56,12 @@ func decodeReport(body []byte, r *streams.Report, token *string) *apiError {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("body: unexpected data after the JSON object")
 	}
-	switch req.Type {
-	case streams.ReportLoginFailed, streams.ReportLoginSucceeded, streams.ReportStepUpPassed:
-	case "":
+	switch {
+	case req.Type == "":
 		return badRequest(`field "type" is required`)
-	default:
-		return badRequest(fmt.Sprintf(`field "type" must be login_failed, login_succeeded or step_up_passed, not %q`, clip(req.Type)))
+	case !policy.ValidEventType(req.Type):
+		// any event type (7.4): otp_sent, signup, payment_declined, ...
+		return badRequest(fmt.Sprintf(`field "type" must match [a-z][a-z0-9_]{0,63} (login_failed, otp_sent, ...), not %q`, clip(req.Type)))
 	}
 	*r = streams.Report{V: streams.SchemaVersion, Type: req.Type}
 	normalizeAccount(&req.Account)
@@ -117,6 +119,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.Source = "api"
 	rep.Attested = s.deviceVerified(token, rep.DeviceID)
 	rep.AllowList = s.allowList(&rep)
+	rep.ASN = s.reportASN(rep.IP)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
 		s.o.Logger.Warn("report: publish", "request_id", rid, "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -133,6 +136,20 @@ func (s *Server) deviceVerified(token, deviceID string) bool {
 		return false
 	}
 	return s.o.DeviceTokens().Verify(token, deviceID, s.o.Now())
+}
+
+// reportASN returns the AS number of ip by the reputation rules in force
+// ("" when unknown): velocity rules keyed by asn count it (7.4).
+func (s *Server) reportASN(ip string) string {
+	rules := s.o.Engine.Reputation()
+	addr, err := netip.ParseAddr(ip)
+	if rules == nil || err != nil {
+		return ""
+	}
+	if res := rules.Lookup(addr); res.HasASN {
+		return strconv.FormatUint(uint64(res.ASN), 10)
+	}
+	return ""
 }
 
 // allowList returns the allow list the report's identity is on ("" for

@@ -149,6 +149,7 @@ func (s *Server) SetState(state string) { s.health.SetState(state) }
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.apiOnly(s.handleCheck))
 	s.mux.HandleFunc("POST /v1/report", s.apiOnly(s.handleReport))
+	s.mux.HandleFunc("POST /v1/release", s.apiOnly(s.handleRelease))
 	s.mux.HandleFunc("GET /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
 	s.mux.HandleFunc("POST /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
 	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
@@ -313,8 +314,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.health.Serve(w, r, requestID(w, r))
 }
 
-// adminGuard throttles failed admin token attempts per client address:
-// after 10 failures in a minute the address gets 429 for the rest of it.
+// adminGuard throttles failed admin token attempts per client address
+// (throttleKey): after 10 failures in a minute the address gets 429 for
+// the rest of it.
 type adminGuard struct {
 	now func() time.Time
 	mu  sync.Mutex
@@ -430,7 +432,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, 
 // false, with how long the address stays blocked (0: the token was
 // merely wrong, and counted).
 func (s *Server) checkToken(r *http.Request, tok string, present bool, g *adminGuard, sum *[32]byte) (time.Duration, bool) {
-	peer := peerHost(r.RemoteAddr)
+	peer := s.throttleKey(r)
 	if left, blocked := g.blocked(peer); blocked {
 		return left, false
 	}

@@ -31,37 +31,31 @@ import (
 //
 // The bound is wall-clock time, measured by the client, on a machine other
 // tests share (go test runs packages side by side, under -race). So each
-// trial also times GET /healthz on the API listener, which never touches
-// the store. A trial with every answer in bound passes at once. One with
-// late answers is run again, up to five trials in all: a stall of the
-// machine (a GC or a scheduler pause of the whole test process, which a
-// health probe may miss) hits one trial, while the old code was late in
-// every trial, by 40-150 ms. The test fails when no trial was in bound and
-// at least one was late by more than the machine explains (its slowest
-// health answer); when every late trial is within that, it is accepted and
-// logged. A wrong status fails at once.
+// trial measures what the machine itself adds to a wait, as
+// bucket/deadline_test.go does: goroutines of this process (the limiter's
+// too) sleep for the store timeout over and over during the outage, and
+// the most one of them overslept is the trial's noise. Every answer must
+// come within --store-timeout + 10 ms + that noise: a late timer explains
+// a late answer by exactly its own lateness, no more. A trial with an
+// answer past that bound is run again, up to five trials in all (a stall
+// between a sleeper's wake-ups and an answer can still fall on one trial);
+// the test fails when none was in bound. The old code was late in every
+// trial, by 40-150 ms. A wrong status fails at once.
 func TestAttackRedisPausedSlowsEveryAnswer(t *testing.T) {
 	const trials = 5
 	for _, timeout := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
-			var unexplained []string
+			var late []string
 			for attempt := 1; attempt <= trials; attempt++ {
 				r := pausedUnderLoad(t, timeout)
-				t.Logf("trial %d, --store-timeout %v, Redis paused: %d answers, worst check %v (forwarded reads %v), worst health answer %v",
-					attempt, timeout, r.answers, r.worst, r.forwarded, r.noise)
-				excess := r.worst - (timeout + 10*time.Millisecond)
-				if t.Failed() || excess <= 0 {
+				t.Logf("trial %d, --store-timeout %v, Redis paused: %d answers, worst check %v (forwarded reads %v, health %v), timers overslept up to %v",
+					attempt, timeout, r.answers, r.worst, r.forwarded, r.health, r.noise)
+				if t.Failed() || r.late == "" {
 					return
 				}
-				if excess > r.noise {
-					unexplained = append(unexplained, fmt.Sprintf("trial %d: %s (health answers took at most %v)", attempt, r.late, r.noise))
-				}
-				t.Logf("trial %d: %s: once more", attempt, r.late)
+				late = append(late, fmt.Sprintf("trial %d: %s", attempt, r.late))
 			}
-			if len(unexplained) > 0 {
-				t.Fatalf("late in all %d trials, later than the machine explains:\n%s", trials, strings.Join(unexplained, "\n"))
-			}
-			t.Logf("late in all %d trials, each within the machine's own delay: accepted", trials)
+			t.Fatalf("late in all %d trials, later than the machine's own timers explain:\n%s", trials, strings.Join(late, "\n"))
 		})
 	}
 }
@@ -81,7 +75,8 @@ type trial struct {
 	answers   int
 	worst     time.Duration // the slowest answer of the limiter alone that touched the store
 	forwarded time.Duration // the slowest forwarded answer (the upstream's time included)
-	noise     time.Duration // the slowest control answer
+	noise     time.Duration // the most a sleeper of this process overslept
+	health    time.Duration // the slowest control answer (reported, not a bound)
 	late      string        // the answers later than the bound ("" when none)
 }
 
@@ -120,6 +115,18 @@ func pausedUnderLoad(t *testing.T, timeout time.Duration) trial {
 	// every 2.5 ms, many in flight at once while Redis holds them.
 	stop := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
+	overslept := make([]time.Duration, 16)
+	for i := range overslept { // the control: the same wait, without the store
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				time.Sleep(timeout)
+				overslept[i] = max(overslept[i], time.Since(t0)-timeout)
+			}
+		}()
+	}
 	for w := 0; w < 16; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -155,15 +162,18 @@ func pausedUnderLoad(t *testing.T, timeout time.Duration) trial {
 		}(w)
 	}
 	wg.Wait()
-	bound := timeout + 10*time.Millisecond
 	r := trial{answers: len(answers)}
+	for _, d := range overslept {
+		r.noise = max(r.noise, d)
+	}
+	bound := timeout + 10*time.Millisecond + r.noise
 	var lateOnes []string
 	for _, a := range answers {
 		switch {
 		case a.err != nil || a.code != a.p.want:
 			t.Errorf("%s: status %d (err %v) after %v; want %d (degraded)", a.p.name, a.code, a.err, a.took, a.p.want)
 		case a.p.control:
-			r.noise = max(r.noise, a.took)
+			r.health = max(r.health, a.took)
 		case a.p.forwarded:
 			r.forwarded = max(r.forwarded, a.took)
 		default:

@@ -200,3 +200,36 @@ func TestAttackIPv6RotationWithinPrefix(t *testing.T) {
 		t.Errorf("another address of the blocked address's /64: %d; want 429", code)
 	}
 }
+
+// Attack: behind a load balancer every caller of the API port has the
+// balancer's address, and the failed-token throttle counted per peer:
+// ten wrong tokens from one client locked every caller out of /v1/check
+// and the admin API for a minute.
+// Defence (7.1): the throttle counts per client as the proxy rules find
+// it (the right-most untrusted X-Forwarded-For address).
+func TestAttackWrongTokensThrottleOtherClients(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	call := func(path, body, ip, token string) int {
+		h := bearer(token)
+		h.Set("X-Forwarded-For", ip)
+		code, _ := do(t, "POST", tg.api+path, body, h)
+		return code
+	}
+	check := `{"endpoint":"GET /feed","ip":"192.0.2.10"}`
+	for range 11 {
+		call("/v1/check", check, "198.51.100.66", "guess")
+		call("/v1/admin/offenders", "", "198.51.100.66", "guess")
+	}
+	if code := call("/v1/check", check, "203.0.113.7", apiToken); code != http.StatusOK {
+		t.Errorf("another client's check with the right API token: %d; want 200", code)
+	}
+	h := bearer(adminToken)
+	h.Set("X-Forwarded-For", "203.0.113.7")
+	if code, body := do(t, "GET", tg.api+"/v1/admin/offenders", "", h); code != http.StatusOK {
+		t.Errorf("another client's admin call with the right token: %d %.120s; want 200", code, body)
+	}
+	if code := call("/v1/check", check, "198.51.100.66", apiToken); code != http.StatusTooManyRequests {
+		t.Errorf("the guessing client, now with the right token: %d; want 429 (still throttled)", code)
+	}
+}

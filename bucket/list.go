@@ -46,6 +46,13 @@ func ParseSubjectKey(key string) (subject, id string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
+	if subject == "attr" { // "attr:NAME:value" (7.4)
+		name, rest, found := strings.Cut(esc, ":")
+		if !found {
+			return "", "", false
+		}
+		subject, esc = "attr:"+name, rest
+	}
 	id, err := unescapeID(esc)
 	return subject, id, err == nil
 }

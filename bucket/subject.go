@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,7 +14,8 @@ import (
 const DefaultPrefix = "tg:"
 
 // Subject names what multipliers, locks and trust sets attach to: a kind
-// ("ip", "user", "device", "account", "asn") and an identifier in the form
+// ("ip", "user", "device", "account", "asn", or "attr:NAME" for the value
+// of an attribute) and an identifier in the form
 // the check API keys it. The store builds the subject's keys (see the
 // package doc's layout); callers never do.
 type Subject struct {
@@ -24,13 +26,19 @@ type Subject struct {
 	ID string
 }
 
-// check rejects a kind that could break out of a key's hash tag.
+// check rejects a kind that could break out of a key's hash tag: a kind
+// is lowercase letters, or "attr:" and an attribute name of a-z 0-9 _
+// (7.4: attribute subjects carry multipliers).
 func (s Subject) check() error {
 	if s.Kind == "" {
 		return errors.Join(ErrBadRequest, errors.New("bucket: subject kind is empty"))
 	}
-	for i := 0; i < len(s.Kind); i++ {
-		if c := s.Kind[i]; c < 'a' || c > 'z' {
+	kind, attr := s.Kind, false
+	if name, ok := strings.CutPrefix(kind, "attr:"); ok && name != "" {
+		kind, attr = name, true
+	}
+	for i := 0; i < len(kind); i++ {
+		if c := kind[i]; (c < 'a' || c > 'z') && !(attr && ('0' <= c && c <= '9' || c == '_')) {
 			return errors.Join(ErrBadRequest, errors.New("bucket: subject kind "+strconv.Quote(s.Kind)+" is not lowercase letters"))
 		}
 	}

@@ -143,6 +143,8 @@ type Decision struct {
 	// abandoned is set when the caller went away before the store
 	// answered: the failure mode answered, counted as abandoned.
 	abandoned bool
+	// lease is the lease id of the slots the decision took (LeaseID).
+	lease string
 
 	applied []*policy.Limit
 	breq    bucket.Request
@@ -165,6 +167,10 @@ const (
 	spanOwn      // the own bucket of the limit just before it (trusted_devices: own)
 	spanOwnTrust // the trust set that decides whether own buckets are used
 )
+
+// LeaseID returns the lease id of the concurrency slots an Allowed
+// decision took ("" when it took none): Engine.Release frees them.
+func (d *Decision) LeaseID() string { return d.lease }
 
 // FromL1 reports whether the L1 cache answered without asking the store.
 func (d *Decision) FromL1() bool { return d.fromL1 }
@@ -381,7 +387,7 @@ func (e *Engine) reputation(in *Input) {
 func (e *Engine) request(d *Decision, in *Input, verifiedDevice bool, start time.Time) *bucket.Request {
 	req := &d.breq
 	req.Limits, req.Subjects, req.Locks, req.TrustKeys = req.Limits[:0], req.Subjects[:0], req.Locks[:0], req.TrustKeys[:0]
-	req.Device, req.OwnTrust = "", ""
+	req.Device, req.OwnTrust, req.Lease = "", "", ""
 	if verifiedDevice {
 		// only a proven device can be in an account's trusted devices
 		req.Device = in.DeviceID
@@ -400,6 +406,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	req := &d.breq
 	bk := e.bucketKeysOf(p)
 	var subjOf [8]int8 // key part -> subject index + 1
+	var attrs attrSubjects
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
 			break
@@ -448,6 +455,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 			}
 			mask |= 1 << uint(subjOf[part]-1)
 		}
+		if len(l.ByAttr) > 0 {
+			mask |= e.attrMask(d, &attrs, l, in)
+		}
 		d.applied = append(d.applied, l)
 		appendLimit(req, l, mask)
 	}
@@ -460,6 +470,12 @@ func appendLimit(req *bucket.Request, l *policy.Limit, mask uint32) {
 	req.Limits = append(req.Limits, bucket.Limit{})
 	bl := &req.Limits[len(req.Limits)-1]
 	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects = l.Burst, l.Rate, l.Period, l.Shadow, mask
+	if l.Kind != policy.KindBucket {
+		bl.Kind, bl.Calendar, bl.LeaseTTL = bucket.Kind(l.Kind), bucket.Calendar(l.Calendar), l.LeaseTTL
+		if l.Kind == policy.KindConcurrency && req.Lease == "" && req.Cost > 0 {
+			req.Lease = newLease()
+		}
+	}
 }
 
 // handOutKeys cuts the keys out of one string of d.keybuf and hands them
@@ -541,6 +557,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 	if foreignLock(p, ci, d, req) {
 		return e.decideStore(ctx, p, ci, d, req, start)
 	}
+	d.lease = e.leaseID(d)
 	if e.o.L1 != nil {
 		e.toL1(d, req, start)
 	}
@@ -630,7 +647,7 @@ func (e *Engine) fromL1(p *policy.Policy, ci int, d *Decision, req *bucket.Reque
 	d.Limit = int64(hit.burst + 1e-9)
 	d.Remaining = 0
 	d.Reset = hit.reset
-	d.Window = d.Binding.Period
+	d.Window = windowOf(d.Binding, now)
 	d.fromL1 = true
 	return true
 }
@@ -666,7 +683,8 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 	case Limited:
 		for i := range req.Limits {
 			lr := &d.bres.Limits[i]
-			if req.Limits[i].Shadow || lr.Allowed || lr.RetryAfter <= 0 || d.bres.Trusted && req.Limits[i].OwnKey != "" {
+			if req.Limits[i].Shadow || lr.Allowed || lr.RetryAfter <= 0 || d.bres.Trusted && req.Limits[i].OwnKey != "" ||
+				req.Limits[i].Kind == bucket.KindConcurrency {
 				continue
 			}
 			// Local time plus the store's wait: the store's clock (Redis
@@ -845,7 +863,7 @@ func (e *Engine) conclude(d *Decision) {
 	d.Limit = int64(math.Floor(lr.Burst + 1e-9))
 	d.Remaining = int64(math.Floor(lr.Remaining + 1e-9))
 	d.Reset = lr.Reset
-	d.Window = d.Binding.Period
+	d.Window = windowOf(d.Binding, d.Now)
 }
 
 // fail applies the failure mode of the applicable limits to a store error.
@@ -872,7 +890,7 @@ func (e *Engine) fail(d *Decision, p *policy.Policy, ci int, err error, start ti
 		d.Limit = int64(d.Binding.Burst)
 		d.Remaining = d.Limit
 		d.Reset = start
-		d.Window = d.Binding.Period
+		d.Window = windowOf(d.Binding, start)
 	}
 }
 
@@ -921,6 +939,9 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 			o.limited.Inc()
 		default:
 			o.allowed.Inc()
+			if o.leased != nil && d.lease != "" {
+				o.leased.Inc()
+			}
 		}
 		if !l.Shadow && lr.Burst > 0 {
 			o.remaining.Observe(lr.Remaining / lr.Burst)

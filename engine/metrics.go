@@ -45,11 +45,13 @@ type Metrics struct {
 	Circuit prometheus.Gauge
 	// L1Hits counts decisions the L1 cache answered without the store.
 	L1Hits prometheus.Counter
+	leaseMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg (when not nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		leaseMetrics: newLeaseMetrics(),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_decisions_total",
 			Help: "Decisions per applicable limit, by what that limit said (allowed, limited, locked, step_up, unavailable, degraded, shadow_limited; allowed_list and denied_list per list).",
@@ -79,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit, m.L1Hits)
+		reg.MustRegister(m.leaseMetrics.collectors()...)
 	}
 	return m
 }
@@ -88,6 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // shadow limit, shadow_limited for an enforced one).
 type limitObs struct {
 	allowed, limited, shadowLimited prometheus.Counter
+	leased                          prometheus.Counter // concurrency limits only
 	remaining                       prometheus.Observer
 }
 
@@ -123,6 +127,9 @@ func (e *Engine) limitObs(p *policy.Policy, l *policy.Limit, class string) *limi
 	} else {
 		o.limited = m.Decisions.WithLabelValues(l.Name, class, ResultLimited)
 		o.remaining = m.Remaining.WithLabelValues(l.Name)
+	}
+	if l.Kind == policy.KindConcurrency {
+		o.leased = m.Leases.WithLabelValues(l.Name)
 	}
 	v, _ := oc.m.LoadOrStore(k, o)
 	return v.(*limitObs)

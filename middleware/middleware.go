@@ -315,8 +315,13 @@ func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	pass := api.WriteDecision(w, rid, d)
+	lease := d.LeaseID()
 	engine.PutDecision(d)
 	if pass {
+		if lease != "" {
+			// the slots of concurrency limits are held until next returns
+			defer l.releaseDirect(rid, lease)
+		}
 		next.ServeHTTP(w, r)
 	}
 }
@@ -351,6 +356,9 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 	switch status {
 	case http.StatusOK:
 		copyHeaders(w.Header(), header, passHeaders)
+		if lease := leaseOf(answer); lease != "" {
+			defer l.releaseRemote(rid, lease)
+		}
 		next.ServeHTTP(w, r)
 	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusServiceUnavailable:
 		if !isEnvelope(answer) {

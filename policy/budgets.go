@@ -63,7 +63,7 @@ func (p *Policy) WriteBudgets(w io.Writer) error {
 			}
 			name += attrText(l.IfAttr)
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
-				class, mdEscape(name), keyText(l), mdEscape(rateText(l)),
+				class, mdEscape(name), keyText(l), mdEscape(kindText(l)),
 				strconv.FormatFloat(l.Burst, 'f', -1, 64), p.FailureModeOf(l, c))
 		}
 	}

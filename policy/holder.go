@@ -36,7 +36,8 @@ type Holder struct {
 	OnListReload func(l *List, err error)
 	// Check, when not nil, is run on each newly parsed policy before it is
 	// put in force: an error (FILE:LINE, such as an alerting secret_env
-	// left unset in the environment) refuses the reload like a parse error.
+	// left unset in the environment, or a concurrency limit behind Envoy)
+	// refuses the reload like a parse error.
 	Check func(p *Policy) error
 
 	path   string

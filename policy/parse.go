@@ -30,7 +30,7 @@ var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
 	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
-	limitFields    = []string{"name", "by", "rate", "burst", "shadow", "failure_mode", "if", "trusted_devices"}
+	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices"}
 	ifFields       = []string{"authenticated", "class", "attr"}
 	failureModes   = []string{"open", "closed"}
 	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
@@ -398,7 +398,8 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 	if m == nil {
 		return lim, false
 	}
-	ok := ps.require(m, "limit", "name", "by", "rate")
+	ok := ps.require(m, "limit", "name", "by")
+	ok = ps.checkKind(m, &lim) && ok
 	burstSet := false
 	for _, g := range m.fields {
 		switch g.name {
@@ -462,12 +463,14 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 			ok = ok && good
 		case "if":
 			ok = ps.limitIf(g, classes, &lim) && ok
+		case "quota", "concurrency", "lease_ttl":
+			ok = ps.limitKind(g, &lim) && ok
 		case "trusted_devices":
 			mode, good := ps.oneOf(g, "own", "shared")
 			lim.TrustedOwn, ok = mode == "own", ok && good
 		}
 	}
-	if !burstSet {
+	if !burstSet && lim.Kind == KindBucket {
 		lim.Burst = max(lim.Rate, 1)
 	}
 	if ok && lim.IfAuthenticated != nil && !*lim.IfAuthenticated {

@@ -355,7 +355,7 @@ limits:
 	_, err := Parse("multi.yaml", []byte(text))
 	want := `multi.yaml:1: version 2: unsupported (want 1)
 multi.yaml:3: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)
-multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, shadow, failure_mode, if, trusted_devices)
+multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices)
 multi.yaml:4: duplicate limit name "a" (first at line 3)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err =\n%v\nwant\n%s", err, want)
@@ -430,5 +430,51 @@ risk:
 	}
 	if !p.Risk.Anomaly.Shadow {
 		t.Error("anomaly shadow = false, want true")
+	}
+}
+
+// TestParseKinds: quotas and concurrency limits, their defaults and their
+// mistakes, each at its line.
+func TestParseKinds(t *testing.T) {
+	t.Parallel()
+	p, err := Parse("k.yaml", []byte(`version: 1
+limits:
+  - {name: sms, by: [account], quota: 100/month, if: {attr: {plan: [free]}}}
+  - {name: d, by: [ip], quota: 5/day}
+  - {name: w, by: [ip], quota: 7/week, shadow: true}
+  - {name: exports, by: [user], concurrency: 2}
+  - {name: reports, by: [user], concurrency: 1, lease_ttl: 5m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sms, d, w, ex, rep := p.Limits[0], p.Limits[1], p.Limits[2], p.Limits[3], p.Limits[4]
+	if sms.Kind != KindQuota || sms.Calendar != Month || sms.Burst != 100 || sms.RateText != "100/month" || d.Calendar != Day || w.Calendar != Week || !w.Shadow {
+		t.Errorf("quotas: %+v %+v %+v", sms, d, w)
+	}
+	if ex.Kind != KindConcurrency || ex.Burst != 2 || ex.LeaseTTL != DefaultLeaseTTL || rep.LeaseTTL != 5*time.Minute {
+		t.Errorf("concurrency: %+v %+v", ex, rep)
+	}
+	if !p.HasConcurrency() || p.FirstConcurrency().Name != "exports" {
+		t.Errorf("FirstConcurrency = %+v", p.FirstConcurrency())
+	}
+	head := "version: 1\nlimits:\n"
+	for _, tc := range []struct{ text, want string }{
+		{"  - {name: a, by: [ip], quota: 10/year}\n", `k.yaml:3: quota "10/year": want N/day, N/week or N/month (N a whole number from 1)`},
+		{"  - {name: a, by: [ip], quota: 0.5/day}\n", `k.yaml:3: quota "0.5/day": want N/day, N/week or N/month (N a whole number from 1)`},
+		{"  - {name: a, by: [ip], quota: 0/day}\n", `k.yaml:3: quota "0/day": want N/day, N/week or N/month (N a whole number from 1)`},
+		{"  - {name: a, by: [ip], rate: 1/s, quota: 1/day}\n", `k.yaml:3: quota: a limit is a bucket (rate), a quota or a concurrency limit; this one also has rate`},
+		{"  - {name: a, by: [ip], quota: 1/day, burst: 5}\n", `k.yaml:3: burst: only a limit with rate has one`},
+		{"  - {name: a, by: [ip], rate: 1/s, lease_ttl: 1m}\n", `k.yaml:3: lease_ttl: only a limit with concurrency has one`},
+		{"  - {name: a, by: [account], concurrency: 1, trusted_devices: own}\n", `k.yaml:3: trusted_devices: only a limit with rate has one`},
+		{"  - {name: a, by: [ip], concurrency: 0}\n", `k.yaml:3: concurrency 0: must be between 1 and 1000000`},
+		{"  - {name: a, by: [ip], concurrency: 1.5}\n", `k.yaml:3: concurrency: want an integer, got "1.5"`},
+		{"  - {name: a, by: [ip], concurrency: 1, lease_ttl: 100ms}\n", `k.yaml:3: lease_ttl 100ms: must be between 1s and 24h0m0s`},
+		{"  - name: a\n    by: [ip]\n", `k.yaml:3: limit: missing required field "rate" (or "quota", or "concurrency")`},
+	} {
+		_, err := Parse("k.yaml", []byte(head+tc.text))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: err = %v\nwant %s", strings.TrimSpace(tc.text), err, tc.want)
+		}
 	}
 }

@@ -213,6 +213,13 @@ type Limit struct {
 	// Burst is the bucket capacity in tokens: `burst` as written, else Rate
 	// (but at least 1, so that a bucket can always hold one request).
 	Burst float64
+	// Kind is what the limit counts: a token bucket (`rate`), a calendar
+	// quota (`quota`: Burst per Calendar period, RateText as written) or
+	// a concurrency limit (`concurrency`: Burst in flight, each holding
+	// its slot for LeaseTTL at most).
+	Kind     LimitKind
+	Calendar Calendar
+	LeaseTTL time.Duration
 	// Shadow marks a limit that is evaluated and counted but never denies.
 	Shadow bool
 	// IfAuthenticated restricts the limit to (un)authenticated requests when non-nil.

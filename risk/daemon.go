@@ -9,11 +9,14 @@
 // its error): it never runs half-deaf. cmd/riskd
 // runs it alone; the limiter embeds it in the one-process default.
 //
-// Delivery is at-least-once; the effect is exactly-once: riskd remembers
-// the last stream sequence it processed per stream and skips anything at
-// or below it, and on start it rebuilds the signals' state by replaying
-// each stream's recent window up to its durable consumer's ack floor,
-// with actions suppressed, before it consumes new messages.
+// Delivery is at-least-once: riskd acknowledges a message only once its
+// actions are written (a failed write is retried), remembers the last
+// stream sequence it processed per stream and skips a redelivery at or
+// below it. On start it rebuilds the signals' state by replaying each
+// stream's recent window up to its durable consumer's ack floor (events
+// whose actions were done) with actions suppressed, then consumes from the
+// floor with actions, doing what a riskd before it left undone. Under a
+// leadership lease (Options.Leading) it acts only while the lease is valid.
 package risk
 
 import (
@@ -28,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -216,7 +220,7 @@ type source struct {
 // with it, so riskd never runs half-deaf. A part that stops while ctx
 // lives has failed too.
 func (d *Daemon) Run(ctx context.Context) error {
-	if err := streams.EnsureStreams(ctx, d.js, d.o.Streams); err != nil {
+	if err := d.ensureStreams(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	srcs := d.sources()
@@ -853,6 +857,27 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				// them, not at every re-assertion (unless nothing tells)
 				d.reassertTrust(ctx, now)
 			}
+		}
+	}
+}
+
+// ensureStreams creates or updates the streams, trying again every second
+// while the NATS server does not answer in time: on a new JetStream
+// cluster, limiters and riskd starting together all create the replicated
+// streams at once, and some of those requests time out while the cluster
+// places them (7.6). Only ctx's end gives up.
+func (d *Daemon) ensureStreams(ctx context.Context) error {
+	for {
+		err := streams.EnsureStreams(ctx, d.js, d.o.Streams)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		d.count("streams")
+		d.log.Warn("streams not ensured yet; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -39,6 +39,9 @@ func Check(cfg Config) (*policy.Policy, error) {
 	if err := checkUserKey(cfg, p); err != nil {
 		return nil, err
 	}
+	if err := checkConcurrency(cfg, p); err != nil {
+		return nil, err
+	}
 	if err := alertingCheck(cfg.Getenv)(p); err != nil {
 		return nil, err
 	}

@@ -51,6 +51,16 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkAlertingAtStart(l.holder, cfg.Getenv); err != nil {
 		return nil, err
 	}
+	if err := checkConcurrency(cfg, l.holder.Current()); err != nil {
+		return nil, err
+	}
+	alertingOK := l.holder.Check
+	l.holder.Check = func(p *policy.Policy) error {
+		if err := checkConcurrency(cfg, p); err != nil {
+			return err
+		}
+		return alertingOK(p)
+	}
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {
 		return nil, err

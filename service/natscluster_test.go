@@ -103,7 +103,7 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 		assertDurablesReplicated(t, js, st, 3)
 	}
 
-	var accepted, failedChecks atomic.Int64
+	var accepted, attempted, failedChecks atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -117,6 +117,7 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 				default:
 				}
 				acct := fmt.Sprintf("load-%d-%d", w, i%50)
+				attempted.Add(1)
 				if resp, err := client.Post(base+"/v1/report", "application/json",
 					strings.NewReader(`{"type":"login_failed","account":"`+acct+`"}`)); err == nil {
 					if resp.StatusCode == 202 {
@@ -172,8 +173,10 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		if n != uint64(want) {
-			return fmt.Sprintf("%d reports stored, %d accepted", n, want)
+		// every accepted report is stored; a report answered 503 while the
+		// leader changed may be stored too (its ack was lost), never twice
+		if n < uint64(want) || n > uint64(attempted.Load()+3) {
+			return fmt.Sprintf("%d reports stored, %d accepted of %d sent", n, want, attempted.Load()+3)
 		}
 		return ""
 	})

@@ -304,7 +304,16 @@ func liftedStaysLifted(t *testing.T, base string, hold time.Duration) {
 	}
 	fail()
 	fail()
-	time.Sleep(500 * time.Millisecond) // riskd has had time to (wrongly) lock
+	// riskd processes reports in order, each one's lock written before the
+	// next: once a control account reported after them is locked, riskd
+	// has acted on the two failures
+	reportFailedLogins(t, base, "control", 3)
+	eventually(t, 5*time.Second, func() string {
+		if !loginLocked(t, base, "control") {
+			return "the control account reported after the failures is not locked"
+		}
+		return ""
+	})
 	if locked() {
 		t.Fatal("locked again by 2 new failures: the failures before the lift still counted")
 	}

@@ -28,12 +28,13 @@ const (
 	actionLockout = "lockout"
 	actionStepUp  = "step_up"
 	actionTighten = "tighten"
+	actionBlock   = "block" // tighten with multiplier 0 (7.4)
 )
 
 // velRule is a compiled velocity rule.
 type velRule struct {
 	policy.VelocityRule
-	subject string // By as written: account, ip, user, device
+	subject string // By as written: account, ip, user, device, asn, attr:NAME
 	exact   bool   // Threshold <= maxExact: count timestamps
 	slot    int64  // slotted: slot width, ns
 	nslots  int    // slotted: number of slots
@@ -63,15 +64,21 @@ type velState struct {
 // compileVelocity turns a policy rule into a velRule; ok is false for a rule
 // policy.Parse would not produce (the engine ignores it).
 func compileVelocity(r policy.VelocityRule) (*velRule, bool) {
-	if r.Threshold < 1 || r.Window <= 0 || r.Duration <= 0 || !r.By.IsSubject() || r.By == policy.PartASN {
+	if r.Threshold < 1 || r.Window <= 0 || r.Duration <= 0 || !r.By.IsSubject() && (r.By != policy.PartAttr || r.ByAttr == "") {
 		return nil, false
 	}
 	switch r.Action {
-	case actionLockout, actionStepUp, actionTighten:
+	case actionLockout, actionStepUp:
+		if r.By == policy.PartASN || r.By == policy.PartAttr {
+			return nil, false // 7.1: locks are on account, ip, user or device
+		}
+	case actionTighten:
+	case actionBlock:
+		r.Multiplier = 0
 	default:
 		return nil, false
 	}
-	v := &velRule{VelocityRule: r, subject: r.By.String(), exact: r.Threshold <= maxExact}
+	v := &velRule{VelocityRule: r, subject: r.Subject(), exact: r.Threshold <= maxExact}
 	if !v.exact {
 		v.slot = max(1, int64((r.Window+velocitySlots-1)/velocitySlots))
 		v.nslots = int((int64(r.Window) + v.slot - 1) / v.slot)
@@ -112,7 +119,7 @@ func (e *Engine) configureVelocity(rules []policy.VelocityRule) {
 		st := &en.val
 		old := st.rule
 		nr := byName[old.Name]
-		if nr == nil || nr.By != old.By || nr.Event != old.Event {
+		if nr == nil || nr.subject != old.subject || nr.Event != old.Event {
 			e.vel.remove(en)
 			return
 		}
@@ -138,8 +145,12 @@ func (e *Engine) configureVelocity(rules []policy.VelocityRule) {
 }
 
 // reportValue returns the report's value of a velocity rule's by.
-func reportValue(r *streams.Report, by policy.KeyPart) string {
-	switch by {
+func reportValue(r *streams.Report, rule *velRule) string {
+	switch rule.By {
+	case policy.PartAttr:
+		return r.Attributes[rule.ByAttr]
+	case policy.PartASN:
+		return r.ASN
 	case policy.PartAccount:
 		return r.Account
 	case policy.PartIP:
@@ -159,7 +170,7 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if rule.Event != r.Type || r.AllowList != "" && !rule.IsLock() {
 			continue // an allow list exempts from every signal but locks (7.1)
 		}
-		value := reportValue(r, rule.By)
+		value := reportValue(r, rule)
 		if value == "" {
 			continue
 		}
@@ -333,10 +344,13 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		if !rule.Shadow && e.setLock(ns, rule.subject, value, lock, rule.Name) {
 			out = append(out, Action{Kind: SetLock, Subject: rule.subject, ID: value, Lock: lock})
 		}
-	case actionTighten:
+	case actionTighten, actionBlock:
 		kind = streams.AlertTighten
 		multiplier = rule.Multiplier
 		what = "limits tightened to x" + fmtFloat(rule.Multiplier)
+		if rule.Action == actionBlock {
+			kind, what = streams.AlertBlock, "blocked"
+		}
 		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
 			Reason: rule.Name + ": " + summary}
 		if !rule.Shadow && e.setMultiplier(ns, rule.subject, value, m, rule.Name) {

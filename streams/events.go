@@ -98,7 +98,9 @@ type Report struct {
 	ID string `json:"id"`
 	// TS is when the limiter accepted the report.
 	TS time.Time `json:"ts"`
-	// Type is login_failed, login_succeeded or step_up_passed.
+	// Type is the event type: login_failed, login_succeeded and
+	// step_up_passed mean what 2.x says; any other [a-z][a-z0-9_]{0,63}
+	// (otp_sent, signup, ...) is counted by the velocity rules naming it (7.4).
 	Type string `json:"type"`
 	// Source is "api" (POST /v1/report) or "proxy" (an upstream answer).
 	Source   string `json:"source"`
@@ -106,6 +108,9 @@ type Report struct {
 	IP       string `json:"ip,omitempty"`
 	DeviceID string `json:"device_id,omitempty"`
 	UserID   string `json:"user_id,omitempty"`
+	// ASN is the AS number of IP (decimal) when the limiter's reputation
+	// rules know it ("" otherwise): velocity rules keyed by asn count it.
+	ASN string `json:"asn,omitempty"`
 	// Attested is true when the report presented a valid device token for
 	// DeviceID (contract 6.3): only then does a login_succeeded make the
 	// device a trusted device of the account.
@@ -127,6 +132,9 @@ const (
 	AlertStepUp         = "step_up"
 	AlertRepeatOffender = "repeat_offender"
 	AlertTighten        = "tighten"
+	// AlertBlock is the alert of a velocity rule with action block
+	// (a tighten with multiplier 0, 7.4).
+	AlertBlock = "block"
 )
 
 // Alert is published by riskd on <prefix>alerts.<kind>.

@@ -1,0 +1,127 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+const concurrencyPolicy = "version: 1\nlimits:\n  - {name: wide, by: [ip], rate: 100000/min}\n  - {name: exports, by: [user], concurrency: 7}\n"
+
+// TestConcurrencyRefusedBehindEnvoy: with --grpc-listen a concurrency
+// limit is refused by `limiter validate`, at start and on reload, naming
+// the limit and its line.
+func TestConcurrencyRefusedBehindEnvoy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(concurrencyPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ConfigPath: path, Listen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler), Getenv: testGetenv}
+	want := path + `:4: limit "exports" is a concurrency limit, which the Envoy rate-limit service (--grpc-listen) cannot serve`
+	if _, err := Check(cfg); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Check: %v", err)
+	}
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Start: %v", err)
+	}
+	// without --grpc-listen it starts; with it, a reload that brings one is refused
+	if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: wide, by: [ip], rate: 10/min}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := start(t, Config{ConfigPath: path, GRPCListen: "127.0.0.1:0", WatchInterval: 20 * time.Millisecond})
+	// written whole, then renamed: the watcher never reads half a file
+	if err := os.WriteFile(path+".new", []byte(concurrencyPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if _, m := get(t, base+"/metrics"); !strings.Contains(m, `tollgate_policy_reloads_total{result="error"} 1`) {
+			return "refusal not counted"
+		}
+		return ""
+	})
+	if resp, _ := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1","user_id":"u"}`); resp.Header.Get("X-RateLimit-Limit") != "10" {
+		t.Fatalf("the refused policy is in force: limit %s", resp.Header.Get("X-RateLimit-Limit"))
+	}
+}
+
+// TestConcurrencyAcrossLimiters: two limiters on one Redis share a
+// concurrency limit's slots: 60 concurrent checks on capacity 7 admit
+// exactly 7 whichever limiter they reach, and a lease one limiter
+// answered is released through the other (then 404).
+func TestConcurrencyAcrossLimiters(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(concurrencyPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://" + srv.Addr + "/0"
+	// a slow machine (-race) must not turn checks into degraded answers
+	_, a := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second})
+	_, b := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second})
+	bases := []string{a, b}
+	var admitted atomic.Int64
+	var mu sync.Mutex
+	var leases []string
+	var wg sync.WaitGroup
+	for i := 0; i < 60; i++ {
+		wg.Add(1)
+		go func(base string) {
+			defer wg.Done()
+			resp, body := postNoFatal(base+"/v1/check", `{"endpoint":"GET /export","ip":"192.0.2.1","user_id":"u1"}`)
+			if resp == nil {
+				t.Error("check failed")
+				return
+			}
+			if resp.StatusCode == 200 && resp.Header.Get("X-RateLimit-Degraded") != "" {
+				t.Errorf("degraded: %s", body)
+				return
+			}
+			if resp.StatusCode == 200 {
+				var ans struct {
+					LeaseID string `json:"lease_id"`
+				}
+				_ = json.Unmarshal([]byte(body), &ans)
+				admitted.Add(1)
+				mu.Lock()
+				leases = append(leases, ans.LeaseID)
+				mu.Unlock()
+			} else if resp.StatusCode != 429 || !strings.Contains(body, `"kind":"concurrency"`) {
+				t.Errorf("check: %d %s", resp.StatusCode, body)
+			}
+		}(bases[i%2])
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 7 {
+		t.Fatalf("admitted %d, want exactly 7", got)
+	}
+	for i, id := range leases {
+		if id == "" {
+			t.Fatalf("an admitted check without lease_id")
+		}
+		release := `{"lease_id":"` + id + `"}`
+		if resp, body := post(t, bases[(i+1)%2]+"/v1/release", release); resp.StatusCode != 200 {
+			t.Fatalf("release through the other limiter: %d %s", resp.StatusCode, body)
+		}
+		if resp, _ := post(t, bases[i%2]+"/v1/release", release); resp.StatusCode != 404 {
+			t.Fatalf("second release: %d, want 404", resp.StatusCode)
+		}
+	}
+	if resp, body := post(t, a+"/v1/check", `{"endpoint":"GET /export","ip":"192.0.2.1","user_id":"u1"}`); resp.StatusCode != 200 {
+		t.Fatalf("after the releases: %d %s", resp.StatusCode, body)
+	}
+}
