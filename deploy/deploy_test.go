@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -449,25 +450,18 @@ func postJSON(t *testing.T, url, body string) int {
 // its labels, as exported).
 func waitForSeries(t *testing.T, base, series string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, func() string {
 		resp, err := client.Get(base + "/metrics")
 		if err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || !bytes.Contains(b, []byte(series)) {
+			return series + " not exported"
 		}
-		if bytes.Contains(b, []byte(series)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not exported within 20s", series)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // deployList is the deny list startLimiter's policy adds to the built-in
