@@ -369,7 +369,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"TollgateBlockRateSpike", "TollgateLimitTooTight", "TollgateRedisDown", "TollgateDegraded",
 		"TollgateEventsDropped", "TollgateRiskdLagging", "TollgateRiskdDown", "TollgatePolicyReloadFailed",
-		"TollgateListReloadFailed",
+		"TollgateListReloadFailed", "TollgateAlertDeliveryFailing", "TollgateLockouts", "TollgateAnomalies",
 	} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
@@ -483,6 +483,11 @@ func startLimiter(t *testing.T) string {
 	if err := os.WriteFile(listPath, []byte("192.0.2.0/24\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An alerting webhook: the lockout below is delivered to it
+	// (tollgate_alert_deliveries_total).
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(hook.Close)
+	deployList := deployList + fmt.Sprintf("alerting:\n  webhooks: [{url: %q, secret_env: TOLLGATE_WEBHOOK_SECRET}]\n", hook.URL)
 	if err := os.WriteFile(policyPath, append(policy.Example(), deployList...), 0o600); err != nil {
 		t.Fatal(err)
 	}
