@@ -223,13 +223,12 @@ func (e *env) start(js jetstream.JetStream, p *policy.Policy, m *Metrics, tweak 
 // waitFor polls cond until it holds or 20 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testenv.Eventually(t, 20*time.Second, func() string {
+		if cond() {
+			return ""
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return "waiting for " + what
+	})
 }
 
 // ackPending is the alert consumer's unacknowledged count.

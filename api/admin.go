@@ -33,7 +33,7 @@ type AdminStore interface {
 }
 
 // subjects are the subject kinds multipliers attach to.
-var subjects = map[string]bool{"ip": true, "user": true, "device": true, "account": true, "asn": true}
+var subjects = map[string]bool{"ip": true, "user": true, "device": true, "account": true, "asn": true, bucket.ClaimKind: true}
 
 // MaxMultiplier bounds an admin multiplier.
 const MaxMultiplier = 1000

@@ -362,9 +362,9 @@ func (p *proxy) outcome(resp *http.Response) error {
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, ASN: id.in.ASN, Attributes: id.in.Attributes}
 	rep.AllowList = p.s.allowList(rep)
-	if typ == streams.ReportLoginSucceeded {
-		rep.Attested = id.in.DeviceVerified // a proven device, not a claimed id
-	}
+	// a proven device, not a claimed id: velocity rules by device count
+	// the two apart (7.1), and only a proven login_succeeded enrols it
+	rep.Attested = id.in.DeviceVerified
 	p.s.reports.Add(1)
 	go func() {
 		defer p.s.reports.Done()

@@ -308,17 +308,7 @@ func (tg *target) syncRisk(t *testing.T) {
 // eventually polls f until it returns "" or d passes.
 func eventually(t testing.TB, d time.Duration, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, f)
 }
 
 // code returns the envelope's error code ("" when the body is none).

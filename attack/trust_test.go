@@ -199,3 +199,39 @@ func TestAttackRedisLossUntrustsPhone(t *testing.T) {
 		return ""
 	})
 }
+
+// Attack (b): the attacker floods requests that name alice's attested
+// phone's device id without its token (it needs only the id, which the
+// app sends in the clear). They feed the anomaly rule, whose penalty
+// (x0.05 for 15 minutes) then cuts the phone's own device budget.
+// Defence (7.1): claims and proofs are two subjects; the anomaly computed
+// from claims binds only claims of the id, and they spend their own bucket.
+func TestAttackNamingAttestedDeviceThrottlesIt(t *testing.T) {
+	t.Parallel()
+	pol := strings.NewReplacer(
+		"    verified_multiplier: 2.0\n", "    verified_multiplier: 1.0\n",
+		"risk:\n", "risk:\n  anomaly: {by: device, factor: 100, short_window: 10s, long_window: 10m,\n            min_baseline: 0.05/s, multiplier: 0.05, duration: 15m}\n",
+	).Replace(trustPolicy)
+	tg := start(t, withPolicy(t, func(string) string { return pol }))
+	for i := 0; i < 60; i++ {
+		do(t, "GET", tg.public+"/feed", "", from(fmt.Sprintf("203.0.113.%d", 10+i%3), "X-Device-Id", "alice-phone"))
+	}
+	// riskd tightened the claims, and the limiter sees it (past its L1
+	// cache of multipliers): a claim of the id now gets x0.05 of 600
+	eventually(t, 10*time.Second, func() string {
+		_, h, _ := doH(t, "GET", tg.public+"/feed", "", from("203.0.113.50", "X-Device-Id", "alice-phone"))
+		if p := h.Get("RateLimit-Policy"); !strings.Contains(p, `"device";q=30;`) {
+			return "claims of the phone's id are not tightened yet: " + p
+		}
+		return ""
+	})
+	// the phone's normal use: 40 requests (a tenth of what fires the
+	// anomaly rule on its own traffic), within its 600/min
+	tok := deviceToken(t, "alice-phone")
+	for i := 0; i < 40; i++ {
+		status, _, b := doH(t, "GET", tg.public+"/feed", "", from("198.51.100.10", "X-Device-Id", "alice-phone", "X-Device-Token", tok))
+		if status != 200 {
+			t.Fatalf("the phone's request %d after the flood of its claimed id: %d %s", i, status, code(b))
+		}
+	}
+}

@@ -218,3 +218,18 @@ func AppendOwnPart(dst []byte, device string) []byte {
 	dst = append(dst, "|~"...)
 	return AppendEscapedID(dst, device)
 }
+
+// ClaimKind is the subject kind of a device id that a request names
+// without its device token (7.1): its multipliers and buckets are kept
+// apart from the device's own ("{claim:id}" beside "{device:id}"), so
+// that what claims do never lowers or spends the proven device's budget.
+const ClaimKind = "claim"
+
+// AppendClaimPart appends to a bucket key the part of a device id named
+// without its token (a limit keyed by device after another subject):
+// "|%!" and the escaped id. An escaped id never holds "%!" ('%' is
+// escaped as "%25"), so no proven device's part can be a claim's.
+func AppendClaimPart(dst []byte, device string) []byte {
+	dst = append(dst, "|%!"...)
+	return AppendEscapedID(dst, device)
+}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -171,17 +172,7 @@ func reportFailedLogins(t testing.TB, base, account string, n int) {
 // waitFor polls f until it returns "" or 15 s pass.
 func waitFor(t testing.TB, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, f)
 }
 
 // lockedAccount reports 10 failed logins of account and waits for the

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -368,7 +369,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"TollgateBlockRateSpike", "TollgateLimitTooTight", "TollgateRedisDown", "TollgateDegraded",
 		"TollgateEventsDropped", "TollgateRiskdLagging", "TollgateRiskdDown", "TollgatePolicyReloadFailed",
-		"TollgateListReloadFailed",
+		"TollgateListReloadFailed", "TollgateAlertDeliveryFailing", "TollgateLockouts", "TollgateAnomalies",
 	} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
@@ -449,25 +450,18 @@ func postJSON(t *testing.T, url, body string) int {
 // its labels, as exported).
 func waitForSeries(t *testing.T, base, series string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, func() string {
 		resp, err := client.Get(base + "/metrics")
 		if err != nil {
-			t.Fatal(err)
+			return err.Error()
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || !bytes.Contains(b, []byte(series)) {
+			return series + " not exported"
 		}
-		if bytes.Contains(b, []byte(series)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not exported within 20s", series)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // deployList is the deny list startLimiter's policy adds to the built-in
@@ -489,6 +483,11 @@ func startLimiter(t *testing.T) string {
 	if err := os.WriteFile(listPath, []byte("192.0.2.0/24\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An alerting webhook: the lockout below is delivered to it
+	// (tollgate_alert_deliveries_total).
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(hook.Close)
+	deployList := deployList + fmt.Sprintf("alerting:\n  webhooks: [{url: %q, secret_env: TOLLGATE_WEBHOOK_SECRET}]\n", hook.URL)
 	if err := os.WriteFile(policyPath, append(policy.Example(), deployList...), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -222,6 +222,7 @@ type Engine struct {
 	// multKeys are the multiplier key templates by subject key part;
 	// bucketKeys those of the policy in force's bucket keys.
 	multKeys   [len(subjectKinds)]bucket.KeyTemplate
+	claimKeys  bucket.KeyTemplate // the claim subject's (claims.go)
 	bucketKeys atomic.Pointer[bucketKeys]
 	lockPlan   atomic.Pointer[lockPlan] // locks.go
 }
@@ -262,6 +263,7 @@ func New(o Options) (*Engine, error) {
 			e.multKeys[part] = bucket.NewMultiplierKeyTemplate(o.Prefix, kind)
 		}
 	}
+	e.claimKeys = bucket.NewMultiplierKeyTemplate(o.Prefix, ClaimSubject)
 	return e, nil
 }
 
@@ -406,6 +408,8 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	req := &d.breq
 	bk := e.bucketKeysOf(p)
 	var subjOf [8]int8 // key part -> subject index + 1
+	var claimOf int8   // the claim subject's index + 1 (claims.go)
+	claim := in.DeviceID != "" && !verifiedDevice
 	var attrs attrSubjects
 	for _, l := range p.Applicable(ci, in.UserID != "") {
 		if len(d.applied) == bucket.MaxLimits {
@@ -425,7 +429,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 		if !applies {
 			continue
 		}
-		d.keybuf = e.appendBucketKey(d.keybuf, bk, l, in, routeVal)
+		d.keybuf = e.appendBucketKey(d.keybuf, bk, l, in, routeVal, claim)
 		d.spans = append(d.spans, span{len(d.keybuf), spanBucket})
 		if l.TrustedOwn && verifiedDevice && in.Account != "" {
 			d.appendOwnKey(e.o.Prefix, in)
@@ -454,6 +458,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
+			if part == policy.PartDevice && claim {
+				mask |= 1 << uint(e.claimSubject(d, in, &claimOf)-1)
+			}
 		}
 		if len(l.ByAttr) > 0 {
 			mask |= e.attrMask(d, &attrs, l, in)
@@ -786,9 +793,11 @@ func tagPart(l *policy.Limit) int {
 // appendBucketKey appends a limit's bucket key: the hash tag of its first
 // subject (or of its first part), ":b:", the limit name, then "|" and each
 // further part's escaped value. bk holds the templates of l's policy.
-func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in *Input, route string) []byte {
+func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in *Input, route string, claim bool) []byte {
 	first := tagPart(l)
 	switch tag := l.By[first]; {
+	case claim && tag == policy.PartDevice:
+		dst = appendClaimTag(dst, e.o.Prefix, l, in.DeviceID)
 	case tag == policy.PartAttr:
 		dst = bucket.AppendAttrTag(dst, e.o.Prefix, l.ByAttr[first], l.AttrValue(first, in.Attributes))
 		dst = bucket.AppendBucketName(dst, l.Name)
@@ -800,6 +809,10 @@ func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in
 	}
 	for i, part := range l.By {
 		if i == first || part == policy.PartGlobal {
+			continue
+		}
+		if claim && part == policy.PartDevice {
+			dst = bucket.AppendClaimPart(dst, in.DeviceID)
 			continue
 		}
 		dst = bucket.AppendKeyPart(dst, partValue(in, l, i, route))

@@ -57,7 +57,7 @@ func TestKeyLayout(t *testing.T) {
 	t.Parallel()
 	rs := &recordingStore{MemoryStore: bucket.NewMemoryStore(bucket.MemoryOptions{})}
 	e := newEngine(t, keyPolicy, rs)
-	in := Input{Endpoint: "POST /auth/login", IP: "198.51.100.7", UserID: "u}1", DeviceID: "d 1", Account: "alice@example.com", Cost: 1}
+	in := Input{Endpoint: "POST /auth/login", IP: "198.51.100.7", UserID: "u}1", DeviceID: "d 1", DeviceVerified: true, Account: "alice@example.com", Cost: 1}
 	in.Static[policy.PartIP], in.StaticSet[policy.PartIP] = 0.25, true
 	var d Decision
 	if err := e.Decide(context.Background(), &in, &d); err != nil {

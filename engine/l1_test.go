@@ -207,7 +207,7 @@ func TestL1CachesMultipliers(t *testing.T) {
 	reads := &subjectReads{Store: mem}
 	l1 := NewL1(L1Options{TTL: 300 * time.Millisecond})
 	e := l1Engine(t, reads, l1, &now)
-	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "d", Cost: 0}
+	in := Input{Endpoint: "GET /x", IP: "192.0.2.1", DeviceID: "d", DeviceVerified: true, Cost: 0}
 	var d Decision
 	_ = e.Decide(context.Background(), &in, &d)
 	_ = e.Decide(context.Background(), &in, &d)

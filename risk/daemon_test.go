@@ -82,15 +82,15 @@ func startDaemon(t *testing.T, before func(js jetstream.JetStream)) *daemonEnv {
 	return e
 }
 
+// waitFor polls f until it holds (testenv.Eventually).
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
+	testenv.Eventually(t, d, func() string {
+		if f() {
+			return ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return what
+	})
 }
 
 // TestConsumersFilterOnNATS29 (6.7): on nats-server 2.9 each durable

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/reputation/reputationtest"
 )
 
@@ -104,11 +105,12 @@ risk:
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10 s", what)
+		testenv.Eventually(t, 10*time.Second, func() string {
+			if ok() {
+				return ""
 			}
-		}
+			return what
+		})
 	}
 	if got := budget(); got != `"per-ip";q=25;w=60` {
 		t.Fatalf("first database: %q", got)

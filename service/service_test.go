@@ -112,17 +112,7 @@ func get(t testing.TB, url string) (int, string) {
 // eventually polls f until it returns "" or the deadline passes.
 func eventually(t testing.TB, d time.Duration, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, f)
 }
 
 func TestOneProcessDefault(t *testing.T) {

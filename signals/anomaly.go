@@ -116,9 +116,13 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 	if value == "" {
 		return out
 	}
-	en := e.anom.get(value)
+	subject, key := a.subject, value
+	if a.By == policy.PartDevice && !d.DeviceVerified {
+		subject, key = ClaimSubject, claimKey(value) // claims count apart (7.1)
+	}
+	en := e.anom.get(key)
 	if en == nil {
-		en = e.anom.add(value)
+		en = e.anom.add(key)
 		en.val.init(a)
 	}
 	st := &en.val
@@ -151,12 +155,12 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 	if rate < a.Factor*baseline*(1-rateSlack) {
 		return out
 	}
-	return e.fireAnomaly(a, st, value, d.TS, ns, short, rate, baseline, out)
+	return e.fireAnomaly(a, subject, st, value, d.TS, ns, short, rate, baseline, out)
 }
 
 // fireAnomaly sets the anomaly multiplier on (a.By, value) and appends the
 // actions; a shadow rule appends only its alert, marked shadow.
-func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts time.Time, ns int64,
+func (e *Engine) fireAnomaly(a *anomalyRule, subject string, st *anomalyState, value string, ts time.Time, ns int64,
 	count uint64, rate, baseline float64, out []Action) []Action {
 	until := ts.Add(a.Duration)
 	st.until = until.UnixNano()
@@ -168,10 +172,10 @@ func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts 
 		Reason: "anomaly: " + fmtFloat(rate) + "/s over " + window + ", baseline " + fmtFloat(baseline) +
 			"/s (factor " + fmtFloat(a.Factor) + ")",
 	}
-	if !a.Shadow && e.setMultiplier(ns, a.subject, value, m, anomalyRuleName) {
-		out = append(out, Action{Kind: SetMultiplier, Subject: a.subject, ID: value, Multiplier: m})
+	if !a.Shadow && e.setMultiplier(ns, subject, value, m, anomalyRuleName) {
+		out = append(out, Action{Kind: SetMultiplier, Subject: subject, ID: value, Multiplier: m})
 	}
-	reason := a.subject + " " + value + ": " + strconv.FormatUint(count, 10) + " decisions in the last " + window +
+	reason := subject + " " + value + ": " + strconv.FormatUint(count, 10) + " decisions in the last " + window +
 		" (" + fmtFloat(rate) + "/s), " + fmtFloat(rate/baseline) + " times its baseline of " + fmtFloat(baseline) +
 		"/s (fires at " + fmtFloat(a.Factor) + "x); limits tightened to x" + fmtFloat(a.Multiplier) +
 		" for " + fmtDuration(a.Duration)
@@ -180,10 +184,10 @@ func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts 
 	}
 	al := streams.Alert{
 		V:          streams.SchemaVersion,
-		ID:         alertID(streams.AlertAnomaly, anomalyRuleName, a.subject, value, ts),
+		ID:         alertID(streams.AlertAnomaly, anomalyRuleName, subject, value, ts),
 		TS:         ts,
 		Kind:       streams.AlertAnomaly,
-		Subject:    a.subject,
+		Subject:    subject,
 		SubjectID:  value,
 		Rule:       anomalyRuleName,
 		Multiplier: a.Multiplier,
@@ -194,7 +198,7 @@ func (e *Engine) fireAnomaly(a *anomalyRule, st *anomalyState, value string, ts 
 		Count:      int(count),
 		Shadow:     a.Shadow,
 	}
-	return append(out, Action{Kind: Alert, Subject: a.subject, ID: value, Alert: al})
+	return append(out, Action{Kind: Alert, Subject: subject, ID: value, Alert: al})
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.

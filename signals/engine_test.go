@@ -224,7 +224,7 @@ func TestActive(t *testing.T) {
 		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(float64(10 + i)), IP: "192.0.2.9"}, nil)
 	}
 	for i := range 4 { // step-up on device d9, 5m
-		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(float64(20 + i)), DeviceID: "d9"}, nil)
+		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(float64(20 + i)), DeviceID: "d9", Attested: true}, nil)
 	}
 	var an []Action
 	for i := range 50 { // anomaly on device d1, 15m

@@ -29,7 +29,7 @@ func failed(account string, ts time.Time) *streams.Report {
 
 func decision(device string, ts time.Time) *streams.Decision {
 	return &streams.Decision{TS: ts, Endpoint: "GET /feed", Class: "read", Limit: "device",
-		Allowed: true, Result: "allowed", IP: "203.0.113.9", DeviceID: device}
+		Allowed: true, Result: "allowed", IP: "203.0.113.9", DeviceID: device, DeviceVerified: true}
 }
 
 func denial(limit, ip string, ts time.Time) *streams.Decision {

@@ -174,7 +174,11 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if value == "" {
 			continue
 		}
-		st := e.velocity(rule, value)
+		subject, key := rule.subject, value
+		if rule.By == policy.PartDevice && !r.Attested {
+			subject, key = ClaimSubject, claimKey(value) // claims count apart (7.1)
+		}
+		st := e.velocity(rule, key)
 		if ns <= st.lifted {
 			continue // counted before an admin lift: forgiven
 		}
@@ -182,7 +186,7 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if !ok || count < rule.Threshold || st.until > ns {
 			continue
 		}
-		out = e.fireVelocity(rule, st, value, r.TS, ns, count, out)
+		out = e.fireVelocity(rule, subject, st, value, r.TS, ns, count, out)
 	}
 	return out
 }
@@ -320,7 +324,7 @@ func (st *velState) escalated(ns int64) (time.Duration, int) {
 // the measure, clears the window and appends the actions. A shadow rule
 // clears its window and keeps quiet for the measure's duration like any
 // other, but appends only its alert (marked shadow) and records no measure.
-func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time.Time, ns int64, count int, out []Action) []Action {
+func (e *Engine) fireVelocity(rule *velRule, subject string, st *velState, value string, ts time.Time, ns int64, count int, out []Action) []Action {
 	d, repeats := st.escalated(ns)
 	until := ts.Add(d)
 	st.until = until.UnixNano()
@@ -341,8 +345,8 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 			what = "step-up required"
 		}
 		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
-		if !rule.Shadow && e.setLock(ns, rule.subject, value, lock, rule.Name) {
-			out = append(out, Action{Kind: SetLock, Subject: rule.subject, ID: value, Lock: lock})
+		if !rule.Shadow && e.setLock(ns, subject, value, lock, rule.Name) {
+			out = append(out, Action{Kind: SetLock, Subject: subject, ID: value, Lock: lock})
 		}
 	case actionTighten, actionBlock:
 		kind = streams.AlertTighten
@@ -353,11 +357,11 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		}
 		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
 			Reason: rule.Name + ": " + summary}
-		if !rule.Shadow && e.setMultiplier(ns, rule.subject, value, m, rule.Name) {
-			out = append(out, Action{Kind: SetMultiplier, Subject: rule.subject, ID: value, Multiplier: m})
+		if !rule.Shadow && e.setMultiplier(ns, subject, value, m, rule.Name) {
+			out = append(out, Action{Kind: SetMultiplier, Subject: subject, ID: value, Multiplier: m})
 		}
 	}
-	reason := rule.subject + " " + value + ": " + summary + " (threshold " + strconv.Itoa(rule.Threshold) +
+	reason := subject + " " + value + ": " + summary + " (threshold " + strconv.Itoa(rule.Threshold) +
 		", rule " + rule.Name + "); " + what + " for " + fmtDuration(d)
 	if repeats > 0 {
 		reason += " (escalated: " + ordinal(repeats+1) + " firing within 24h)"
@@ -368,10 +372,10 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 	secs := rule.Window.Seconds()
 	a := streams.Alert{
 		V:          streams.SchemaVersion,
-		ID:         alertID(kind, rule.Name, rule.subject, value, ts),
+		ID:         alertID(kind, rule.Name, subject, value, ts),
 		TS:         ts,
 		Kind:       kind,
-		Subject:    rule.subject,
+		Subject:    subject,
 		SubjectID:  value,
 		Rule:       rule.Name,
 		Multiplier: multiplier,
@@ -382,7 +386,7 @@ func (e *Engine) fireVelocity(rule *velRule, st *velState, value string, ts time
 		Count:      count,
 		Shadow:     rule.Shadow,
 	}
-	return append(out, Action{Kind: Alert, Subject: rule.subject, ID: value, Alert: a})
+	return append(out, Action{Kind: Alert, Subject: subject, ID: value, Alert: a})
 }
 
 // stepUpPassed lifts the step-up requirement in force on the report's

@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,11 +82,10 @@ func TestStreamReplicasNeedACluster(t *testing.T) {
 // pollUntil polls ok every 50 ms until it holds, failing t after d.
 func pollUntil(t *testing.T, d time.Duration, ok func() bool, what string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: "+what, append([]any{d}, args...)...)
+	testenv.Eventually(t, d, func() string {
+		if ok() {
+			return ""
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Sprintf(what, args...)
+	})
 }
