@@ -53,6 +53,13 @@ func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, v
 		kind := subjectKinds[part]
 		d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, kind, id)
 		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		if part == policy.PartDevice && !verifiedDevice {
+			// a token-less claim of the id is bound by the locks riskd
+			// computed from claims too (7.1: signals count claims apart),
+			// which never touch the proven device
+			d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, ClaimSubject, id)
+			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		}
 		if part == policy.PartAccount && verifiedDevice {
 			d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, kind, id)
 			d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
@@ -66,6 +73,9 @@ func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, v
 func lockScope(prefix, key string) string {
 	rest := strings.TrimPrefix(strings.TrimPrefix(key, prefix), "{")
 	kind, _, _ := strings.Cut(rest, ":")
+	if kind == ClaimSubject {
+		return "device" // apps handle the device scope; a claim is a device id as sent
+	}
 	return kind
 }
 

@@ -138,7 +138,7 @@ func TestRecipeSMSPumping(t *testing.T) {
 	alerts = r.report(10, "otp_sent", func(i int, rep *streams.Report) {
 		rep.DeviceID, rep.Attributes = "farm-phone", prefix("44"+itoa(10+i))
 	})
-	alertOf(t, alerts, streams.AlertStepUp, "device", "farm-phone")
+	alertOf(t, alerts, streams.AlertStepUp, engine.ClaimSubject, "farm-phone") // reports without a device token count as claims (7.1)
 	if o, scope, _ := r.check(otp("farm-phone", "4420"), ""); o != engine.StepUp || scope != "device" {
 		t.Errorf("device on the OTP route: %v %q; want step_up scope device", o, scope)
 	}
@@ -189,7 +189,7 @@ func TestRecipeCardTesting(t *testing.T) {
 	alerts := r.report(5, "payment_declined", func(i int, rep *streams.Report) {
 		rep.DeviceID, rep.Account = "tester", "victim-"+itoa(i)
 	})
-	alertOf(t, alerts, streams.AlertLockout, "device", "tester")
+	alertOf(t, alerts, streams.AlertLockout, engine.ClaimSubject, "tester")
 	if o, scope, _ := r.check(pay("tester", "fresh"), ""); o != engine.Locked || scope != "device" {
 		t.Errorf("testing device: %v %q; want locked scope device", o, scope)
 	}
