@@ -142,7 +142,7 @@ func TestNATSClusterNodeLoss(t *testing.T) {
 		return ""
 	})
 	leader := streamLeader(t, js, events)
-	c.Node(leader).Kill()
+	c.Node(leader).Stop()
 	lost := time.Now()
 	eventually(t, 15*time.Second, func() string {
 		if l := streamLeader(t, js, events); l == leader {

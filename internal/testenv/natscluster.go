@@ -3,9 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +19,11 @@ type NATSCluster struct {
 	Nodes []*NATSNode
 }
 
-// NATSNode is one server of a NATSCluster.
+// NATSNode is one server of a NATSCluster: a NATSServer started from its
+// own configuration file (server_name, JetStream store, routes).
 type NATSNode struct {
 	Name string // server_name, as JetStream reports it (stream leader, peers)
-	URL  string
-	Port int
-	cmd  *exec.Cmd
-	conf string
-	dir  string
+	*NATSServer
 }
 
 // StartNATSCluster starts n nats-server processes (JetStream on, a route to
@@ -47,19 +42,14 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	}
 	for i := 0; i < n; i++ {
 		dir := t.TempDir()
-		node := &NATSNode{Name: fmt.Sprintf("n%d", i+1), Port: FreePort(t), dir: dir, conf: filepath.Join(dir, "nats.conf")}
-		node.URL = fmt.Sprintf("nats://127.0.0.1:%d", node.Port)
-		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\njetstream {store_dir: %q}\n"+
+		name, confPath := fmt.Sprintf("n%d", i+1), filepath.Join(dir, "nats.conf")
+		conf := fmt.Sprintf("server_name: %s\njetstream {store_dir: %q}\n"+
 			"cluster {name: tollgate-test, listen: 127.0.0.1:%d, routes: [%s]}\n",
-			node.Name, node.Port, filepath.Join(dir, "js"), routes[i], strings.Join(urls, ", "))
-		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
+			name, filepath.Join(dir, "js"), routes[i], strings.Join(urls, ", "))
+		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := node.start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(node.Kill)
-		c.Nodes = append(c.Nodes, node)
+		c.Nodes = append(c.Nodes, &NATSNode{Name: name, NATSServer: StartNATSConfig(t, confPath)})
 	}
 	if err := c.waitMetaLeader(30 * time.Second); err != nil {
 		t.Fatal(err)
@@ -119,45 +109,4 @@ func (n *NATSNode) jetStreamReady() bool {
 	defer cancel()
 	_, err = js.AccountInfo(ctx)
 	return err == nil
-}
-
-func (n *NATSNode) start() error {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		bin = "/usr/sbin/nats-server"
-	}
-	cmd := exec.Command(bin, "-c", n.conf, "-l", filepath.Join(n.dir, "nats.log"))
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("testenv: start nats-server %s: %w", n.Name, err)
-	}
-	n.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.Port), 100*time.Millisecond); err == nil {
-			conn.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	n.Kill()
-	return fmt.Errorf("testenv: nats-server %s on port %d did not answer", n.Name, n.Port)
-}
-
-// Kill ends the node by PID (SIGKILL: a crash, not a shutdown); twice is fine.
-func (n *NATSNode) Kill() {
-	if n.cmd == nil || n.cmd.Process == nil {
-		return
-	}
-	_ = n.cmd.Process.Kill()
-	_, _ = n.cmd.Process.Wait()
-	n.cmd = nil
-}
-
-// Restart starts a killed node again on its port, store and routes.
-func (n *NATSNode) Restart(t testing.TB) {
-	t.Helper()
-	n.Kill()
-	if err := n.start(); err != nil {
-		t.Fatal(err)
-	}
 }
