@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -136,41 +137,64 @@ func TestRiskdDialsOnce(t *testing.T) {
 }
 
 // TestReloadLogsOnce: each reload is one log line (a refused file too), and
-// start-up errors carry no repeated prefix.
+// start-up errors carry no repeated prefix. The watcher checks the policy
+// file and then its list file at every tick, and loads a changed list on
+// the second tick that sees it: a list change logged shows that the
+// watcher looked at the policy file at least twice more (the positive
+// signal before each "nothing more was logged").
 func TestReloadLogsOnce(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	write := func(rate string) { // atomically: the watcher must not see a half-written file
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
+	dir := t.TempDir()
+	path, list := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "office.txt")
+	atomically := func(file, content string) { // the watcher must not see a half-written file
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := os.Rename(tmp, file); err != nil {
 			t.Fatal(err)
 		}
 	}
+	write := func(rate string) {
+		atomically(path, "version: 1\nlists:\n  office: {file: office.txt, kind: ip}\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n")
+	}
+	atomically(list, "10.0.0.1\n")
 	write("10/min")
-	_, _, logs := startLogged(t, Config{ConfigPath: path, WatchInterval: 10 * time.Millisecond})
+	_, _, lb := startLogged(t, Config{ConfigPath: path, WatchInterval: 10 * time.Millisecond})
+	entries := 0
+	twoMoreTicks := func() {
+		t.Helper()
+		want := len(lb.lines("policy: list reloaded")) + 1
+		entries++
+		atomically(list, fmt.Sprintf("10.0.0.1\n192.0.2.%d\n", entries))
+		eventually(t, 5*time.Second, func() string {
+			if n := len(lb.lines("policy: list reloaded")); n < want {
+				return fmt.Sprintf("%d list reloads logged, want %d", n, want)
+			}
+			return ""
+		})
+	}
+	policyLines := func() []string { return lb.lines(`"msg":"policy: reload`) }
 	write("20/min")
 	eventually(t, 5*time.Second, func() string {
-		if len(logs.lines("reload")) == 0 {
+		if len(policyLines()) == 0 {
 			return "no reload logged"
 		}
 		return ""
 	})
-	time.Sleep(100 * time.Millisecond) // ten more watch ticks: nothing more may be logged
-	if got := logs.lines("reload"); len(got) != 1 || !strings.Contains(got[0], `"msg":"policy: reloaded"`) {
+	twoMoreTicks()
+	if got := policyLines(); len(got) != 1 || !strings.Contains(got[0], `"msg":"policy: reloaded"`) {
 		t.Fatalf("one reload, log lines:\n%s", strings.Join(got, "\n"))
 	}
 	write("lots")
 	eventually(t, 5*time.Second, func() string {
-		if len(logs.lines("reload", `"level":"ERROR"`)) == 0 {
+		if len(lb.lines(`"msg":"policy: reload`, `"level":"ERROR"`)) == 0 {
 			return "no refusal logged"
 		}
 		return ""
 	})
-	time.Sleep(100 * time.Millisecond)
-	if got := logs.lines("reload"); len(got) != 2 {
+	twoMoreTicks()
+	if got := policyLines(); len(got) != 2 {
 		t.Fatalf("one reload and one refusal, log lines:\n%s", strings.Join(got, "\n"))
 	}
 
