@@ -78,7 +78,8 @@ func grepLines(s, sub string) string {
 // TestASNDatabaseReloads: the ASN watcher swaps in a changed database file
 // (the datacenter IP loses its tighter budget once its range is gone from
 // the file), keeps the old one when the file is refused, and counts a
-// refusal that repeats for the same file once.
+// refusal that repeats for the same file once (the next count is the
+// repair's).
 func TestASNDatabaseReloads(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "GeoLite2-ASN.mmdb")
@@ -129,11 +130,17 @@ risk:
 		t.Fatal(err)
 	}
 	waitFor("refusal", func() bool { return strings.HasSuffix(metric("error"), " 1") })
-	time.Sleep(100 * time.Millisecond) // ten more checks of the same refused file
-	if got := metric("error"); !strings.HasSuffix(got, " 1") {
-		t.Fatalf("a refusal of the same file counted again: %q", got)
-	}
 	if got := budget(); got != `"per-ip";q=100;w=60` {
 		t.Fatalf("after the refusal the old database must stay: %q", got)
+	}
+	// The positive signal: a repaired file is swapped in. The watcher
+	// checked the refused file at every tick until then, and counted it
+	// once: the next count is the repair's.
+	if err := reputationtest.WriteTestDB(db, reputationtest.StandardEntries()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("repair", func() bool { return budget() == `"per-ip";q=25;w=60` && strings.HasSuffix(metric("ok"), " 2") })
+	if got := metric("error"); !strings.HasSuffix(got, " 1") {
+		t.Fatalf("a refusal of the same file counted again: %q", got)
 	}
 }
