@@ -732,7 +732,7 @@ func (e *Engine) ListMatch(in *Input) (l *policy.List, deny bool) {
 // reports whether it did.
 func (e *Engine) listed(p *policy.Policy, in *Input, d *Decision) bool {
 	q := policy.ListQuery{Addr: in.Addr, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID,
-		Account: in.Account, Attributes: in.Attributes}
+		DeviceProven: in.DeviceVerified && in.DeviceID != "", Account: in.Account, Attributes: in.Attributes}
 	if !q.Addr.IsValid() {
 		q.Addr, _ = netip.ParseAddr(in.IP)
 	}
