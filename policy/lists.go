@@ -92,15 +92,20 @@ func (l *List) KindText() string {
 func (l *List) Set() *ListSet { return l.set.Load() }
 
 // ListQuery is what a list can match in a request. Addr is the client
-// address (unmapped); Account is normalised when matched.
+// address (unmapped); Account is normalised when matched. DeviceProven
+// is true when the request presented a valid device token for DeviceID
+// (6.3); without one the id is only claimed.
 type ListQuery struct {
 	Addr                           netip.Addr
 	ASN, UserID, DeviceID, Account string
+	DeviceProven                   bool
 	Attributes                     map[string]string
 }
 
-// Matches reports whether the request q is on l. It does not allocate
-// when q.Account is already normalised.
+// Matches reports whether the request q is on l. A device list matches a
+// claimed device id as well as a proven one: MatchLists lets only proven
+// ids match an allow list. It does not allocate when q.Account is
+// already normalised.
 func (l *List) Matches(q *ListQuery) bool {
 	s := l.set.Load()
 	if s == nil {
@@ -127,6 +132,13 @@ func (l *List) Matches(q *ListQuery) bool {
 // MatchLists returns the list that decides the request q: the first deny
 // list it is on (deny wins), else the first allow list, else nil. It does
 // not allocate (see List.Matches).
+//
+// A device allow list matches only a proven device id (7.1): the app
+// sends its device id in the clear, so a bare id is anyone's to copy and
+// would lend the device's exemption to whoever names it. A device deny
+// list matches a claimed id too: denying a claim lends an attacker
+// nothing (the claimant is the one denied), and without it a deny list of
+// devices would never match where apps present no device tokens.
 func (p *Policy) MatchLists(q *ListQuery) (l *List, deny bool) {
 	for _, l := range p.Deny {
 		if l.Matches(q) {
@@ -134,7 +146,7 @@ func (p *Policy) MatchLists(q *ListQuery) (l *List, deny bool) {
 		}
 	}
 	for _, l := range p.Allow {
-		if l.Matches(q) {
+		if (l.Kind != ListDevice || q.DeviceProven) && l.Matches(q) {
 			return l, false
 		}
 	}

@@ -160,6 +160,48 @@ limits:
 	}
 }
 
+// TestDeviceListsMatchProofs: a device allow list matches only a proven
+// device id (a bare id is anyone's to copy, 7.1); a device deny list
+// matches a claimed id too (denying a claim lends an attacker nothing).
+func TestDeviceListsMatchProofs(t *testing.T) {
+	t.Parallel()
+	dir := listDir(t, map[string]string{
+		"vip.txt": "vip-phone\n", "bad.txt": "bad-phone\n",
+		"p.yaml": `version: 1
+lists:
+  vip: {file: vip.txt, kind: device}
+  bad: {file: bad.txt, kind: device}
+allow: [vip]
+deny: [bad]
+limits:
+  - {name: global, by: [global], rate: 10/s}
+`})
+	p, err := Load(filepath.Join(dir, "p.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		q    ListQuery
+		list string
+		deny bool
+	}{
+		{ListQuery{DeviceID: "vip-phone", DeviceProven: true}, "vip", false},
+		{ListQuery{DeviceID: "vip-phone"}, "", false},
+		{ListQuery{DeviceID: "bad-phone", DeviceProven: true}, "bad", true},
+		{ListQuery{DeviceID: "bad-phone"}, "bad", true},
+		{ListQuery{DeviceID: "other", DeviceProven: true}, "", false},
+	} {
+		l, deny := p.MatchLists(&c.q)
+		name := ""
+		if l != nil {
+			name = l.Name
+		}
+		if name != c.list || deny != c.deny {
+			t.Errorf("%+v: list %q deny %v; want %q %v", c.q, name, deny, c.list, c.deny)
+		}
+	}
+}
+
 func TestPolicyListAndAttributeErrors(t *testing.T) {
 	t.Parallel()
 	dir := listDir(t, map[string]string{"ips.txt": "10.0.0.1\n# ok\nnot-an-ip\n", "good.txt": "10.0.0.0/8\n"})

@@ -89,7 +89,7 @@ func NewReplayer(p Policies, l Limits) (*Replayer, error) {
 			return nil, err
 		}
 		w := which
-		s.onMeasure = func(rule, kind string, shadow bool) { r.t.measure(w, rule, kind, shadow) }
+		s.onMeasure = func(a *streams.Alert) { r.t.measure(w, a) }
 		r.sims[which] = s
 	}
 	return r, nil
