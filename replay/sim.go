@@ -42,9 +42,9 @@ type sim struct {
 	maxKeys   int
 	full      bool // the store reached its bound (evictions make results approximate)
 
-	// onMeasure is called for every alert the risk engine raises: rule,
-	// kind (lockout, step_up, tighten, anomaly, repeat_offender), shadow.
-	onMeasure func(rule, kind string, shadow bool)
+	// onMeasure is called for every alert the risk engine raises (kind
+	// lockout, step_up, tighten, block, anomaly or repeat_offender).
+	onMeasure func(a *streams.Alert)
 }
 
 // simOptions bound a sim's state.
@@ -111,6 +111,11 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	if err := s.eng.Decide(context.Background(), &s.in, &s.d); err != nil {
 		return false
 	}
+	if id := s.d.LeaseID(); id != "" {
+		// the record does not say when a request ended: its concurrency
+		// slots are freed at once (docs/tuning.md)
+		_, _ = s.eng.Release(context.Background(), id)
+	}
 	api.DecisionEvent(&s.ev, rec.RequestID, &s.in, &s.d)
 	s.acts = s.sig.ApplyDecision(0, 0, &s.ev, s.acts[:0])
 	s.execute()
@@ -132,7 +137,7 @@ func (s *sim) execute() {
 	for i := range s.acts {
 		a := &s.acts[i]
 		if a.Kind == signals.Alert {
-			s.onMeasure(a.Alert.Rule, a.Alert.Kind, a.Alert.Shadow)
+			s.onMeasure(&a.Alert)
 			continue
 		}
 		_ = risk.WriteAction(context.Background(), s.store, s.pol, a)
