@@ -96,8 +96,8 @@ type localTake struct {
 // refillJob is a refill to start once the decision is done.
 type refillJob struct {
 	sh   *share
-	lim  Limit         // sent as is: its Share cleared
-	dur  time.Duration // its Share
+	lim  Limit            // sent as is: its Share cleared
+	dur  time.Duration    // its Share
 	subs []RequestSubject // the subjects lim names, its Subjects renumbered
 	now  time.Time
 }
@@ -330,21 +330,21 @@ func (s *Shares) refill(j refillJob) {
 	defer s.mu.Unlock()
 	sh := j.sh
 	sh.refilling = false
+	at := j.now // the share's times are this process's clock's
+	if at.IsZero() {
+		at = s.now()
+	}
 	if err != nil || !res.Allowed || len(res.Limits) != 1 {
-		at := res.Now
-		if at.IsZero() {
-			at = s.now()
-		}
 		sh.dry = at.Add(share)
 		return
 	}
 	lr := res.Limits[0]
-	if !res.Now.Before(sh.until) {
+	if !at.Before(sh.until) {
 		sh.tokens = 0
 		sh.gen++
 	}
 	sh.tokens += n
-	sh.until = res.Now.Add(share)
+	sh.until = at.Add(share)
 	sh.remaining, sh.burst, sh.mult = lr.Remaining, lr.Burst, lr.Multiplier
 	sh.rate = j.lim.Rate * lr.Multiplier / j.lim.Period.Seconds()
 }
