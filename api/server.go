@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/health"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -428,7 +429,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, 
 		secs := int64((left + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", itoa(secs))
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed " + realm + " token attempts",
-			details: `"retry_after_ms":` + itoa(left.Milliseconds())})
+			details: string(jsonw.AppendInt(jsonw.AppendMember(nil, "retry_after_ms"), left.Milliseconds()))})
 		return false
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-`+realm+`"`)

@@ -30,16 +30,11 @@ type MemoryOptions struct {
 	// Prefix starts every key the store builds (default DefaultPrefix),
 	// as RedisOptions.Prefix.
 	Prefix string
-	// Unshared declares that the store is used from one goroutine at a
-	// time (the caller serialises every call, as limiter replay does with
-	// its private stores): Decide then takes none of the store's locks,
-	// whose atomic instructions also stall the cache misses around them.
-	// The semantics are the same. Default false: safe for concurrent use.
-	Unshared bool
 }
 
 // MemoryStore is the in-process Store: the same semantics as RedisStore,
-// for one process. It is safe for concurrent use (unless made Unshared);
+// for one process. It is safe for concurrent use (unless made by
+// NewSingleGoroutineMemoryStore);
 // decisions on distinct shards run in parallel. The zero value is not
 // usable; use NewMemoryStore.
 type MemoryStore struct {
@@ -48,7 +43,7 @@ type MemoryStore struct {
 	now         func() time.Time
 	maxPerShard int
 	maxSubjects int
-	unshared    bool // MemoryOptions.Unshared: Decide takes no locks
+	unshared    bool // made by NewSingleGoroutineMemoryStore: Decide takes no locks
 	shards      [memShards]memShard
 
 	mu     sync.RWMutex // guards mults, locks and trusts
@@ -116,12 +111,24 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		now:         opts.Now,
 		maxPerShard: max(opts.MaxKeys/memShards, 1),
 		maxSubjects: opts.MaxSubjects,
-		unshared:    opts.Unshared,
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
 		trusts:      make(map[string]map[string]time.Time),
 		setAt:       make(map[string]time.Time),
 	}
+	return s
+}
+
+// NewSingleGoroutineMemoryStore returns a MemoryStore with opts applied
+// for an owner that makes every call from one goroutine at a time, as
+// limiter replay does with its two private stores. Decide then takes none
+// of the store's locks, because their atomic instructions also stall the
+// cache misses around them, a visible share of a replayed decision's
+// cost. The semantics are NewMemoryStore's (the conformance tests run
+// against it); calling it from two goroutines at once is a data race.
+func NewSingleGoroutineMemoryStore(opts MemoryOptions) *MemoryStore {
+	s := NewMemoryStore(opts)
+	s.unshared = true
 	return s
 }
 

@@ -30,7 +30,9 @@ type Options struct {
 	Breaker *Breaker
 	// UnavailableRetry is the Retry-After hint of a 503 (default 1s).
 	UnavailableRetry time.Duration
-	// Clock measures decision time for metrics (default time.Now).
+	// Clock is the engine's time (default time.Now): decision latency,
+	// the L1's expiries, the decision time handed to an in-process store,
+	// the failure mode's answers and the local shares' lapses.
 	Clock func() time.Time
 	// L1, when set, answers known denials locally (see L1); changes made
 	// through L1.Wrap(Store) drop its entries of their subject.
@@ -51,7 +53,10 @@ type Engine struct {
 	// decision). Never for Redis (a call that timed out may still hold its
 	// keys) nor for a wrapper (it may keep them).
 	borrowKeys bool
-	obs        atomic.Pointer[obsCache]
+	// dec decides: the store, behind bucket.Shares when the store is
+	// shared by several processes (the limits with local_share).
+	dec bucket.Decider
+	obs atomic.Pointer[obsCache]
 	// multKeys are the multiplier key templates by subject key part;
 	// bucketKeys those of the policy in force's bucket keys.
 	multKeys   [len(subjectKinds)]bucket.KeyTemplate
@@ -82,7 +87,12 @@ func New(o Options) (*Engine, error) {
 	}
 	lc, _ := o.Store.(interface{ LocalClock() bool })
 	_, mem := o.Store.(*bucket.MemoryStore)
-	e := &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil}
+	e := &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil, dec: o.Store}
+	if !mem {
+		// an in-process store has no hot key to spare: shares serve only
+		// a store other processes share (Redis)
+		e.dec = bucket.NewShares(o.Store, bucket.ShareOptions{Now: o.Clock})
+	}
 	for part, kind := range subjectKinds {
 		if kind != "" {
 			e.multKeys[part] = bucket.NewMultiplierKeyTemplate(o.Prefix, kind)
@@ -215,7 +225,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		e.record(d, p, start)
 		return nil
 	}
-	err := e.o.Store.Decide(ctx, req, &d.bres)
+	err := e.dec.Decide(ctx, req, &d.bres)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The caller went away (a client that disconnected, its own
 		// deadline): no verdict on the store, so neither a store error nor

@@ -109,7 +109,7 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 func appendLimit(req *bucket.Request, l *policy.Limit, mask uint32) {
 	req.Limits = append(req.Limits, bucket.Limit{})
 	bl := &req.Limits[len(req.Limits)-1]
-	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects = l.Burst, l.Rate, l.Period, l.Shadow, mask
+	bl.Burst, bl.Rate, bl.Period, bl.Shadow, bl.Subjects, bl.Share = l.Burst, l.Rate, l.Period, l.Shadow, mask, l.LocalShare
 	if l.Kind != policy.KindBucket {
 		bl.Kind, bl.Calendar, bl.LeaseTTL = bucket.Kind(l.Kind), bucket.Calendar(l.Calendar), l.LeaseTTL
 		if l.Kind == policy.KindConcurrency && req.Lease == "" && req.Cost > 0 {

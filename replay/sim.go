@@ -61,7 +61,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 	clock := func() time.Time { return s.now }
 	// the sim is the store's only user (the risk engine's actions go
 	// through it too), one event at a time
-	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock, Unshared: true})
+	s.store = bucket.NewSingleGoroutineMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock})
 	eo := engine.Options{Store: s.store, Policy: func() *policy.Policy { return p }, Prefix: keyPrefix, Clock: clock}
 	if rules != nil {
 		eo.Reputation = func() *reputation.Rules { return rules }
@@ -71,7 +71,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 		return nil, err
 	}
 	s.eng = eng
-	s.sig = signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys, Unshared: true})
+	s.sig = signals.NewSingleGoroutine(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys})
 	return s, nil
 }
 

@@ -100,10 +100,10 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 	}
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rs.Codec()),
-		grpc.MaxRecvMsgSize(64 << 10), // a RateLimitRequest is small; bound what one call may hold
+		grpc.MaxRecvMsgSize(grpcMaxRecvMsgSize), // a RateLimitRequest is small; bound what one call may hold
 		grpc.MaxConcurrentStreams(uint32(maxStreams)),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
 		grpc.SharedWriteBuffer(true), // a connection's write buffer is pooled between writes
 	}
 	if c.TLS != nil {

@@ -315,8 +315,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		case <-l.risk.ready():
 		case <-g.fail:
 		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
-			g.log.Warn("risk engine not ready after 10s; continuing")
+		case <-time.After(riskReadyTimeout):
+			g.log.Warn("risk engine not ready; continuing", "waited", riskReadyTimeout.String())
 		}
 	}
 	l.srv.SetState("ready")
