@@ -32,8 +32,9 @@ lists:
   staff:    {file: staff.txt, kind: account}
   internal: {file: internal.txt, kind: "attr:tenant"}
   phones:   {file: phones.txt, kind: device}
+  stolen:   {file: stolen.txt, kind: device}
 allow: [staff, internal, phones]
-deny: [blocked]
+deny: [blocked, stolen]
 routes:
   - {match: "POST /auth/login", class: auth}
   - {match: "* *", class: write}
@@ -81,6 +82,7 @@ func loadAttrPolicy(t *testing.T) *policy.Policy {
 		"staff.txt":    "Alice@Example.com\n",
 		"internal.txt": "tollgate-dev\n",
 		"phones.txt":   "vip-phone\n",
+		"stolen.txt":   "stolen-phone\n",
 		"p.yaml":       attrPolicy,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -226,7 +228,13 @@ func TestCheckLists(t *testing.T) {
 			if ev := f.events.last(t); ev.Result != "allowed_list" || ev.Limit != "phones" {
 				t.Fatalf("the phone with its token: event %+v", ev)
 			}
-			for list, want := range map[string]float64{"blocked|denied_list": 3, "staff|allowed_list": 8, "internal|allowed_list": 8} {
+			// a device deny list, too, matches only the proven device: its
+			// bare id is limited like any request (7.1)
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.10","device_id":"stolen-phone"}`), 200, "", "X-RateLimit-Remaining", "4")
+			stolen := attrTokens.Issue("stolen-phone", t0.Add(time.Hour))
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.10","device_id":"stolen-phone","device_token":"`+stolen+`"}`), 403,
+				`{"error":{"code":"DENIED","message":"Request denied","details":{"list":"stolen"},"request_id":"req-1"}}`, "X-RateLimit-Limit", "")
+			for list, want := range map[string]float64{"blocked|denied_list": 3, "stolen|denied_list": 1, "staff|allowed_list": 8, "internal|allowed_list": 8} {
 				name, result, _ := strings.Cut(list, "|")
 				if got := testutil.ToFloat64(f.metrics.Decisions.WithLabelValues(name, "write", result)); got != want {
 					t.Errorf("%s: %v, want %v", list, got, want)
@@ -246,13 +254,18 @@ func TestReportAttributesAndLists(t *testing.T) {
 	tok := attrTokens.Issue("vip-phone", t0.Add(time.Hour))
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","device_id":"vip-phone"}`), 202, "")
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","device_id":"vip-phone","device_token":"`+tok+`"}`), 202, "")
+	// and so does a device deny list: a staff report naming the denied
+	// phone's bare id is marked allow-listed, with its token it is not
+	stolen := attrTokens.Issue("stolen-phone", t0.Add(time.Hour))
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"Alice@example.com","device_id":"stolen-phone"}`), 202, "")
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"Alice@example.com","device_id":"stolen-phone","device_token":"`+stolen+`"}`), 202, "")
 	w := f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","attributes":{"Plan":"free"}}`)
 	if w.Code != 400 || !strings.Contains(w.Body.String(), `\"Plan\" is not a valid attribute name`) {
 		t.Fatalf("bad attribute: %d %s", w.Code, w.Body)
 	}
 	f.reporter.mu.Lock()
 	defer f.reporter.mu.Unlock()
-	if len(f.reporter.list) != 5 {
+	if len(f.reporter.list) != 7 {
 		t.Fatalf("reports %+v", f.reporter.list)
 	}
 	r := f.reporter.list
@@ -270,6 +283,12 @@ func TestReportAttributesAndLists(t *testing.T) {
 	}
 	if r[4].AllowList != "phones" || !r[4].Attested {
 		t.Errorf("report 4 (the phone with its token): allow list %q attested %v, want phones", r[4].AllowList, r[4].Attested)
+	}
+	if r[5].AllowList != "staff" {
+		t.Errorf("report 5 (staff naming the denied phone's bare id): allow list %q, want staff", r[5].AllowList)
+	}
+	if r[6].AllowList != "" || !r[6].Attested { // the proven denied phone: deny wins
+		t.Errorf("report 6 (staff with the denied phone's token): allow list %q attested %v", r[6].AllowList, r[6].Attested)
 	}
 }
 

@@ -247,10 +247,12 @@ func setAllowedHeaders(h http.Header, d *engine.Decision, n int, scratch []byte)
 // middleware package use it so every denial looks the same.
 func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 	h := w.Header()
+	var scratch [192]byte
+	b := scratch[:0] // the envelope's details, member by member
 	switch d.Outcome {
 	case engine.DeniedList:
-		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeDenied, message: "Request denied",
-			details: `"list":` + string(jsonw.AppendString(nil, d.List.Name))})
+		b = jsonw.AppendString(jsonw.AppendMember(b, "list"), d.List.Name)
+		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeDenied, message: "Request denied", details: string(b)})
 	case engine.Allowed, engine.Degraded, engine.AllowedList:
 		if d.Outcome == engine.Degraded {
 			h[HeaderDegraded] = []string{"1"}
@@ -260,28 +262,34 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 	case engine.Limited:
 		setLimitHeaders(h, d)
 		setRetryAfter(h, d.RetryAfter)
-		details := `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))
+		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
 		if d.Binding != nil {
-			details += `,"limit":` + string(jsonw.AppendString(nil, d.Binding.Name)) + `,"scope":` + string(jsonw.AppendString(nil, d.Binding.PartName(0)))
+			b = jsonw.AppendString(jsonw.AppendMember(b, "limit"), d.Binding.Name)
+			b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.Binding.PartName(0))
 			if d.Binding.Kind != policy.KindBucket {
-				details += `,"kind":"` + d.Binding.Kind.String() + `"`
+				b = jsonw.AppendString(jsonw.AppendMember(b, "kind"), d.Binding.Kind.String())
 			}
 		}
-		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: details})
+		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: string(b)})
 	case engine.Locked:
 		h[HeaderLimit] = []string{"0"}
 		h[HeaderRemaining] = []string{"0"}
 		h[HeaderReset] = []string{itoa(ceilUnix(d.Lock.Until))}
 		setRetryAfter(h, d.RetryAfter)
-		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins",
-			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter)) + `,"rule":` + string(jsonw.AppendString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `"`})
+		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
+		b = jsonw.AppendString(jsonw.AppendMember(b, "rule"), d.Lock.Rule)
+		b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.LockScope)
+		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins", details: string(b)})
 	case engine.StepUp:
-		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required",
-			details: `"rule":` + string(jsonw.AppendString(nil, d.Lock.Rule)) + `,"scope":"` + d.LockScope + `","expires_at":"` + d.Lock.Until.UTC().Format(time.RFC3339) + `"`})
+		b = jsonw.AppendString(jsonw.AppendMember(b, "rule"), d.Lock.Rule)
+		b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.LockScope)
+		b = append(jsonw.AppendMember(b, "expires_at"), '"')
+		b = append(d.Lock.Until.UTC().AppendFormat(b, time.RFC3339), '"')
+		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required", details: string(b)})
 	case engine.Unavailable:
 		setRetryAfter(h, d.RetryAfter)
-		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable",
-			details: `"retry_after_ms":` + itoa(ceilMS(d.RetryAfter))})
+		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
+		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable", details: string(b)})
 	}
 	return false
 }

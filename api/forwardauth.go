@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 )
 
 // Forward-auth headers: the original request as the gateway describes it.
@@ -57,7 +58,7 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		s.releaseAfter(rid, d)
 		writeError(w, rid, &apiError{status: http.StatusBadRequest, code: CodeBadRequest,
 			message: "limit " + strconv.Quote(concurrencyName(d)) + " applies and holds concurrency slots, which forward auth cannot release: serve this route through proxy mode or the check API",
-			details: `"limit":` + string(AppendJSONString(nil, concurrencyName(d)))})
+			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "limit"), concurrencyName(d)))})
 		return
 	}
 	if as403 {

@@ -102,10 +102,10 @@ type ListQuery struct {
 	Attributes                     map[string]string
 }
 
-// Matches reports whether the request q is on l. A device list matches a
-// claimed device id as well as a proven one: MatchLists lets only proven
-// ids match an allow list. It does not allocate when q.Account is
-// already normalised.
+// Matches reports whether the request q is on l. A device list, allow or
+// deny, matches only a proven device id (q.DeviceProven, 7.1): an entry
+// names a device proven by its token, and a bare id is anyone's claim.
+// It does not allocate when q.Account is already normalised.
 func (l *List) Matches(q *ListQuery) bool {
 	s := l.set.Load()
 	if s == nil {
@@ -121,7 +121,7 @@ func (l *List) Matches(q *ListQuery) bool {
 	case ListUser:
 		return q.UserID != "" && s.Contains(q.UserID)
 	case ListDevice:
-		return q.DeviceID != "" && s.Contains(q.DeviceID)
+		return q.DeviceProven && q.DeviceID != "" && s.Contains(q.DeviceID)
 	case ListAttr:
 		v, ok := q.Attributes[l.Attr]
 		return ok && v != "" && s.Contains(v)
@@ -133,12 +133,12 @@ func (l *List) Matches(q *ListQuery) bool {
 // list it is on (deny wins), else the first allow list, else nil. It does
 // not allocate (see List.Matches).
 //
-// A device allow list matches only a proven device id (7.1): the app
-// sends its device id in the clear, so a bare id is anyone's to copy and
-// would lend the device's exemption to whoever names it. A device deny
-// list matches a claimed id too: denying a claim lends an attacker
-// nothing (the claimant is the one denied), and without it a deny list of
-// devices would never match where apps present no device tokens.
+// A device list, allow or deny, matches only a proven device id (7.1):
+// an entry names a device proven by its token, while the app sends its
+// device id in the clear, so a bare id is anyone's claim (on an allow
+// list it would lend the device's exemption to whoever names it).
+// Unverified traffic is limited by unverified_multiplier and by the claim
+// subject of its id instead.
 func (p *Policy) MatchLists(q *ListQuery) (l *List, deny bool) {
 	for _, l := range p.Deny {
 		if l.Matches(q) {
@@ -146,7 +146,7 @@ func (p *Policy) MatchLists(q *ListQuery) (l *List, deny bool) {
 		}
 	}
 	for _, l := range p.Allow {
-		if (l.Kind != ListDevice || q.DeviceProven) && l.Matches(q) {
+		if l.Matches(q) {
 			return l, false
 		}
 	}

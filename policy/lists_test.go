@@ -160,18 +160,19 @@ limits:
 	}
 }
 
-// TestDeviceListsMatchProofs: a device allow list matches only a proven
-// device id (a bare id is anyone's to copy, 7.1); a device deny list
-// matches a claimed id too (denying a claim lends an attacker nothing).
+// TestDeviceListsMatchProofs: a device list, allow or deny, matches only
+// a device id proven by its token (7.1): a bare id is anyone's claim, so
+// it is neither exempted by an allow list nor denied by a deny list.
 func TestDeviceListsMatchProofs(t *testing.T) {
 	t.Parallel()
 	dir := listDir(t, map[string]string{
-		"vip.txt": "vip-phone\n", "bad.txt": "bad-phone\n",
+		"vip.txt": "vip-phone\n", "bad.txt": "bad-phone\n", "staff.txt": "alice\n",
 		"p.yaml": `version: 1
 lists:
   vip: {file: vip.txt, kind: device}
   bad: {file: bad.txt, kind: device}
-allow: [vip]
+  staff: {file: staff.txt, kind: account}
+allow: [vip, staff]
 deny: [bad]
 limits:
   - {name: global, by: [global], rate: 10/s}
@@ -188,7 +189,10 @@ limits:
 		{ListQuery{DeviceID: "vip-phone", DeviceProven: true}, "vip", false},
 		{ListQuery{DeviceID: "vip-phone"}, "", false},
 		{ListQuery{DeviceID: "bad-phone", DeviceProven: true}, "bad", true},
-		{ListQuery{DeviceID: "bad-phone"}, "bad", true},
+		{ListQuery{DeviceID: "bad-phone"}, "", false},
+		// the bare id of a denied device does not outweigh an allow list
+		{ListQuery{DeviceID: "bad-phone", Account: "alice"}, "staff", false},
+		{ListQuery{DeviceID: "bad-phone", DeviceProven: true, Account: "alice"}, "bad", true},
 		{ListQuery{DeviceID: "other", DeviceProven: true}, "", false},
 	} {
 		l, deny := p.MatchLists(&c.q)
