@@ -63,13 +63,12 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if as403 {
-		c := &capture{h: w.Header()}
-		if !WriteDecision(c, rid, d) {
+		if status, body := render.Decision(w.Header(), rid, d); status != http.StatusOK {
 			h := w.Header()
-			h[HeaderTollgateStatus] = []string{strconv.Itoa(c.status)}
-			h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.body))}
+			h[HeaderTollgateStatus] = []string{strconv.Itoa(status)}
+			h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(body))}
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write(c.body)
+			_, _ = w.Write(body)
 			return
 		}
 	}
@@ -142,27 +141,6 @@ func oneHeader(h http.Header, name string) (string, *apiError) {
 		return v[0], nil
 	}
 	return "", badRequest("header " + name + " is repeated")
-}
-
-// capture is an http.ResponseWriter that keeps what it is given.
-type capture struct {
-	h      http.Header
-	status int
-	body   []byte
-}
-
-func (c *capture) Header() http.Header { return c.h }
-
-func (c *capture) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-}
-
-func (c *capture) Write(b []byte) (int, error) {
-	c.WriteHeader(http.StatusOK)
-	c.body = append(c.body, b...)
-	return len(b), nil
 }
 
 // RenderDecision renders d as the check API answers it (render.Decision):
