@@ -354,7 +354,7 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 		h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation failed", slog.String("endpoint", what), slog.String("device_id", id),
 			slog.String("step", ae.Step), slog.String("err", ae.Err.Error()), slog.String("request_id", rid))
 		return &apiError{status: http.StatusBadRequest, code: CodeAttestationInvalid, message: ae.Message(),
-			details: string(jsonw.AppendString([]byte(`"step":`), ae.Step))}
+			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "step"), ae.Step))}
 	case errors.Is(err, attestation.ErrUnavailable), errors.Is(err, bucket.ErrUnavailable), errors.Is(err, bucket.ErrFull):
 		h.o.Logger.LogAttrs(ctx, slog.LevelError, "attestation: store", slog.String("endpoint", what), slog.String("err", err.Error()), slog.String("request_id", rid))
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "store unavailable", details: `"retry_after_ms":1000`}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/testenv"
@@ -30,8 +31,10 @@ lists:
   blocked:  {file: blocked.txt, kind: ip}
   staff:    {file: staff.txt, kind: account}
   internal: {file: internal.txt, kind: "attr:tenant"}
-allow: [staff, internal]
-deny: [blocked]
+  phones:   {file: phones.txt, kind: device}
+  stolen:   {file: stolen.txt, kind: device}
+allow: [staff, internal, phones]
+deny: [blocked, stolen]
 routes:
   - {match: "POST /auth/login", class: auth}
   - {match: "* *", class: write}
@@ -78,6 +81,8 @@ func loadAttrPolicy(t *testing.T) *policy.Policy {
 		"blocked.txt":  "# abusers\n203.0.113.0/24\n",
 		"staff.txt":    "Alice@Example.com\n",
 		"internal.txt": "tollgate-dev\n",
+		"phones.txt":   "vip-phone\n",
+		"stolen.txt":   "stolen-phone\n",
 		"p.yaml":       attrPolicy,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -90,6 +95,15 @@ func loadAttrPolicy(t *testing.T) *policy.Policy {
 	}
 	return p
 }
+
+// attrTokens signs the device tokens of attrFixture's server.
+var attrTokens = func() *attestation.Tokens {
+	tk, err := attestation.NewTokens([]byte("attr-fixture-device-token-key-32-bytes"))
+	if err != nil {
+		panic(err)
+	}
+	return tk
+}()
 
 // newAttrFixture serves attrPolicy over the memory store, or over the
 // shared Redis when redisStore is set.
@@ -110,7 +124,8 @@ func newAttrFixture(t *testing.T, redisStore bool) *attrFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv, err = New(Options{Engine: eng, Gatherer: f.reg, Now: func() time.Time { return f.now }, Events: f.events, Reporter: f.reporter})
+	f.srv, err = New(Options{Engine: eng, Gatherer: f.reg, Now: func() time.Time { return f.now }, Events: f.events, Reporter: f.reporter,
+		DeviceTokens: func() *attestation.Tokens { return attrTokens }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +219,22 @@ func TestCheckLists(t *testing.T) {
 			}
 			// nothing was taken from the ip bucket
 			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.7"}`), 200, "", "X-RateLimit-Remaining", "4")
-			for list, want := range map[string]float64{"blocked|denied_list": 3, "staff|allowed_list": 8, "internal|allowed_list": 8} {
+			// the allow-listed phone's id without its token is limited like
+			// any request; with its token it is exempt (7.1)
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.9","device_id":"vip-phone"}`), 200, "", "X-RateLimit-Remaining", "4")
+			tok := attrTokens.Issue("vip-phone", t0.Add(time.Hour))
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.9","device_id":"vip-phone","device_token":"`+tok+`"}`), 200,
+				`{"allowed":true,"request_id":"req-1"}`, "X-RateLimit-Limit", "")
+			if ev := f.events.last(t); ev.Result != "allowed_list" || ev.Limit != "phones" {
+				t.Fatalf("the phone with its token: event %+v", ev)
+			}
+			// a device deny list, too, matches only the proven device: its
+			// bare id is limited like any request (7.1)
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.10","device_id":"stolen-phone"}`), 200, "", "X-RateLimit-Remaining", "4")
+			stolen := attrTokens.Issue("stolen-phone", t0.Add(time.Hour))
+			expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /","ip":"198.51.100.10","device_id":"stolen-phone","device_token":"`+stolen+`"}`), 403,
+				`{"error":{"code":"DENIED","message":"Request denied","details":{"list":"stolen"},"request_id":"req-1"}}`, "X-RateLimit-Limit", "")
+			for list, want := range map[string]float64{"blocked|denied_list": 3, "stolen|denied_list": 1, "staff|allowed_list": 8, "internal|allowed_list": 8} {
 				name, result, _ := strings.Cut(list, "|")
 				if got := testutil.ToFloat64(f.metrics.Decisions.WithLabelValues(name, "write", result)); got != want {
 					t.Errorf("%s: %v, want %v", list, got, want)
@@ -220,13 +250,22 @@ func TestReportAttributesAndLists(t *testing.T) {
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","attributes":{"plan":"free"}}`), 202, "")
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"Alice@example.com"}`), 202, "")
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"carol","ip":"203.0.113.1","attributes":{"tenant":"tollgate-dev"}}`), 202, "")
+	// a device allow list matches only the proven device (7.1)
+	tok := attrTokens.Issue("vip-phone", t0.Add(time.Hour))
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","device_id":"vip-phone"}`), 202, "")
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","device_id":"vip-phone","device_token":"`+tok+`"}`), 202, "")
+	// and so does a device deny list: a staff report naming the denied
+	// phone's bare id is marked allow-listed, with its token it is not
+	stolen := attrTokens.Issue("stolen-phone", t0.Add(time.Hour))
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"Alice@example.com","device_id":"stolen-phone"}`), 202, "")
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"Alice@example.com","device_id":"stolen-phone","device_token":"`+stolen+`"}`), 202, "")
 	w := f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"bob","attributes":{"Plan":"free"}}`)
 	if w.Code != 400 || !strings.Contains(w.Body.String(), `\"Plan\" is not a valid attribute name`) {
 		t.Fatalf("bad attribute: %d %s", w.Code, w.Body)
 	}
 	f.reporter.mu.Lock()
 	defer f.reporter.mu.Unlock()
-	if len(f.reporter.list) != 3 {
+	if len(f.reporter.list) != 7 {
 		t.Fatalf("reports %+v", f.reporter.list)
 	}
 	r := f.reporter.list
@@ -238,6 +277,18 @@ func TestReportAttributesAndLists(t *testing.T) {
 	}
 	if r[2].AllowList != "" { // on the deny list too: deny wins
 		t.Errorf("report 2: allow list %q", r[2].AllowList)
+	}
+	if r[3].AllowList != "" || r[3].Attested {
+		t.Errorf("report 3 (the phone's id without its token): allow list %q attested %v", r[3].AllowList, r[3].Attested)
+	}
+	if r[4].AllowList != "phones" || !r[4].Attested {
+		t.Errorf("report 4 (the phone with its token): allow list %q attested %v, want phones", r[4].AllowList, r[4].Attested)
+	}
+	if r[5].AllowList != "staff" {
+		t.Errorf("report 5 (staff naming the denied phone's bare id): allow list %q, want staff", r[5].AllowList)
+	}
+	if r[6].AllowList != "" || !r[6].Attested { // the proven denied phone: deny wins
+		t.Errorf("report 6 (staff with the denied phone's token): allow list %q attested %v", r[6].AllowList, r[6].Attested)
 	}
 }
 

@@ -361,10 +361,11 @@ func (p *proxy) outcome(resp *http.Response) error {
 	}
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
 		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, ASN: id.in.ASN, Attributes: id.in.Attributes}
-	rep.AllowList = p.s.allowList(rep)
 	// a proven device, not a claimed id: velocity rules by device count
-	// the two apart (7.1), and only a proven login_succeeded enrols it
+	// the two apart (7.1), only a proven login_succeeded enrols it, and
+	// only a proven device matches a device allow list
 	rep.Attested = id.in.DeviceVerified
+	rep.AllowList = p.s.allowList(rep)
 	p.s.reports.Add(1)
 	go func() {
 		defer p.s.reports.Done()

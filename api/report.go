@@ -153,9 +153,11 @@ func (s *Server) reportASN(ip string) string {
 }
 
 // allowList returns the allow list the report's identity is on ("" for
-// none; a deny list wins, as for decisions).
+// none; a deny list wins, as for decisions). rep.Attested must be set: a
+// device allow list matches only a proven device (7.1).
 func (s *Server) allowList(rep *streams.Report) string {
-	in := engine.Input{IP: rep.IP, UserID: rep.UserID, DeviceID: rep.DeviceID, Account: rep.Account, Attributes: rep.Attributes}
+	in := engine.Input{IP: rep.IP, UserID: rep.UserID, DeviceID: rep.DeviceID, DeviceVerified: rep.Attested,
+		Account: rep.Account, Attributes: rep.Attributes}
 	if l, deny := s.o.Engine.ListMatch(&in); l != nil && !deny {
 		return l.Name
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/health"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -44,6 +45,10 @@ type Options struct {
 	// (and /v1/forward-auth) require, with the admin API's throttle on
 	// failed attempts (6.2); empty leaves them open.
 	APIToken string
+	// NoForwardAuth turns /v1/forward-auth off: it answers 404 NOT_FOUND
+	// (the limiter's --no-forward-auth, which a policy with a concurrency
+	// limit needs, 7.4).
+	NoForwardAuth bool
 	// AttestPrefix is where the public listener serves the attestation
 	// endpoints in proxy mode (default "/v1/attest/"; it must start and
 	// end with a slash). A request under it is served as the same path
@@ -150,8 +155,14 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/check", s.apiOnly(s.handleCheck))
 	s.mux.HandleFunc("POST /v1/report", s.apiOnly(s.handleReport))
 	s.mux.HandleFunc("POST /v1/release", s.apiOnly(s.handleRelease))
-	s.mux.HandleFunc("GET /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
-	s.mux.HandleFunc("POST /v1/forward-auth", s.apiOnly(s.handleForwardAuth))
+	fwd := s.handleForwardAuth
+	if s.o.NoForwardAuth {
+		fwd = func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, requestID(w, r), &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "forward auth is off (--no-forward-auth)"})
+		}
+	}
+	s.mux.HandleFunc("GET /v1/forward-auth", s.apiOnly(fwd))
+	s.mux.HandleFunc("POST /v1/forward-auth", s.apiOnly(fwd))
 	s.mux.HandleFunc("GET /v1/admin/offenders", s.adminOnly(s.handleOffenders))
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
@@ -418,7 +429,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, 
 		secs := int64((left + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", itoa(secs))
 		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeTooManyAttempts, message: "too many failed " + realm + " token attempts",
-			details: `"retry_after_ms":` + itoa(left.Milliseconds())})
+			details: string(jsonw.AppendInt(jsonw.AppendMember(nil, "retry_after_ms"), left.Milliseconds()))})
 		return false
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-`+realm+`"`)

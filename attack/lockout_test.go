@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,5 +143,57 @@ func TestAttackAllowListedAccountCanBeLocked(t *testing.T) {
 	st, body := do(t, "POST", tg.public+"/auth/login", `{"username":"boss","password":"guess"}`, from("192.0.2.99"))
 	if st != 429 || code(body) != "ACCOUNT_LOCKED" || !strings.Contains(body, `"scope":"account"`) {
 		t.Fatalf("the 11th guess at the allow-listed account: %d %s; want 429 ACCOUNT_LOCKED scope account", st, body)
+	}
+}
+
+// Attack: the attacker's failed logins lock addresses out while the
+// operators' console polls GET /v1/admin/lockouts. riskd's write indexed
+// a lock before writing its value, and a listing dropped index members
+// whose value it found missing: a listing read between the two dropped
+// the lock from the list for good (re-asserting the same lock never
+// listed it again), so operators could neither see nor lift it there.
+// Defence (7.1): the store writes a lock before listing it, a listing
+// prunes a member only if no write listed it again since its read and it
+// is older than a grace, and every write of a lock lists it.
+func TestAttackLockoutVanishesFromList(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withLockoutPolicy(t))
+	admin := bearer(adminToken)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				do(t, "GET", tg.api+"/v1/admin/lockouts?limit=1000", "", admin)
+			}
+		}()
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		tg.report(t, 3, `{"type":"login_failed","ip":"203.0.113.`+strconv.Itoa(100+i)+`"}`)
+	}
+	tg.syncRisk(t)
+	close(stop)
+	wg.Wait()
+	st, body := do(t, "GET", tg.api+"/v1/admin/lockouts?limit=1000", "", admin)
+	if st != 200 {
+		t.Fatalf("lockout list: %d %s", st, body)
+	}
+	var missing []string
+	for i := 0; i < n; i++ {
+		ip := "203.0.113." + strconv.Itoa(100+i)
+		if !strings.Contains(body, `"subject":"ip","id":"`+ip+`"`) {
+			missing = append(missing, ip)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%d of %d locked addresses missing from the lockout list: %v", len(missing), n, missing)
 	}
 }

@@ -54,6 +54,9 @@ type Limit struct {
 	// set Request.OwnTrust the decision takes from OwnKey, with this
 	// limit's burst, rate and multipliers, instead of from Key.
 	OwnKey string
+	// Share, when > 0, lets Shares serve the limit from tokens taken
+	// ahead of use, Share's worth at a time (see Shares). Stores ignore it.
+	Share time.Duration
 }
 
 // RequestSubject is one subject whose multipliers a decision reads.

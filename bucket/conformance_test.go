@@ -32,7 +32,7 @@ func stores() []storeCase {
 			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:"}), "m:"
 		}},
 		{"memory-unshared", func(t *testing.T) (bucket.Store, string) {
-			return bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:", Unshared: true}), "m:"
+			return bucket.NewSingleGoroutineMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return t0 }, Prefix: "m:"}), "m:"
 		}},
 		{"redis", func(t *testing.T) (bucket.Store, string) {
 			c, prefix := testenv.Redis(t)

@@ -89,15 +89,48 @@ func prefixOf(key string) string {
 	return key
 }
 
+// listGrace is how long a listing leaves an index member whose entry it
+// finds missing: a writer of an older build indexes before it writes the
+// entry, and a listing must not drop a lock or multiplier being written.
+const listGrace = 10 * time.Second
+
 // index records member in the sorted set idx at Redis's TIME and keeps
-// idx at MaxListed members. Callers write the index before the entry it
-// lists, so an entry a reader can see is always listed (a listing drops
-// members whose entry is gone).
-func (s *RedisStore) index(ctx context.Context, idx, member string) error {
-	if err := indexScript.Run(ctx, s.c, []string{idx}, member, MaxListed).Err(); err != nil {
+// idx at MaxListed members; when changed is false (the same entry written
+// again) it only adds a missing member, keeping its place in listings.
+// Callers write the entry before they index it, so a listing that finds a
+// member's entry missing is never racing the write that lists it; each
+// write indexes, so an entry a failed index write left out is listed
+// again at its next re-assertion.
+func (s *RedisStore) index(ctx context.Context, idx, member string, changed bool) error {
+	mode := "nx"
+	if changed {
+		mode = "set"
+	}
+	if err := indexScript.Run(ctx, s.c, []string{idx}, member, MaxListed, mode).Err(); err != nil {
 		return fmt.Errorf("%w: index %s in %s: %w", ErrUnavailable, member, idx, err)
 	}
 	return nil
+}
+
+// prune removes from idx the members a listing found out of force, each
+// only if no write listed it again since the listing read it (its score
+// is the one read) and it was listed more than listGrace ago (pruneScript).
+// It returns how many it removed (0 on a failure: the next listing tries
+// again).
+func (s *RedisStore) prune(ctx context.Context, idx string, gone []redis.Z) int {
+	if len(gone) == 0 {
+		return 0
+	}
+	args := make([]any, 0, 1+2*len(gone))
+	args = append(args, listGrace.Milliseconds())
+	for _, z := range gone {
+		args = append(args, z.Member, strconv.FormatInt(int64(z.Score), 10))
+	}
+	n, err := pruneScript.Run(ctx, s.c, []string{idx}, args...).Int()
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // unindex removes member from idx (ignoring failures, as index does).
@@ -124,7 +157,7 @@ func (s *RedisStore) ListLocks(ctx context.Context, limit int) ([]LockEntry, err
 		return nil, err
 	}
 	var out []LockEntry
-	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]string, error) {
+	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]redis.Z, error) {
 		pipe := s.c.Pipeline()
 		keys := make([]string, len(members))
 		cmds := make([]*redis.StringCmd, len(members))
@@ -135,12 +168,12 @@ func (s *RedisStore) ListLocks(ctx context.Context, limit int) ([]LockEntry, err
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
-		var gone []string
+		var gone []redis.Z
 		for i, c := range cmds {
 			l, ok := parseLock(c.Val())
 			subj, id, ok2 := ParseSubjectKey(keys[i])
 			if !ok || !ok2 || !l.Until.After(now) {
-				gone = append(gone, keys[i])
+				gone = append(gone, members[i])
 				continue
 			}
 			if len(out) < limit {
@@ -160,7 +193,7 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, limit int) ([]Multipli
 		return nil, err
 	}
 	var out []MultiplierEntry
-	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]string, error) {
+	err = s.scanIndex(ctx, idx, limit, func(members []redis.Z) ([]redis.Z, error) {
 		pipe := s.c.Pipeline()
 		cmds := make([]*redis.StringCmd, len(members))
 		names := make([]string, len(members))
@@ -172,13 +205,13 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, limit int) ([]Multipli
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
-		var gone []string
+		var gone []redis.Z
 		for i, c := range cmds {
 			key, src, _ := strings.Cut(names[i], "|")
 			m, ok := parseMultipliers(map[string]string{src: c.Val()})[src]
 			subj, id, ok2 := ParseSubjectKey(key)
 			if !ok || !ok2 || !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
-				gone = append(gone, names[i])
+				gone = append(gone, members[i])
 				continue
 			}
 			if len(out) < limit {
@@ -191,9 +224,9 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, limit int) ([]Multipli
 }
 
 // scanIndex walks idx newest first in pages, handing each page to read
-// (which returns the members no longer in force, then removed from idx)
+// (which returns the members no longer in force, then pruned from idx)
 // until have() reaches limit or idx ends.
-func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read func([]redis.Z) ([]string, error), have func() int) error {
+func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read func([]redis.Z) ([]redis.Z, error), have func() int) error {
 	const page = 500
 	for start := int64(0); have() < limit && start < MaxListed; start += page {
 		pipe := s.c.Pipeline()
@@ -209,8 +242,7 @@ func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read 
 		if err != nil {
 			return fmt.Errorf("%w: list %s: %w", ErrUnavailable, idx, err)
 		}
-		s.unindex(ctx, idx, gone...)
-		start -= int64(len(gone))
+		start -= int64(s.prune(ctx, idx, gone))
 		if len(members) < page {
 			return nil
 		}

@@ -83,6 +83,14 @@ if ARGV[1] == "1" and v then redis.call("DEL", KEYS[1]) end
 return {t[1], t[2], v}
 `)
 
+// setLockScript writes the lock ARGV[1] at KEYS[1], expiring at ARGV[2]
+// (Unix ms, PXAT), and returns the value it replaced (nil for none).
+var setLockScript = redis.NewScript(`
+local prev = redis.call("GET", KEYS[1])
+redis.call("SET", KEYS[1], ARGV[1], "PXAT", ARGV[2])
+return prev
+`)
+
 // multipliersScript returns {TIME seconds, TIME µs, HGETALL of KEYS[1]}.
 var multipliersScript = redis.NewScript(`
 local t = redis.call("TIME")
@@ -90,10 +98,36 @@ return {t[1], t[2], redis.call("HGETALL", KEYS[1])}
 `)
 
 // indexScript records ARGV[1] in the listing index KEYS[1], scored by TIME
-// in ms, and keeps the newest ARGV[2] members.
+// in ms, and keeps the newest ARGV[2] members. With ARGV[3] "nx" it only
+// adds a missing member (a re-assertion keeps its place in listings).
 var indexScript = redis.NewScript(`
 local t = redis.call("TIME")
-redis.call("ZADD", KEYS[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[3] == "nx" then
+  if redis.call("ZADD", KEYS[1], "NX", now, ARGV[1]) == 0 then return 0 end
+else
+  redis.call("ZADD", KEYS[1], now, ARGV[1])
+end
 redis.call("ZREMRANGEBYRANK", KEYS[1], 0, -tonumber(ARGV[2]) - 1)
 return 1
+`)
+
+// pruneScript removes from the listing index KEYS[1] the members a
+// listing found out of force (ARGV pairs from ARGV[2]: member, the score
+// it read), each only if its score is unchanged (no write listed it
+// again since the read) and older than ARGV[1] ms by TIME (a grace for
+// writes in flight). It returns how many it removed.
+var pruneScript = redis.NewScript(`
+local t = redis.call("TIME")
+local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV - 1, 2 do
+  local seen = tonumber(ARGV[i + 1])
+  local score = redis.call("ZSCORE", KEYS[1], ARGV[i])
+  if score and tonumber(score) == seen and seen <= cutoff then
+    redis.call("ZREM", KEYS[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
 `)

@@ -109,7 +109,10 @@ func TestMemTableEvictPrefersFull(t *testing.T) {
 // prefetch of the key's bytes once read past an empty key and panicked.
 func TestMemoryEmptyKey(t *testing.T) {
 	for _, unshared := range []bool{false, true} {
-		s := NewMemoryStore(MemoryOptions{Unshared: unshared})
+		s := NewMemoryStore(MemoryOptions{})
+		if unshared {
+			s = NewSingleGoroutineMemoryStore(MemoryOptions{})
+		}
 		req := Request{Now: time.Unix(1_800_000_000, 0), Cost: 1, Limits: []Limit{{Key: "", Burst: 5, Rate: 1, Period: time.Hour}}}
 		var res Result
 		for want := 4.0; want >= 2; want-- {

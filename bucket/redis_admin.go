@@ -37,15 +37,11 @@ func (s *RedisStore) setMultiplierAt(ctx context.Context, key string, m Multipli
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, key, err)
 	}
-	if prev != v { // a re-assertion of the same value keeps its place in listings
-		if err := s.index(ctx, multIndex(prefixOf(key)), key+"|"+m.Source); err != nil {
-			return err
-		}
-	}
 	if err := setMultiplierScript.Run(ctx, s.c, []string{key, key + summarySuffix}, m.Source, v).Err(); err != nil {
 		return fmt.Errorf("%w: set multiplier %s on %s: %w", ErrUnavailable, m.Source, key, err)
 	}
-	return nil
+	// after the value: a listing never drops a multiplier being written
+	return s.index(ctx, multIndex(prefixOf(key)), key+"|"+m.Source, prev != v)
 }
 
 // ClearMultiplier implements Admin.
@@ -111,27 +107,21 @@ func (s *RedisStore) SetLock(ctx context.Context, sub Subject, l Lock) error {
 	return s.setLockAt(ctx, subjectKey(s.prefix, sub, ":l"), l)
 }
 
-// setLockAt writes l at the lock key; Redis expires it (PEXPIREAT, its
-// own clock) just after l.Until.
+// setLockAt writes l at the lock key, then lists it; Redis expires it
+// (PXAT, its own clock) just after l.Until.
 func (s *RedisStore) setLockAt(ctx context.Context, key string, l Lock) error {
 	flags := "-"
 	if l.Exempt {
 		flags = "x"
 	}
 	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	prev, err := s.c.Get(ctx, key).Result()
+	prev, err := setLockScript.Run(ctx, s.c, []string{key}, v, l.Until.Add(time.Millisecond).UnixMilli()).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
 	}
-	if prev != v { // a re-assertion of the same lock keeps its place in listings
-		if err := s.index(ctx, lockIndex(prefixOf(key)), key); err != nil {
-			return err
-		}
-	}
-	if err := s.c.SetArgs(ctx, key, v, redis.SetArgs{ExpireAt: l.Until.Add(time.Millisecond)}).Err(); err != nil {
-		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
-	}
-	return nil
+	// after the value: a listing never drops a lock being written; a
+	// re-assertion of the same lock keeps its place in listings
+	return s.index(ctx, lockIndex(prefixOf(key)), key, prev != v)
 }
 
 // ClearLock implements Admin: it reads and deletes the lock in one

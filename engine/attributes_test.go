@@ -98,6 +98,7 @@ func listPolicy(t testing.TB) *policy.Policy {
 	writeFile(t, dir, "office.txt", "198.51.100.0/24\n203.0.113.9\n")
 	writeFile(t, dir, "asns.txt", "AS64500\n")
 	writeFile(t, dir, "tenants.txt", "acme\n")
+	writeFile(t, dir, "stolen.txt", "stolen-phone\n")
 	path := writeFile(t, dir, "p.yaml", `version: 1
 lists:
   bad-ips: {file: bad-ips.txt, kind: ip}
@@ -105,8 +106,9 @@ lists:
   office:  {file: office.txt, kind: ip}
   bad-asn: {file: asns.txt, kind: asn}
   vip:     {file: tenants.txt, kind: "attr:tenant"}
+  stolen:  {file: stolen.txt, kind: device}
 allow: [staff, office, vip]
-deny: [bad-ips, bad-asn]
+deny: [bad-ips, bad-asn, stolen]
 limits:
   - {name: ip, by: [ip], rate: 1/min}
 `)
@@ -141,6 +143,9 @@ func TestLists(t *testing.T) {
 		{"allow account normalised", Input{IP: "192.0.2.1", Account: "  ALICE@example.COM "}, AllowedList, "staff"},
 		{"allow attribute", Input{IP: "192.0.2.1", Attributes: map[string]string{"tenant": "acme"}}, AllowedList, "vip"},
 		{"deny beats attribute allow", Input{IP: "203.0.113.1", Attributes: map[string]string{"tenant": "acme"}}, DeniedList, "bad-ips"},
+		// a device list matches only a device proven by its token (7.1)
+		{"deny proven device", Input{IP: "192.0.2.1", DeviceID: "stolen-phone", DeviceVerified: true}, DeniedList, "stolen"},
+		{"bare id of a denied device", Input{IP: "192.0.2.1", DeviceID: "stolen-phone", Account: "alice@example.com"}, AllowedList, "staff"},
 	}
 	for _, c := range cases {
 		c.in.Endpoint, c.in.Cost = "GET /", 1
@@ -160,8 +165,8 @@ func TestLists(t *testing.T) {
 	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("bad-ips", "default", ResultDeniedList)); got != 12 {
 		t.Errorf("denied_list bad-ips = %v, want 12", got)
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("staff", "default", ResultAllowedList)); got != 3 {
-		t.Errorf("allowed_list staff = %v, want 3", got)
+	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("staff", "default", ResultAllowedList)); got != 6 {
+		t.Errorf("allowed_list staff = %v, want 6", got)
 	}
 	// Not on a list: the limit applies, through the store.
 	in := Input{Endpoint: "GET /", IP: "192.0.2.1", Cost: 1}
@@ -173,6 +178,13 @@ func TestLists(t *testing.T) {
 	}
 	if errors.Is(d.Err, bucket.ErrUnavailable) {
 		t.Fatal(d.Err)
+	}
+	// The bare id of a denied device is on no list: limited like anyone.
+	in = Input{Endpoint: "GET /", IP: "192.0.2.2", DeviceID: "stolen-phone", Cost: 1}
+	_ = e.Decide(context.Background(), &in, &d)
+	_ = e.Decide(context.Background(), &in, &d)
+	if d.Outcome != Limited || d.List != nil || st.calls != 4 {
+		t.Fatalf("bare id of a denied device: %v list %v after %d store calls", d.Outcome, d.List, st.calls)
 	}
 }
 

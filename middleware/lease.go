@@ -67,7 +67,7 @@ func (l *limiter) releaseRemote(rid, lease string) {
 		}
 	}
 	if err != nil {
-		if n, ok := l.throttle.allow(time.Now()); ok {
+		if n, ok := l.throttle.allow(l.now()); ok {
 			l.log.LogAttrs(ctx, slog.LevelWarn, "release", slog.String("request_id", rid), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -110,6 +111,9 @@ type Options struct {
 	// remote limiter are logged at most once a second, with a count of the
 	// ones suppressed.
 	Logger *slog.Logger
+	// Now is the clock (default time.Now): it dates direct mode's device
+	// token checks and spaces the failure log lines. Tests inject one.
+	Now func() time.Time
 }
 
 // limiter is a configured middleware.
@@ -124,6 +128,7 @@ type limiter struct {
 	timeout  time.Duration
 	failOpen bool
 	log      *slog.Logger
+	now      func() time.Time
 	throttle logThrottle
 }
 
@@ -136,9 +141,12 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if (o.Engine == nil) == (o.LimiterURL == "") {
 		return nil, ErrMode
 	}
-	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient}
+	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient, now: o.Now}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
+	}
+	if l.now == nil {
+		l.now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -305,7 +313,7 @@ func cleanPath(p string) bool {
 
 // direct decides in process.
 func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, in *engine.Input) {
-	in.DeviceVerified = in.DeviceID != "" && l.tokens.Verify(in.DeviceToken, in.DeviceID, time.Now())
+	in.DeviceVerified = in.DeviceID != "" && l.tokens.Verify(in.DeviceToken, in.DeviceID, l.now())
 	d := engine.GetDecision()
 	if err := l.eng.Decide(r.Context(), in, d); err != nil {
 		engine.PutDecision(d)
@@ -461,7 +469,7 @@ func copyHeaders(dst, src http.Header, names []string) {
 
 // unavailable applies FailOpen when the limiter could not answer.
 func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, err error) {
-	if n, ok := l.throttle.allow(time.Now()); ok {
+	if n, ok := l.throttle.allow(l.now()); ok {
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter unavailable", slog.String("request_id", rid),
 			slog.Bool("fail_open", l.failOpen), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 	}
@@ -472,7 +480,7 @@ func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.
 	}
 	w.Header()["Retry-After"] = []string{strconv.Itoa(int(unavailableRetry / time.Second))}
 	api.WriteError(w, rid, http.StatusServiceUnavailable, api.CodeLimiterUnavailable, "Rate limiter unavailable",
-		`"retry_after_ms":`+strconv.FormatInt(unavailableRetry.Milliseconds(), 10))
+		string(jsonw.AppendInt(jsonw.AppendMember(nil, "retry_after_ms"), unavailableRetry.Milliseconds())))
 }
 
 // logThrottle lets one log line through per second. The zero value is
@@ -488,7 +496,7 @@ type logThrottle struct {
 func (t *logThrottle) allow(now time.Time) (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.last.IsZero() && now.Sub(t.last) < time.Second && now.After(t.last) {
+	if !t.last.IsZero() && now.Sub(t.last) < time.Second && !now.Before(t.last) {
 		t.suppressed++
 		return 0, false
 	}

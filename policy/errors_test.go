@@ -51,7 +51,7 @@ func TestParseBrokenFiles(t *testing.T) {
 		// One limit.
 		{"limit missing rate", "version: 1\nlimits:\n  - name: a\n    by: [ip]\n", `p.yaml:3: limit: missing required field "rate" (or "quota", or "concurrency")`},
 		{"limit missing name and by", "version: 1\nlimits:\n  - {rate: 1/s}\n", "p.yaml:3: limit: missing required field \"name\"\np.yaml:3: limit: missing required field \"by\""},
-		{"limit unknown field", head + "  - {name: b, by: [ip], rat: 1/s, rate: 1/s}\n", `p.yaml:6: unknown field "rat" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices)`},
+		{"limit unknown field", head + "  - {name: b, by: [ip], rat: 1/s, rate: 1/s}\n", `p.yaml:6: unknown field "rat" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices, local_share)`},
 		{"limit trusted_devices", head + "  - {name: b, by: [account], rate: 1/s, trusted_devices: mine}\n", `p.yaml:6: trusted_devices "mine": want own or shared`},
 		{"limit duplicate key", head + "  - name: b\n    by: [ip]\n    rate: 1/s\n    rate: 2/s\n", `p.yaml:9: duplicate key "rate" (first at line 8)`},
 		{"duplicate limit name", head + "  - {name: a, by: [user], rate: 1/s}\n", `p.yaml:6: duplicate limit name "a" (first at line 5)`},

@@ -92,15 +92,20 @@ func (l *List) KindText() string {
 func (l *List) Set() *ListSet { return l.set.Load() }
 
 // ListQuery is what a list can match in a request. Addr is the client
-// address (unmapped); Account is normalised when matched.
+// address (unmapped); Account is normalised when matched. DeviceProven
+// is true when the request presented a valid device token for DeviceID
+// (6.3); without one the id is only claimed.
 type ListQuery struct {
 	Addr                           netip.Addr
 	ASN, UserID, DeviceID, Account string
+	DeviceProven                   bool
 	Attributes                     map[string]string
 }
 
-// Matches reports whether the request q is on l. It does not allocate
-// when q.Account is already normalised.
+// Matches reports whether the request q is on l. A device list, allow or
+// deny, matches only a proven device id (q.DeviceProven, 7.1): an entry
+// names a device proven by its token, and a bare id is anyone's claim.
+// It does not allocate when q.Account is already normalised.
 func (l *List) Matches(q *ListQuery) bool {
 	s := l.set.Load()
 	if s == nil {
@@ -116,7 +121,7 @@ func (l *List) Matches(q *ListQuery) bool {
 	case ListUser:
 		return q.UserID != "" && s.Contains(q.UserID)
 	case ListDevice:
-		return q.DeviceID != "" && s.Contains(q.DeviceID)
+		return q.DeviceProven && q.DeviceID != "" && s.Contains(q.DeviceID)
 	case ListAttr:
 		v, ok := q.Attributes[l.Attr]
 		return ok && v != "" && s.Contains(v)
@@ -127,6 +132,13 @@ func (l *List) Matches(q *ListQuery) bool {
 // MatchLists returns the list that decides the request q: the first deny
 // list it is on (deny wins), else the first allow list, else nil. It does
 // not allocate (see List.Matches).
+//
+// A device list, allow or deny, matches only a proven device id (7.1):
+// an entry names a device proven by its token, while the app sends its
+// device id in the clear, so a bare id is anyone's claim (on an allow
+// list it would lend the device's exemption to whoever names it).
+// Unverified traffic is limited by unverified_multiplier and by the claim
+// subject of its id instead.
 func (p *Policy) MatchLists(q *ListQuery) (l *List, deny bool) {
 	for _, l := range p.Deny {
 		if l.Matches(q) {

@@ -160,6 +160,52 @@ limits:
 	}
 }
 
+// TestDeviceListsMatchProofs: a device list, allow or deny, matches only
+// a device id proven by its token (7.1): a bare id is anyone's claim, so
+// it is neither exempted by an allow list nor denied by a deny list.
+func TestDeviceListsMatchProofs(t *testing.T) {
+	t.Parallel()
+	dir := listDir(t, map[string]string{
+		"vip.txt": "vip-phone\n", "bad.txt": "bad-phone\n", "staff.txt": "alice\n",
+		"p.yaml": `version: 1
+lists:
+  vip: {file: vip.txt, kind: device}
+  bad: {file: bad.txt, kind: device}
+  staff: {file: staff.txt, kind: account}
+allow: [vip, staff]
+deny: [bad]
+limits:
+  - {name: global, by: [global], rate: 10/s}
+`})
+	p, err := Load(filepath.Join(dir, "p.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		q    ListQuery
+		list string
+		deny bool
+	}{
+		{ListQuery{DeviceID: "vip-phone", DeviceProven: true}, "vip", false},
+		{ListQuery{DeviceID: "vip-phone"}, "", false},
+		{ListQuery{DeviceID: "bad-phone", DeviceProven: true}, "bad", true},
+		{ListQuery{DeviceID: "bad-phone"}, "", false},
+		// the bare id of a denied device does not outweigh an allow list
+		{ListQuery{DeviceID: "bad-phone", Account: "alice"}, "staff", false},
+		{ListQuery{DeviceID: "bad-phone", DeviceProven: true, Account: "alice"}, "bad", true},
+		{ListQuery{DeviceID: "other", DeviceProven: true}, "", false},
+	} {
+		l, deny := p.MatchLists(&c.q)
+		name := ""
+		if l != nil {
+			name = l.Name
+		}
+		if name != c.list || deny != c.deny {
+			t.Errorf("%+v: list %q deny %v; want %q %v", c.q, name, deny, c.list, c.deny)
+		}
+	}
+}
+
 func TestPolicyListAndAttributeErrors(t *testing.T) {
 	t.Parallel()
 	dir := listDir(t, map[string]string{"ips.txt": "10.0.0.1\n# ok\nnot-an-ip\n", "good.txt": "10.0.0.0/8\n"})

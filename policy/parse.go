@@ -30,7 +30,7 @@ var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
 	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
 	routeFields    = []string{"match", "class"}
-	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices"}
+	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices", "local_share"}
 	ifFields       = []string{"authenticated", "class", "attr"}
 	failureModes   = []string{"open", "closed"}
 	keyPartNames   = []string{"global", "ip", "user", "device", "account", "asn", "route"}
@@ -468,12 +468,21 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 		case "trusted_devices":
 			mode, good := ps.oneOf(g, "own", "shared")
 			lim.TrustedOwn, ok = mode == "own", ok && good
+		case "local_share":
+			ok = ps.localShare(g, &lim) && ok
 		}
 	}
 	if !burstSet && lim.Kind == KindBucket {
 		lim.Burst = max(lim.Rate, 1)
 	}
-	if ok && lim.IfAuthenticated != nil && !*lim.IfAuthenticated {
+	return lim, ok && ps.checkLimit(m, &lim)
+}
+
+// checkLimit checks what a limit's fields say together, once each is
+// valid on its own.
+func (ps *parser) checkLimit(m *mapping, lim *Limit) bool {
+	ok := true
+	if lim.IfAuthenticated != nil && !*lim.IfAuthenticated {
 		for _, part := range lim.By {
 			if part == PartUser {
 				g, _ := m.get("by")
@@ -482,7 +491,7 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 			}
 		}
 	}
-	return lim, ok
+	return ps.checkShare(m, lim) && ok
 }
 
 // keyParts parses a limit's `by`: the parts and, when one is an

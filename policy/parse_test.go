@@ -355,7 +355,7 @@ limits:
 	_, err := Parse("multi.yaml", []byte(text))
 	want := `multi.yaml:1: version 2: unsupported (want 1)
 multi.yaml:3: rate "1/week": want N/s, N/min, N/h or N/day (N a positive number)
-multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices)
+multi.yaml:4: unknown field "bogus" (want one of name, by, rate, burst, quota, concurrency, lease_ttl, shadow, failure_mode, if, trusted_devices, local_share)
 multi.yaml:4: duplicate limit name "a" (first at line 3)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err =\n%v\nwant\n%s", err, want)

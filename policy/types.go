@@ -237,6 +237,14 @@ type Limit struct {
 	// the limit's key plus the device, with the limit's rate and burst;
 	// every other request shares the limit's bucket. Default `shared`.
 	TrustedOwn bool
+	// LocalShare, when > 0 (`local_share: 5ms`), lets each limiter serve
+	// the limit from tokens it takes from the store ahead of use, this
+	// long's worth at the limit's rate (bucket.Shares): a key all traffic
+	// shares (`by: [global]`, a route, a celebrity user) then costs the
+	// store one decision per share instead of one per request. It never
+	// admits more than the bucket; it may refuse early by what the
+	// limiters hold (docs/policy.md). Rate limits only.
+	LocalShare time.Duration
 	// Line is the line of the limit in the policy file.
 	Line int
 }

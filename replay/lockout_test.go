@@ -105,9 +105,10 @@ func TestReplayPredictsLockouts(t *testing.T) {
 		t.Errorf("predicted refused logins %q, live %q", got, want)
 	}
 	liveAlerts := strings.Count(metrics(t, base1), `tollgate_riskd_alerts_total{kind="lockout"} 4`)
-	wantM := []replay.Measure{{Rule: "fails", Kind: "lockout", Candidate: 4}}
-	if fmt.Sprint(rep.Measures) != fmt.Sprint(wantM) || liveAlerts != 1 {
-		t.Errorf("predicted lockouts %+v; live metrics have 4 lockout alerts: %v", rep.Measures, liveAlerts == 1)
+	// the report names the accounts the rule locks, as the live limiter did
+	wantM := "fails lockout shadow=false 0/4 [account:a-3 account:a-4 account:a-5 account:a-6]"
+	if got := measures(rep.Measures); got != wantM || liveAlerts != 1 {
+		t.Errorf("predicted lockouts %s, want %s; live metrics have 4 lockout alerts: %v", got, wantM, liveAlerts == 1)
 	}
 	for _, l := range rep.Limits {
 		if l.Limit == "fails" && (l.DeniedCandidate != int64(len(locked)) || l.NewlyDenied != int64(len(locked))) {

@@ -195,8 +195,8 @@ func TestReplayRecordedTraffic(t *testing.T) {
 	// user-write: 4+8+12 requests + user-1's cost 3 + 6 old ones; newly
 	// denied 0+3+7, user-1's cost-3 request, and the 6th old one.
 	wantRows := []replay.Row{
-		{Class: "auth", Limit: "login-account", Requests: 21, DeniedCandidate: 6, NewlyDenied: 6},
-		{Class: "write", Limit: "user-write", Requests: 31, DeniedCandidate: 12, NewlyDenied: 12},
+		{Class: "auth", Limit: "login-account", Kind: "bucket", Requests: 21, DeniedCandidate: 6, NewlyDenied: 6},
+		{Class: "write", Limit: "user-write", Kind: "bucket", Requests: 31, DeniedCandidate: 12, NewlyDenied: 12},
 	}
 	if got := fmt.Sprintf("%+v", rep.Limits); got != fmt.Sprintf("%+v", wantRows) {
 		t.Errorf("limits\n got %s\nwant %+v", got, wantRows)
@@ -205,9 +205,8 @@ func TestReplayRecordedTraffic(t *testing.T) {
 	if rep.Total != wantTotal {
 		t.Errorf("total %+v, want %+v", rep.Total, wantTotal)
 	}
-	wantMeasures := []replay.Measure{{Rule: "dry-failures", Kind: "lockout", Shadow: true, Candidate: 1}}
-	if fmt.Sprint(rep.Measures) != fmt.Sprint(wantMeasures) {
-		t.Errorf("measures %+v, want %+v", rep.Measures, wantMeasures)
+	if got, want := measures(rep.Measures), "dry-failures lockout shadow=true 0/1 [account:acct-2]"; got != want {
+		t.Errorf("measures %s, want %s", got, want)
 	}
 	var top []string
 	for _, x := range rep.MostAffected {
@@ -349,4 +348,22 @@ func TestReplayEmptyAndMissing(t *testing.T) {
 	if md, _ := render(t, rep); !strings.Contains(md, "0 decisions and 0 reports.") || !strings.Contains(md, "No decision changed.") {
 		t.Fatalf("markdown:\n%s", md)
 	}
+}
+
+// measures renders ms as "rule kind shadow=S baseline/candidate [subject:id ...]"
+// per measure, without the times of the named ones (live, not known in advance),
+// checking that each named measure lasts from At on.
+func measures(ms []replay.Measure) string {
+	var out []string
+	for _, m := range ms {
+		var names []string
+		for _, x := range m.Named {
+			if !x.Until.After(x.At) {
+				names = append(names, "bad-times")
+			}
+			names = append(names, x.Subject+":"+x.ID)
+		}
+		out = append(out, fmt.Sprintf("%s %s shadow=%v %d/%d [%s]", m.Rule, m.Kind, m.Shadow, m.Baseline, m.Candidate, strings.Join(names, " ")))
+	}
+	return strings.Join(out, "; ")
 }

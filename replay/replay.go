@@ -89,7 +89,7 @@ func NewReplayer(p Policies, l Limits) (*Replayer, error) {
 			return nil, err
 		}
 		w := which
-		s.onMeasure = func(rule, kind string, shadow bool) { r.t.measure(w, rule, kind, shadow) }
+		s.onMeasure = func(a *streams.Alert) { r.t.measure(w, a) }
 		r.sims[which] = s
 	}
 	return r, nil
@@ -135,10 +135,12 @@ func (r *Replayer) Decision(d *streams.Decision) {
 	r.t.decision(d, &r.sims)
 }
 
-// prefetch reads a word of each cache line of d that Decision reads, so
-// that their cache misses overlap the replay of the decision before it
-// (the reorder window held d long enough to leave the caches; Go has no
-// prefetch instruction: the sum is kept so that the loads stay).
+// prefetch touches each cache line of d that Decision will read, while
+// the decision before it is replayed: d sat in the reorder window and has
+// left the caches, and touching it early overlaps those misses with
+// useful work. Go has no prefetch instruction, so it loads a word of each
+// line and keeps their sum in r.sink, where the compiler cannot drop the
+// loads.
 func (r *Replayer) prefetch(d *streams.Decision) {
 	n := len(d.RequestID) + len(d.Endpoint) + len(d.IP) + len(d.DeviceID)
 	if d.Cost > 0 {

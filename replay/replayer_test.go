@@ -86,19 +86,23 @@ func TestReplayerCounts(t *testing.T) {
 		t.Fatalf("no row %s/%s", class, limit)
 		return Row{}
 	}
-	if got, want := find("auth", "login-account"), (Row{Class: "auth", Limit: "login-account", Requests: 7, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+	if got, want := find("auth", "login-account"), (Row{Class: "auth", Limit: "login-account", Kind: "bucket", Requests: 7, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
 		t.Errorf("login-account %+v, want %+v", got, want)
 	}
-	if got, want := find("auth", "fails"), (Row{Class: "auth", Limit: "fails", Requests: 2, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+	if got, want := find("auth", "fails"), (Row{Class: "auth", Limit: "fails", Kind: "lockout", Requests: 2, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
 		t.Errorf("fails %+v, want %+v", got, want)
 	}
-	if got, want := find("write", "user-write"), (Row{Class: "write", Limit: "user-write", Requests: 8, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
+	if got, want := find("write", "user-write"), (Row{Class: "write", Limit: "user-write", Kind: "bucket", Requests: 8, DeniedCandidate: 2, NewlyDenied: 2}); got != want {
 		t.Errorf("user-write %+v, want %+v", got, want)
 	}
 	if got := rep.Total; got.Requests != 15 || got.NewlyDenied != 6 || got.NewlyAllowed != 0 || got.DeniedBaseline != 0 {
 		t.Errorf("total %+v", got)
 	}
-	wantM := []Measure{{Rule: "dry", Kind: "step_up", Shadow: true, Candidate: 1}, {Rule: "fails", Kind: "lockout", Candidate: 1}}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	wantM := []Measure{
+		{Rule: "dry", Kind: "step_up", Shadow: true, Candidate: 1, Named: []Named{{Subject: "account", ID: "bob", At: at(8), Until: at(8).Add(15 * time.Minute)}}},
+		{Rule: "fails", Kind: "lockout", Candidate: 1, Named: []Named{{Subject: "account", ID: "bob", At: at(9), Until: at(9).Add(15 * time.Minute)}}},
+	}
 	if fmt.Sprint(rep.Measures) != fmt.Sprint(wantM) {
 		t.Errorf("measures %+v, want %+v", rep.Measures, wantM)
 	}
@@ -132,9 +136,9 @@ limits:
 	}
 	rep := r.Result()
 	got := fmt.Sprintf("%+v", rep.Limits)
-	want := "[{Class:default Limit:free-plan Requests:5 DeniedBaseline:0 DeniedCandidate:3 NewlyDenied:3 NewlyAllowed:0 stamp:0 flags:0} " +
-		"{Class:default Limit:per-tenant Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0} " +
-		"{Class:write Limit:user-write Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0}]"
+	want := "[{Class:default Limit:free-plan Kind:bucket Requests:5 DeniedBaseline:0 DeniedCandidate:3 NewlyDenied:3 NewlyAllowed:0 stamp:0 flags:0} " +
+		"{Class:default Limit:per-tenant Kind:bucket Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0} " +
+		"{Class:write Limit:user-write Kind:bucket Requests:10 DeniedBaseline:0 DeniedCandidate:0 NewlyDenied:0 NewlyAllowed:0 stamp:0 flags:0}]"
 	if got != want {
 		t.Errorf("limits\n got %s\nwant %s", got, want)
 	}

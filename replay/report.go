@@ -82,7 +82,10 @@ func (t *tally) build() *Report {
 		if c := cmp.Compare(a.Class, b.Class); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.Limit, b.Limit)
+		if c := cmp.Compare(a.Limit, b.Limit); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Kind, b.Kind)
 	}
 	slices.SortFunc(r.Classes, byRow)
 	slices.SortFunc(r.Limits, byRow)
@@ -188,11 +191,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d |\n", cell(c.Class), c.Requests, c.DeniedBaseline, c.DeniedCandidate, c.NewlyDenied, c.NewlyAllowed)
 	}
 	b.WriteString("\n## Per limit and route class\n\n")
-	b.WriteString("A request denied by several limits counts under each; lockouts and step-ups count under their velocity rule.\n\n")
-	b.WriteString("| class | limit | requests | denied (baseline) | denied (candidate) | newly denied | newly allowed |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("A request denied by several limits counts under each; lockouts and step-ups count under their velocity rule. Kind: bucket, quota or concurrency for a limit, lockout or step_up for a velocity rule, list for an allow or deny list.\n\n")
+	b.WriteString("| class | limit | kind | requests | denied (baseline) | denied (candidate) | newly denied | newly allowed |\n")
+	b.WriteString("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, l := range r.Limits {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d |\n", cell(l.Class), cell(l.Limit), l.Requests, l.DeniedBaseline, l.DeniedCandidate, l.NewlyDenied, l.NewlyAllowed)
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d |\n", cell(l.Class), cell(l.Limit), l.Kind, l.Requests, l.DeniedBaseline, l.DeniedCandidate, l.NewlyDenied, l.NewlyAllowed)
 	}
 	b.WriteString("\n## Risk rules: lockouts, step-ups and throttles each policy would have set\n\n")
 	if len(r.Measures) == 0 {
@@ -207,6 +210,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d |\n", cell(m.Rule), cell(kind), m.Baseline, m.Candidate)
 		}
 	}
+	r.writeNamed(&b)
 	fmt.Fprintf(&b, "\n## The %d identities most affected\n\n", TopN)
 	writeIdentities(&b, r.MostAffected, "No decision changed.")
 	b.WriteString("\n## Likely false positives\n\n")
@@ -215,6 +219,37 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	writeIdentities(&b, r.LikelyFalsePositives, "None.")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeNamed writes, per candidate rule and kind, the subjects its
+// lockouts, step-ups, tightenings and blocks would have been set on.
+func (r *Report) writeNamed(b *strings.Builder) {
+	b.WriteString("\n## Who the candidate's rules would have locked out, stepped up, tightened or blocked\n\n")
+	n := 0
+	for _, m := range r.Measures {
+		if len(m.Named) == 0 {
+			continue
+		}
+		if n++; n > 1 {
+			b.WriteString("\n")
+		}
+		kind := m.Kind
+		if m.Shadow {
+			kind += ", shadow: alert only"
+		}
+		fmt.Fprintf(b, "### %s (%s): %d\n\n", cell(m.Rule), kind, m.Candidate)
+		b.WriteString("| subject | id | at | until |\n| --- | --- | --- | --- |\n")
+		for _, x := range m.Named {
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(x.Subject), cell(x.ID),
+				x.At.Format(time.RFC3339Nano), x.Until.Format(time.RFC3339Nano))
+		}
+		if more := m.Candidate - int64(len(m.Named)); more > 0 {
+			fmt.Fprintf(b, "\nand %d more (the first %d are named).\n", more, MaxNamed)
+		}
+	}
+	if n == 0 {
+		b.WriteString("None.\n")
+	}
 }
 
 func (r *Report) writeBounds(b *strings.Builder) {

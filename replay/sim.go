@@ -42,9 +42,9 @@ type sim struct {
 	maxKeys   int
 	full      bool // the store reached its bound (evictions make results approximate)
 
-	// onMeasure is called for every alert the risk engine raises: rule,
-	// kind (lockout, step_up, tighten, anomaly, repeat_offender), shadow.
-	onMeasure func(rule, kind string, shadow bool)
+	// onMeasure is called for every alert the risk engine raises (kind
+	// lockout, step_up, tighten, block, anomaly or repeat_offender).
+	onMeasure func(a *streams.Alert)
 }
 
 // simOptions bound a sim's state.
@@ -61,7 +61,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 	clock := func() time.Time { return s.now }
 	// the sim is the store's only user (the risk engine's actions go
 	// through it too), one event at a time
-	s.store = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock, Unshared: true})
+	s.store = bucket.NewSingleGoroutineMemoryStore(bucket.MemoryOptions{MaxKeys: o.MaxKeys, Now: clock})
 	eo := engine.Options{Store: s.store, Policy: func() *policy.Policy { return p }, Prefix: keyPrefix, Clock: clock}
 	if rules != nil {
 		eo.Reputation = func() *reputation.Rules { return rules }
@@ -71,7 +71,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 		return nil, err
 	}
 	s.eng = eng
-	s.sig = signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys, Unshared: true})
+	s.sig = signals.NewSingleGoroutine(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys})
 	return s, nil
 }
 
@@ -111,6 +111,11 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	if err := s.eng.Decide(context.Background(), &s.in, &s.d); err != nil {
 		return false
 	}
+	if id := s.d.LeaseID(); id != "" {
+		// the record does not say when a request ended: its concurrency
+		// slots are freed at once (docs/tuning.md)
+		_, _ = s.eng.Release(context.Background(), id)
+	}
 	api.DecisionEvent(&s.ev, rec.RequestID, &s.in, &s.d)
 	s.acts = s.sig.ApplyDecision(0, 0, &s.ev, s.acts[:0])
 	s.execute()
@@ -132,7 +137,7 @@ func (s *sim) execute() {
 	for i := range s.acts {
 		a := &s.acts[i]
 		if a.Kind == signals.Alert {
-			s.onMeasure(a.Alert.Rule, a.Alert.Kind, a.Alert.Shadow)
+			s.onMeasure(&a.Alert)
 			continue
 		}
 		_ = risk.WriteAction(context.Background(), s.store, s.pol, a)

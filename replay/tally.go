@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"time"
+
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -27,6 +29,10 @@ type Row struct {
 	// class totals).
 	Class string `json:"class"`
 	Limit string `json:"limit,omitempty"`
+	// Kind is what the row counts ("" in class totals): a limit's kind
+	// (bucket, quota, concurrency), a velocity rule's action (lockout,
+	// step_up) or list.
+	Kind string `json:"kind,omitempty"`
 	// Requests is the decisions the limit applied to under either policy
 	// (class totals: the decisions of the class under either).
 	Requests int64 `json:"requests"`
@@ -77,6 +83,29 @@ type Measure struct {
 	Shadow    bool   `json:"shadow"`
 	Baseline  int64  `json:"baseline"`
 	Candidate int64  `json:"candidate"`
+	// Named names the first MaxNamed lockouts, step-ups, tightenings and
+	// blocks the candidate's rule set (of Candidate in all), in event-time
+	// order: who, when and until when. Omitted for other kinds.
+	Named []Named `json:"named,omitempty"`
+}
+
+// MaxNamed bounds Measure.Named: a flood that fires a rule for millions of
+// subjects keeps the report (and the replay's memory) small; Candidate
+// still counts every firing.
+const MaxNamed = 20
+
+// Named is one measure a candidate rule would have set: on which subject,
+// from when (the event time of the event that fired it) until when.
+type Named struct {
+	Subject string    `json:"subject"`
+	ID      string    `json:"id"`
+	At      time.Time `json:"at"`
+	Until   time.Time `json:"until"`
+}
+
+// namedKinds are the alert kinds whose subjects a report names.
+var namedKinds = map[string]bool{
+	streams.AlertLockout: true, streams.AlertStepUp: true, streams.AlertTighten: true, streams.AlertBlock: true,
 }
 
 // Subject kinds of identities, in report order.
@@ -89,7 +118,7 @@ const (
 
 var subjectNames = [...]string{subjIP: "ip", subjUser: "user", subjDevice: "device", subjAccount: "account"}
 
-type rowKey struct{ class, limit string }
+type rowKey struct{ class, limit, kind string }
 
 type measureKey struct {
 	rule, kind string
@@ -147,18 +176,22 @@ func denied(o engine.Outcome) bool {
 	return true
 }
 
-// measure counts an alert of rule under policy which.
-func (t *tally) measure(which int, rule, kind string, shadow bool) {
-	k := measureKey{rule, kind, shadow}
+// measure counts alert a under policy which, and names the candidate's
+// first MaxNamed measures of each rule and kind.
+func (t *tally) measure(which int, a *streams.Alert) {
+	k := measureKey{a.Rule, a.Kind, a.Shadow}
 	m := t.measures[k]
 	if m == nil {
-		m = &Measure{Rule: rule, Kind: kind, Shadow: shadow}
+		m = &Measure{Rule: a.Rule, Kind: a.Kind, Shadow: a.Shadow}
 		t.measures[k] = m
 	}
 	if which == base {
 		m.Baseline++
-	} else {
-		m.Candidate++
+		return
+	}
+	m.Candidate++
+	if namedKinds[a.Kind] && len(m.Named) < MaxNamed {
+		m.Named = append(m.Named, Named{Subject: a.Subject, ID: a.SubjectID, At: a.TS.UTC(), Until: a.ExpiresAt.UTC()})
 	}
 }
 
@@ -219,10 +252,10 @@ func (t *tally) mark(which int, s *sim) {
 	t.touch(t.classRow(d.Class), applied, deny, dn)
 	switch d.Outcome {
 	case engine.Locked, engine.StepUp:
-		t.touch(t.row(d.Class, d.Lock.Rule), applied, deny, true)
+		t.touch(t.row(d.Class, d.Lock.Rule, d.Lock.Kind), applied, deny, true)
 		return
 	case engine.AllowedList, engine.DeniedList:
-		t.touch(t.row(d.Class, "list:"+d.List.Name), applied, deny, dn)
+		t.touch(t.row(d.Class, "list:"+d.List.Name, "list"), applied, deny, dn)
 		return
 	}
 	rows := t.byLimit[which][d.Class]
@@ -233,7 +266,7 @@ func (t *tally) mark(which int, s *sim) {
 	for i, l := range d.Applied() {
 		r := rows[l.Index]
 		if r == nil {
-			r = t.row(d.Class, l.Name)
+			r = t.row(d.Class, l.Name, l.Kind.String())
 			rows[l.Index] = r
 		}
 		t.touch(r, applied, deny, d.Outcome == engine.Limited && !l.Shadow && !d.LimitResult(i).Allowed)
@@ -261,11 +294,11 @@ func (t *tally) classRow(class string) *Row {
 	return r
 }
 
-func (t *tally) row(class, limit string) *Row {
-	k := rowKey{class, limit}
+func (t *tally) row(class, limit, kind string) *Row {
+	k := rowKey{class, limit, kind}
 	r := t.rows[k]
 	if r == nil {
-		r = &Row{Class: class, Limit: limit}
+		r = &Row{Class: class, Limit: limit, Kind: kind}
 		t.rows[k] = r
 	}
 	return r

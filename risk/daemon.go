@@ -114,10 +114,14 @@ type Daemon struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	mu      sync.Mutex // guards eng and last
+	// mu guards polName and last and serialises apply, so that events
+	// reach eng one at a time and in order (signals.Engine's Apply
+	// precondition). eng itself is set once in New and is safe for
+	// concurrent use: Offenders reads it without mu.
+	mu      sync.Mutex
 	eng     *signals.Engine
-	polName *policy.Policy
-	last    map[string]uint64 // stream -> last processed sequence
+	polName *policy.Policy    // the policy eng was last given; mu held
+	last    map[string]uint64 // stream -> last processed sequence; mu held
 
 	// auditNext is the audit stream's next unread sequence, where a
 	// replaced audit reader starts (tailAudit).

@@ -58,7 +58,7 @@ func deliverAlerts(ctx context.Context, d *alerting.Deliverer, log *slog.Logger)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(alertRestartDelay):
 			}
 		}
 	}()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -95,9 +94,6 @@ func policyLabel(path string) string {
 	}
 	return path
 }
-
-// startDialTimeout bounds the one dial of Redis and of NATS at start.
-const startDialTimeout = 2 * time.Second
 
 // dialRedisOnce pings Redis once at start and logs a failure with its
 // cause (a refused dial, NOAUTH, a TLS error): the daemon still starts

@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +60,70 @@ func TestConcurrencyRefusedBehindEnvoy(t *testing.T) {
 	}
 }
 
+// TestConcurrencyRefusedWithForwardAuth: forward auth (on by default)
+// reaches every route and cannot release, so a concurrency limit is
+// refused by `limiter validate`, at start and on reload, naming the limit
+// and its line, unless forward auth is off; then /v1/forward-auth answers
+// 404 and the limit is served.
+func TestConcurrencyRefusedWithForwardAuth(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(concurrencyPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler), Getenv: testGetenv}
+	want := path + `:4: limit "exports" is a concurrency limit, which forward auth (/v1/forward-auth) cannot serve: ` +
+		`a gateway never says when the request it asked about ends, so its slot could not be released; ` +
+		`run with --no-forward-auth (forward auth off: /v1/forward-auth answers 404) and serve the limit through proxy mode or the check API (POST /v1/release)`
+	if _, err := Check(cfg); err == nil || err.Error() != want {
+		t.Fatalf("Check: %v\nwant %s", err, want)
+	}
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Start: %v", err)
+	}
+	cfg.NoForwardAuth = true
+	if _, err := Check(cfg); err != nil {
+		t.Fatalf("Check with forward auth off: %v", err)
+	}
+	_, base := start(t, Config{ConfigPath: path, NoForwardAuth: true})
+	if resp, body := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1","user_id":"u"}`); resp.StatusCode != 200 || !strings.Contains(body, `"lease_id":"`) {
+		t.Fatalf("check with forward auth off: %d %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", base+"/v1/forward-auth", nil)
+	req.Header.Set("X-Forwarded-Method", "GET")
+	req.Header.Set("X-Forwarded-Uri", "/")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(b), `"code":"NOT_FOUND","message":"forward auth is off (--no-forward-auth)"`) {
+		t.Errorf("forward auth off: %d %s", resp.StatusCode, b)
+	}
+
+	// forward auth on: a reload that brings a concurrency limit is refused, the old policy stays
+	if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: wide, by: [ip], rate: 10/min}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base = start(t, Config{ConfigPath: path, WatchInterval: 20 * time.Millisecond})
+	if err := os.WriteFile(path+".new", []byte(concurrencyPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if _, m := get(t, base+"/metrics"); !strings.Contains(m, `tollgate_policy_reloads_total{result="error"} 1`) {
+			return "refusal not counted"
+		}
+		return ""
+	})
+	if resp, body := post(t, base+"/v1/check", `{"endpoint":"GET /","ip":"192.0.2.1","user_id":"u"}`); resp.Header.Get("X-RateLimit-Limit") != "10" || strings.Contains(body, "lease_id") {
+		t.Fatalf("the refused policy is in force: limit %s, %s", resp.Header.Get("X-RateLimit-Limit"), body)
+	}
+}
+
 // TestConcurrencyAcrossLimiters: two limiters on one Redis share a
 // concurrency limit's slots: 60 concurrent checks on capacity 7 admit
 // exactly 7 whichever limiter they reach, and a lease one limiter
@@ -71,8 +137,8 @@ func TestConcurrencyAcrossLimiters(t *testing.T) {
 	}
 	url := "redis://" + srv.Addr + "/0"
 	// a slow machine (-race) must not turn checks into degraded answers
-	_, a := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second})
-	_, b := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second})
+	_, a := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second, NoForwardAuth: true})
+	_, b := start(t, Config{RedisURL: url, ConfigPath: path, StoreTimeout: 5 * time.Second, NoForwardAuth: true})
 	bases := []string{a, b}
 	var admitted atomic.Int64
 	var mu sync.Mutex

@@ -73,3 +73,82 @@ const (
 	// DefaultGRPCIdleTimeout closes a connection with no call open this long.
 	DefaultGRPCIdleTimeout = 5 * time.Minute
 )
+
+// The HTTP listeners' bounds on one connection (net/http.Server fields).
+// They are not flags: they bound what a slow or hostile client can hold,
+// and no legitimate caller comes near them.
+const (
+	// httpReadHeaderTimeout bounds a request's headers: a gateway sends
+	// them in one packet, so a client still sending after 5s is stalling
+	// (slowloris) and is dropped. Every listener, pprof's and riskd's too.
+	httpReadHeaderTimeout = 5 * time.Second
+	// httpReadTimeout and httpWriteTimeout bound a whole request and
+	// answer on the API listener, whose bodies are a few hundred bytes;
+	// the public listener of proxy mode sets its deadlines per request
+	// instead (BodyTimeout, the proxy's idle timeout).
+	httpReadTimeout  = 30 * time.Second
+	httpWriteTimeout = 30 * time.Second
+	// httpIdleTimeout keeps a gateway's keep-alive connection for reuse
+	// between bursts; it is longer than load balancers' usual 60s, so the
+	// balancer, not the limiter, closes an idle connection first.
+	httpIdleTimeout = 120 * time.Second
+	// httpMaxHeaderBytes bounds a request's headers (net/http's default is
+	// 1 MiB): a check's identity headers and a bearer token fit many times.
+	httpMaxHeaderBytes = 64 << 10
+)
+
+// The gRPC listener's fixed options (7.5; the flags are above).
+const (
+	// grpcMaxRecvMsgSize bounds one call's message: a RateLimitRequest of
+	// a few descriptors is under 1 KiB, so 64 KiB refuses abuse, not use.
+	grpcMaxRecvMsgSize = 64 << 10
+	// grpcKeepaliveMinTime is the shortest ping interval a client may use,
+	// with or without a call open (Envoy pings idle connections): a client
+	// pinging faster is flooding, and grpc-go ends its connection.
+	grpcKeepaliveMinTime = 5 * time.Second
+	// grpcKeepaliveTime and grpcKeepaliveTimeout: the server pings a
+	// connection idle for a minute and closes it when no answer comes in
+	// 20s, so a gateway that vanished without a FIN frees its streams.
+	grpcKeepaliveTime    = time.Minute
+	grpcKeepaliveTimeout = 20 * time.Second
+)
+
+// The daemons' internal waits and intervals.
+const (
+	// startDialTimeout bounds the one dial of Redis and of NATS at start:
+	// long enough for a loopback or LAN dial, short enough that a daemon
+	// whose dependency is down starts (not ready) without stalling.
+	startDialTimeout = 2 * time.Second
+	// streamsSetupTimeout bounds creating or updating the JetStream
+	// streams at start, a few round trips to the NATS cluster's leader.
+	streamsSetupTimeout = 5 * time.Second
+	// riskReadyTimeout is how long the one-process limiter waits for its
+	// risk engine to replay its state before it serves anyway (with a
+	// warning): a long replay must not keep the limiter from answering.
+	riskReadyTimeout = 10 * time.Second
+	// defaultSweepEvery is how often the memory store drops full buckets
+	// (storeConfig.SweepEvery's default): often enough to bound memory
+	// between sweeps, rarely enough that sweeping costs nothing visible.
+	defaultSweepEvery = 10 * time.Second
+	// riskdStoreTimeout bounds each of riskd's Redis calls (lockouts,
+	// multipliers): riskd is off the request path, so it can wait longer
+	// than a check's DefaultStoreTimeout.
+	riskdStoreTimeout = time.Second
+	// depCheckInterval is how often riskd pings Redis and NATS to log an
+	// outage and its end, and how long each ping may take.
+	depCheckInterval = time.Second
+	// storeLostTimeout bounds riskd's check for the marker key that tells
+	// a Redis restarted empty.
+	storeLostTimeout = time.Second
+	// offendersTTL is the expiry of the offender list riskd shares in
+	// Redis: riskd rewrites it every second, so a list older than two
+	// minutes means riskd stopped and the limiter must not serve it.
+	offendersTTL = 2 * time.Minute
+	// leasePoll is how often a standby riskd tries to take the leadership
+	// lease: a tenth of DefaultLeaseTTL, so a lost leader is replaced
+	// soon after its lease expires.
+	leasePoll = 500 * time.Millisecond
+	// alertRestartDelay spaces the restarts of a stopped alert delivery
+	// loop, so a persistent failure does not spin.
+	alertRestartDelay = time.Second
+)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -189,9 +188,10 @@ func (e *eventsComponent) state() string {
 	return "down"
 }
 
-// ensureStreams creates or updates the streams, waiting up to 5s.
+// ensureStreams creates or updates the streams, waiting up to
+// streamsSetupTimeout.
 func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Config) error {
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, streamsSetupTimeout)
 	defer cancel()
 	return streams.EnsureStreams(sctx, pub.JetStream(), scfg)
 }

@@ -102,20 +102,21 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 		// vtprotobuf marshalling into pooled buffers: the decision path's
 		// allocations (docs/benchmarks.md).
 		grpc.ForceServerCodecV2(rs.Codec()),
-		// a RateLimitRequest is a few hundred bytes; 64 KiB bounds what one
-		// call may make the server buffer (grpc-go's default is 4 MiB).
-		grpc.MaxRecvMsgSize(64 << 10),
+		// a RateLimitRequest is a few hundred bytes; grpcMaxRecvMsgSize
+		// bounds what one call may make the server buffer (grpc-go's
+		// default is 4 MiB).
+		grpc.MaxRecvMsgSize(grpcMaxRecvMsgSize),
 		// 7.5: the calls one connection may hold open; more are refused
 		// with REFUSED_STREAM (--grpc-max-streams).
 		grpc.MaxConcurrentStreams(uint32(maxStreams)),
-		// Envoy's connection_keepalive pings at intervals of seconds, with
-		// or without calls in flight; MinTime 5s accepts them and still
-		// closes (ENHANCE_YOUR_CALM) a client that pings faster.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Envoy's connection_keepalive pings, with or without calls in
+		// flight; a client pinging faster than grpcKeepaliveMinTime is
+		// closed (ENHANCE_YOUR_CALM).
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}),
 		// 7.5: a connection idle for --grpc-idle-timeout is closed with its
-		// memory; a ping after a minute of silence (answered within 20s)
-		// finds peers that vanished without a FIN, so their calls are freed.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: time.Minute, Timeout: 20 * time.Second}),
+		// memory; a ping after grpcKeepaliveTime of silence finds peers
+		// that vanished without a FIN, so their calls are freed.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
 		// a connection's write buffer is taken from a pool per write instead
 		// of held (32 KiB) by every idle connection.
 		grpc.SharedWriteBuffer(true),

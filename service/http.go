@@ -105,11 +105,11 @@ func (l *httpListener) Run(ctx context.Context) error {
 func apiServer(h http.Handler, public bool, log *slog.Logger) *http.Server {
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if public {
@@ -128,5 +128,5 @@ func pprofServer() *http.Server {
 	pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return &http.Server{Handler: pm, ReadHeaderTimeout: 5 * time.Second}
+	return &http.Server{Handler: pm, ReadHeaderTimeout: httpReadHeaderTimeout}
 }

@@ -237,7 +237,7 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 	pub := l.events.pub
 	srv, err := api.New(api.Options{
 		Engine: eng, AdminToken: cfg.AdminToken, Store: l.l1.Wrap(l.store.store), Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
-		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg,
+		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg, NoForwardAuth: cfg.NoForwardAuth,
 		Events: pub, Reporter: pub, Audit: pub, Trail: streams.NewTrail(pub.JetStream(), cfg.streams()), Offenders: offenders,
 		Attestation: l.att.view, DeviceTokens: l.att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {

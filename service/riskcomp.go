@@ -122,7 +122,7 @@ func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 			if err != nil {
 				return err
 			}
-			return c.Redis.Set(ctx, offendersKey(c.KeyPrefix), b, 2*time.Minute).Err()
+			return c.Redis.Set(ctx, offendersKey(c.KeyPrefix), b, offendersTTL).Err()
 		}
 	}
 	return risk.New(o)
@@ -137,7 +137,7 @@ func (r *riskComponent) Run(ctx context.Context) error {
 	for {
 		r.leader.Store(false)
 		r.metrics.StandBy()
-		if err := r.lease.Acquire(ctx, 500*time.Millisecond); err != nil {
+		if err := r.lease.Acquire(ctx, leasePoll); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -261,7 +261,7 @@ func (r *riskComponent) offenders(context.Context) ([]signals.Offender, error) {
 // that restarted empty, or the first call).
 func storeLost(rc redis.UniversalClient, key string) func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		ctx, cancel := context.WithTimeout(ctx, storeLostTimeout)
 		defer cancel()
 		n, err := rc.Exists(ctx, key).Result()
 		if err != nil || n == 1 {

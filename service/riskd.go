@@ -152,7 +152,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	if err := checkAlertingAtStart(holder, cfg.Getenv); err != nil {
 		return nil, err
 	}
-	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: time.Second, Logger: log,
+	st, err := newStore(ctx, storeConfig{RedisURL: cfg.RedisURL, RedisCA: cfg.RedisCA, Prefix: cfg.KeyPrefix, Timeout: riskdStoreTimeout, Logger: log,
 		Consequence: "riskd is not ready until it answers"})
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	mux.HandleFunc("GET /healthz", health.Healthz)
 	mux.Handle("GET /readyz", ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	hl, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, Drain: riskdDrainTimeout})
+	hl, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: &http.Server{Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout}, Drain: riskdDrainTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -227,10 +227,10 @@ func newRegistry() *prometheus.Registry {
 // when it is back.
 func watchDeps(ctx context.Context, rc redis.UniversalClient, nc *nats.Conn, log *slog.Logger) {
 	var redisDown, natsDown bool
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(depCheckInterval)
 	defer t.Stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		pctx, cancel := context.WithTimeout(ctx, depCheckInterval)
 		err := rc.Ping(pctx).Err()
 		cancel()
 		if ctx.Err() != nil {

@@ -126,6 +126,11 @@ type Config struct {
 	MemoryMaxKeys int
 	// NoL1 turns the local L1 cache in front of Redis off.
 	NoL1 bool
+	// NoForwardAuth turns /v1/forward-auth off (it answers 404): a gateway
+	// never says when a forwarded request ends, so a policy with a
+	// concurrency limit is refused at start and on reload unless forward
+	// auth is off (7.4; --no-forward-auth).
+	NoForwardAuth bool
 	// L1TTL is the L1 cache's staleness bound (default 250ms).
 	L1TTL time.Duration
 	// L1MaxEntries bounds the L1 cache (default 100,000).
@@ -310,8 +315,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		case <-l.risk.ready():
 		case <-g.fail:
 		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
-			g.log.Warn("risk engine not ready after 10s; continuing")
+		case <-time.After(riskReadyTimeout):
+			g.log.Warn("risk engine not ready; continuing", "waited", riskReadyTimeout.String())
 		}
 	}
 	l.srv.SetState("ready")

@@ -75,7 +75,7 @@ func newStore(ctx context.Context, c storeConfig) (*storeComponent, error) {
 	}
 	s := &storeComponent{every: c.SweepEvery}
 	if s.every <= 0 {
-		s.every = 10 * time.Second
+		s.every = defaultSweepEvery
 	}
 	if c.RedisURL == "" {
 		s.memory = bucket.NewMemoryStore(bucket.MemoryOptions{MaxKeys: c.MemoryMaxKeys, Prefix: c.Prefix})

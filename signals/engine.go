@@ -27,11 +27,6 @@ type Options struct {
 	// structure is full, its least recently seen key is evicted. Zero or
 	// less means DefaultMaxKeys.
 	MaxKeys int
-	// Unshared declares that every call comes from one goroutine at a
-	// time (limiter replay's engines): the engine then takes no lock,
-	// whose atomic instructions also stall the cache misses around them.
-	// Default false: the concurrent calls listed on Engine are safe.
-	Unshared bool
 }
 
 // Stats counts the keys an Engine tracks, per structure. Each count is at
@@ -60,10 +55,11 @@ type Stats struct {
 //
 // Apply calls must come from one goroutine at a time. Offenders, Active,
 // Stats and SetPolicy may be called from any goroutine, concurrently with
-// Apply (unless Options.Unshared). The zero Engine is not usable; call New.
+// Apply (unless the engine came from NewSingleGoroutine). The zero Engine
+// is not usable; call New.
 type Engine struct {
 	mu       sync.Mutex
-	unshared bool // Options.Unshared: lock and unlock do nothing
+	unshared bool // made by NewSingleGoroutine: lock and unlock do nothing
 
 	maxKeys   int
 	vrules    []*velRule
@@ -100,11 +96,22 @@ func New(o Options) *Engine {
 		off:  newLRU[offState](DefaultMaxKeys),
 		meas: newLRU[measure](DefaultMaxKeys),
 		buf:  make([]byte, 0, 256),
-
-		unshared: o.Unshared,
 	}
 	e.off.onRemove = e.dropEpisode
 	e.configure(o)
+	return e
+}
+
+// NewSingleGoroutine returns an Engine for the options whose every call,
+// Offenders, Active, Stats and SetPolicy included, comes from one
+// goroutine at a time: limiter replay's private engines, fed by one loop.
+// It takes no lock, because a lock's atomic instructions also stall the
+// cache misses around them, a visible share of a replayed event's cost.
+// It acts exactly like New's engine (TestDeterministicReplay); calling it
+// from two goroutines at once is a data race.
+func NewSingleGoroutine(o Options) *Engine {
+	e := New(o)
+	e.unshared = true
 	return e
 }
 

@@ -131,9 +131,7 @@ func TestDeterministicReplay(t *testing.T) {
 		if !reflect.DeepEqual(first, second) {
 			t.Fatalf("MaxKeys %d: replay differs (%d vs %d actions)", maxKeys, len(first), len(second))
 		}
-		unshared := fullOptions(maxKeys)
-		unshared.Unshared = true
-		if third := run(New(unshared), evs, true); !reflect.DeepEqual(first, third) {
+		if third := run(NewSingleGoroutine(fullOptions(maxKeys)), evs, true); !reflect.DeepEqual(first, third) {
 			t.Fatalf("MaxKeys %d: unshared replay differs (%d vs %d actions)", maxKeys, len(first), len(third))
 		}
 		if len(first) == 0 {

@@ -11,8 +11,8 @@ import (
 // result of json.Unmarshal into a zero DecisionBatch (b is reset first;
 // its Decisions array is reused).
 //
-// riskd decodes every decision of every limiter, and encoding/json's
-// reflection was most of its CPU. This decoder reads the shape the
+// riskd decodes every decision of every limiter, so the cost of
+// encoding/json's reflection is paid per decision. This decoder reads the shape the
 // publisher writes (the schema's field names, strings without escapes)
 // directly; on anything else (an escape, an unknown or differently cased
 // field, a null, a number that is not a plain integer, trailing data, bad

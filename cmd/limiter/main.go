@@ -73,6 +73,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.Int(&c.RedisLanes, "redis-lanes", "TOLLGATE_REDIS_LANES", service.DefaultRedisLanes, "Redis round trips in flight at once (concurrent decisions are batched into each)"),
 		cli.Int(&c.MemoryMaxKeys, "memory-max-keys", "TOLLGATE_MEMORY_MAX_KEYS", service.DefaultMemoryMaxKeys, "bound on buckets held by the memory store"),
 		cli.String(&c.PprofListen, "pprof-listen", "TOLLGATE_PPROF_LISTEN", "", "ADDR", "serve net/http/pprof on this address (keep it on loopback; default off)"),
+		cli.Bool(&c.NoForwardAuth, "no-forward-auth", "TOLLGATE_NO_FORWARD_AUTH", false, "turn /v1/forward-auth off (404); a policy with a concurrency limit needs it, as a gateway never says when a request ends"),
 		cli.Bool(&c.NoL1, "no-l1", "TOLLGATE_NO_L1", false, "turn off the local L1 cache in front of Redis"),
 		cli.Duration(&c.L1TTL, "l1-ttl", "TOLLGATE_L1_TTL", service.DefaultL1TTL, "longest the L1 cache reuses a denial or lockout answer: its staleness bound"),
 		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", service.DefaultL1MaxEntries, "bound on entries held by the L1 cache"),

@@ -93,3 +93,20 @@ func AppendFloat(b []byte, f float64) ([]byte, bool) {
 	}
 	return b, true
 }
+
+// AppendMember appends the name of an object member, "name": (escaped
+// as AppendString escapes it), preceded by a comma unless b is empty or
+// ends with '{', where the object's first member goes. The member's value
+// follows with the other Append functions. It builds objects of a known
+// shape, and the bodies of objects without their braces (the error
+// envelope's details), without string concatenation.
+func AppendMember(b []byte, name string) []byte {
+	if n := len(b); n > 0 && b[n-1] != '{' {
+		b = append(b, ',')
+	}
+	b = AppendString(b, name)
+	return append(b, ':')
+}
+
+// AppendInt appends i as encoding/json writes an integer.
+func AppendInt(b []byte, i int64) []byte { return strconv.AppendInt(b, i, 10) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strconv"
 	"testing"
 )
 
@@ -42,5 +43,42 @@ func BenchmarkAppendString(b *testing.B) {
 	buf := make([]byte, 0, 64)
 	for i := 0; i < b.N; i++ {
 		buf = AppendString(buf[:0], "POST /v1/auth/login")
+	}
+}
+
+// FuzzAppendMember: an object built member by member reads back as the
+// members given, in order, and is what encoding/json writes for them.
+func FuzzAppendMember(f *testing.F) {
+	f.Add("retry_after_ms", int64(1000), "rule", "login <a>")
+	f.Add("", int64(-1), "\xff", "\u2028")
+	f.Fuzz(func(t *testing.T, n1 string, v1 int64, n2, v2 string) {
+		k1, _ := json.Marshal(n1)
+		k2, _ := json.Marshal(n2)
+		if string(k1) == string(k2) {
+			return // one name twice: not an object's shape
+		}
+		b := append([]byte(nil), '{')
+		b = AppendInt(AppendMember(b, n1), v1)
+		b = AppendString(AppendMember(b, n2), v2)
+		b = append(b, '}')
+		s2, _ := json.Marshal(v2)
+		want := "{" + string(k1) + ":" + strconv.FormatInt(v1, 10) + "," + string(k2) + ":" + string(s2) + "}"
+		if string(b) != want {
+			t.Fatalf("object %s, want %s", b, want)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil || len(m) != 2 {
+			t.Fatalf("object %s: %v %v", b, m, err)
+		}
+	})
+}
+
+// TestAppendMemberBody: without braces the first member has no comma,
+// as the error envelope's details body needs.
+func TestAppendMemberBody(t *testing.T) {
+	b := AppendInt(AppendMember(nil, "retry_after_ms"), 1000)
+	b = AppendString(AppendMember(b, "scope"), "account")
+	if want := `"retry_after_ms":1000,"scope":"account"`; string(b) != want {
+		t.Fatalf("body %s, want %s", b, want)
 	}
 }

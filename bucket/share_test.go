@@ -1,0 +1,203 @@
+package bucket_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+)
+
+var shareT0 = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+
+// countingStore counts the decisions that reach the store.
+type countingStore struct {
+	bucket.Decider
+	n atomic.Int64
+}
+
+func (c *countingStore) Decide(ctx context.Context, req *bucket.Request, res *bucket.Result) error {
+	c.n.Add(1)
+	return c.Decider.Decide(ctx, req, res)
+}
+
+// hotLimit is a global limit of capacity burst refilling rate per second,
+// shared 10ms at a time.
+func hotLimit(key string, burst, rate float64) bucket.Limit {
+	return bucket.Limit{Key: key, Burst: burst, Rate: rate, Period: time.Second, Share: 10 * time.Millisecond}
+}
+
+func decideAt(t *testing.T, d bucket.Decider, at time.Time, limits ...bucket.Limit) bucket.Result {
+	t.Helper()
+	var res bucket.Result
+	if err := d.Decide(context.Background(), &bucket.Request{Now: at, Cost: 1, Limits: limits}, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// With time standing still, a shared limit admits exactly its capacity:
+// its shares are taken from the bucket before they are handed out, and
+// once the bucket holds less than a share, the rest go one by one.
+func TestShareAdmitsExactlyTheBucket(t *testing.T) {
+	store := &countingStore{Decider: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+	s := bucket.NewShares(store, bucket.ShareOptions{})
+	lim := hotLimit("{global}:b:all", 1000, 1000) // share: 10 tokens
+	admitted := 0
+	for i := 0; i < 1200; i++ {
+		if decideAt(t, s, shareT0, lim).Allowed {
+			admitted++
+		}
+		s.Wait()
+	}
+	if admitted != 1000 {
+		t.Fatalf("admitted %d of capacity 1000", admitted)
+	}
+	// most decisions were served from shares: 1,000 tokens in shares of
+	// 10 are about 100 refills, and the 200 refusals each reach the store
+	if got := store.n.Load(); got > 400 {
+		t.Fatalf("%d decisions reached the store for 1200 decisions", got)
+	}
+}
+
+// A decision another limit refuses takes nothing from the shared limit:
+// its token goes back to the share, so the shared bucket still admits
+// exactly its capacity.
+func TestShareRefusalGivesTokensBack(t *testing.T) {
+	s := bucket.NewShares(bucket.NewMemoryStore(bucket.MemoryOptions{}), bucket.ShareOptions{})
+	hot := hotLimit("{global}:b:all", 10, 100) // share: 1 token
+	tight := bucket.Limit{Key: "{user:1}:b:user", Burst: 1, Rate: 1, Period: time.Hour}
+	admitted := 0
+	for i := 0; i < 3; i++ { // hot, then a share
+		if decideAt(t, s, shareT0, hot).Allowed {
+			admitted++
+		}
+		s.Wait()
+	}
+	if !decideAt(t, s, shareT0, hot, tight).Allowed {
+		t.Fatal("first decision with the tight limit refused")
+	}
+	admitted++
+	s.Wait()
+	for i := 0; i < 5; i++ {
+		if res := decideAt(t, s, shareT0, hot, tight); res.Allowed || res.Limits[1].Allowed {
+			t.Fatalf("refusal %d: %+v", i, res)
+		}
+		s.Wait()
+	}
+	for i := 0; i < 20; i++ {
+		if decideAt(t, s, shareT0, hot).Allowed {
+			admitted++
+		}
+		s.Wait()
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d of capacity 10", admitted)
+	}
+}
+
+// Tokens held lapse after Share: a share never serves past it, so a
+// multiplier written meanwhile applies from the next refill.
+func TestShareLapsesAndSeesMultipliers(t *testing.T) {
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return shareT0 }})
+	store := &countingStore{Decider: mem}
+	s := bucket.NewShares(store, bucket.ShareOptions{})
+	sub := bucket.Subject{Kind: "route", ID: "all"}
+	key := bucket.MultiplierKey(mem.Prefix(), sub.Kind, sub.ID)
+	lim := hotLimit("{global}:b:all", 100000, 100000) // share: 1,000 tokens
+	lim.Subjects = 1
+	dec := func(at time.Time) bucket.Result {
+		var res bucket.Result
+		req := bucket.Request{Now: at, Cost: 1, Limits: []bucket.Limit{lim},
+			Subjects: []bucket.RequestSubject{{Key: key, Static: 1, Unverified: 1}}}
+		if err := s.Decide(context.Background(), &req, &res); err != nil {
+			t.Fatal(err)
+		}
+		s.Wait()
+		return res
+	}
+	dec(shareT0)
+	dec(shareT0)
+	n := store.n.Load()
+	if res := dec(shareT0.Add(time.Millisecond)); res.Limits[0].Multiplier != 1 || store.n.Load() != n {
+		t.Fatalf("share not used: %+v, %d store calls", res, store.n.Load()-n)
+	}
+	if err := mem.SetMultiplier(context.Background(), sub, bucket.Multiplier{Source: "admin", Value: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	// within the share's 10ms the old multiplier still serves; after it,
+	// the store decides and the next share carries the new one
+	if res := dec(shareT0.Add(9 * time.Millisecond)); res.Limits[0].Multiplier != 1 {
+		t.Fatalf("inside the share: multiplier %v", res.Limits[0].Multiplier)
+	}
+	if res := dec(shareT0.Add(11 * time.Millisecond)); res.Limits[0].Multiplier != 0.5 {
+		t.Fatalf("after the share lapsed: multiplier %v", res.Limits[0].Multiplier)
+	}
+}
+
+// Locks are never shared: a locked subject is refused although every
+// limit of the decision holds a share.
+func TestShareLocksStillApply(t *testing.T) {
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Now: func() time.Time { return shareT0 }})
+	s := bucket.NewShares(mem, bucket.ShareOptions{})
+	lim := hotLimit("{global}:b:all", 100000, 100000)
+	for i := 0; i < 3; i++ {
+		decideAt(t, s, shareT0, lim)
+		s.Wait()
+	}
+	sub := bucket.Subject{Kind: "ip", ID: "198.51.100.7"}
+	if err := mem.SetLock(context.Background(), sub, bucket.Lock{Kind: "lockout", Rule: "admin", Until: shareT0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	var res bucket.Result
+	req := bucket.Request{Now: shareT0, Cost: 1, Limits: []bucket.Limit{lim},
+		Locks: []string{bucket.LockKey(mem.Prefix(), sub.Kind, sub.ID)}, TrustKeys: []string{""}}
+	if err := s.Decide(context.Background(), &req, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Allowed || !res.Locked {
+		t.Fatalf("locked request: %+v", res)
+	}
+}
+
+// N concurrent decisions over three limiters' shares of one Redis bucket
+// of capacity C admit at most C, and at least C minus what three
+// limiters can hold (1.5 shares each: a refill starts below half a share).
+func TestShareConcurrentRedis(t *testing.T) {
+	c, prefix := testenv.Redis(t)
+	store := bucket.NewRedisStore(c, bucket.RedisOptions{Prefix: prefix, Timeout: time.Second, ExpirySlack: time.Hour})
+	defer store.Close()
+	const capacity, share = 2000, 50 // rate 5000/s: 50 tokens per 10ms
+	lim := bucket.Limit{Key: prefix + "{global}:b:all", Burst: capacity, Rate: 5000, Period: time.Second, Share: 10 * time.Millisecond}
+	now := time.Now()
+	limiters := []*bucket.Shares{bucket.NewShares(store, bucket.ShareOptions{}), bucket.NewShares(store, bucket.ShareOptions{}), bucket.NewShares(store, bucket.ShareOptions{})}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 30; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			s := limiters[g%3]
+			for i := 0; i < 100; i++ {
+				var res bucket.Result
+				if err := s.Decide(context.Background(), &bucket.Request{Now: now, Cost: 1, Limits: []bucket.Limit{lim}}, &res); err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	for _, s := range limiters {
+		s.Wait()
+	}
+	if got := admitted.Load(); got > capacity || got < capacity-3*share*3/2 {
+		t.Fatalf("admitted %d of capacity %d (bound: %d..%d)", got, capacity, capacity-3*share*3/2, capacity)
+	}
+}
