@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/internal/render"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -148,7 +149,7 @@ func (s *Server) respond(w http.ResponseWriter, rid string, d *engine.Decision, 
 		b = append(b, `,"remaining":`...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, `,"reset":`...)
-		b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
+		b = strconv.AppendInt(b, render.CeilUnix(d.Reset), 10)
 		b = append(b, `,"policy":`...)
 		b = jsonw.AppendString(b, d.Binding.Name)
 	}
@@ -203,15 +204,15 @@ func setAllowedHeaders(h http.Header, d *engine.Decision, n int, scratch []byte)
 		cut()
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		cut()
-		b = strconv.AppendInt(b, ceilUnix(d.Reset), 10)
+		b = strconv.AppendInt(b, render.CeilUnix(d.Reset), 10)
 		cut()
-		b = appendSFString(b, d.Binding.Name)
+		b = render.AppendSFString(b, d.Binding.Name)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, d.Limit, 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, win, 10)
 		cut()
-		b = appendSFString(b, d.Binding.Name)
+		b = render.AppendSFString(b, d.Binding.Name)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
@@ -239,127 +240,14 @@ func setAllowedHeaders(h http.Header, d *engine.Decision, n int, scratch []byte)
 	return b
 }
 
-// WriteDecision applies d to a response. When the request may proceed
-// (allowed or degraded) it sets the rate-limit headers (and
-// X-RateLimit-Degraded) and returns true without writing a status or
-// body; otherwise it writes the complete denial (429, 403 or 503 with the
-// envelope and headers) and returns false. The reverse proxy and the
-// middleware package use it so every denial looks the same.
+// WriteDecision applies d to a response (render.WriteDecision). When the
+// request may proceed (allowed or degraded) it sets the rate-limit
+// headers (and X-RateLimit-Degraded) and returns true without writing a
+// status or body; otherwise it writes the complete denial (429, 403 or
+// 503 with the envelope and headers) and returns false. The reverse proxy
+// and the middleware package use it so every denial looks the same.
 func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
-	h := w.Header()
-	var scratch [192]byte
-	b := scratch[:0] // the envelope's details, member by member
-	switch d.Outcome {
-	case engine.DeniedList:
-		b = jsonw.AppendString(jsonw.AppendMember(b, "list"), d.List.Name)
-		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeDenied, message: "Request denied", details: string(b)})
-	case engine.Allowed, engine.Degraded, engine.AllowedList:
-		if d.Outcome == engine.Degraded {
-			h[HeaderDegraded] = []string{"1"}
-		}
-		setLimitHeaders(h, d)
-		return true
-	case engine.Limited:
-		setLimitHeaders(h, d)
-		setRetryAfter(h, d.RetryAfter)
-		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
-		if d.Binding != nil {
-			b = jsonw.AppendString(jsonw.AppendMember(b, "limit"), d.Binding.Name)
-			b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.Binding.PartName(0))
-			if d.Binding.Kind != policy.KindBucket {
-				b = jsonw.AppendString(jsonw.AppendMember(b, "kind"), d.Binding.Kind.String())
-			}
-		}
-		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited, message: "Too many requests", details: string(b)})
-	case engine.Locked:
-		h[HeaderLimit] = []string{"0"}
-		h[HeaderRemaining] = []string{"0"}
-		h[HeaderReset] = []string{itoa(ceilUnix(d.Lock.Until))}
-		setRetryAfter(h, d.RetryAfter)
-		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
-		b = jsonw.AppendString(jsonw.AppendMember(b, "rule"), d.Lock.Rule)
-		b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.LockScope)
-		writeError(w, rid, &apiError{status: http.StatusTooManyRequests, code: CodeAccountLocked, message: "Account temporarily locked after repeated failed logins", details: string(b)})
-	case engine.StepUp:
-		b = jsonw.AppendString(jsonw.AppendMember(b, "rule"), d.Lock.Rule)
-		b = jsonw.AppendString(jsonw.AppendMember(b, "scope"), d.LockScope)
-		b = append(jsonw.AppendMember(b, "expires_at"), '"')
-		b = append(d.Lock.Until.UTC().AppendFormat(b, time.RFC3339), '"')
-		writeError(w, rid, &apiError{status: http.StatusForbidden, code: CodeStepUpRequired, message: "Additional verification required", details: string(b)})
-	case engine.Unavailable:
-		setRetryAfter(h, d.RetryAfter)
-		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), ceilMS(d.RetryAfter))
-		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "Rate limiter unavailable", details: string(b)})
-	}
-	return false
-}
-
-// setLimitHeaders sets X-RateLimit-* and the IETF RateLimit fields for
-// the binding limit.
-func setLimitHeaders(h http.Header, d *engine.Decision) {
-	if d.Binding == nil {
-		return
-	}
-	reset := ceilUnix(d.Reset)
-	limit := strconv.FormatInt(d.Limit, 10)
-	remaining := strconv.FormatInt(d.Remaining, 10)
-	h[HeaderLimit] = []string{limit}
-	h[HeaderRemaining] = []string{remaining}
-	h[HeaderReset] = []string{strconv.FormatInt(reset, 10)}
-	t := d.Reset.Sub(d.Now)
-	if t < 0 {
-		t = 0
-	}
-	tsec := int64((t + time.Second - 1) / time.Second)
-	name := string(appendSFString(nil, d.Binding.Name))
-	w := int64(d.Window / time.Second)
-	if w < 1 {
-		w = 1
-	}
-	h[HeaderPolicy] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(w, 10)}
-	h[HeaderRateLimit] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(tsec, 10)}
-}
-
-// appendSFString appends s as a structured-field string (RFC 8941).
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		if c < 0x20 || c > 0x7e {
-			c = '?'
-		}
-		b = append(b, c)
-	}
-	return append(b, '"')
-}
-
-// setRetryAfter sets Retry-After: whole seconds, rounded up, at least 1.
-func setRetryAfter(h http.Header, d time.Duration) {
-	secs := int64((d + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
-}
-
-// ceilMS is d in milliseconds, rounded up.
-func ceilMS(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// ceilUnix is t in Unix seconds, rounded up.
-func ceilUnix(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
-		s++
-	}
-	return s
+	return render.WriteDecision(w, rid, d)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -20,12 +20,13 @@ import (
 const (
 	// MaxBody is the largest request body accepted (64 KiB); larger is 413.
 	MaxBody = 64 << 10
-	// MaxIDLen bounds user_id, device_id and account, in bytes.
-	MaxIDLen = 256
+	// MaxIDLen bounds user_id, device_id and account, in bytes
+	// (policy.MaxIDLen: every way in has the same bounds).
+	MaxIDLen = policy.MaxIDLen
 	// MaxEndpointLen bounds endpoint, in bytes.
-	MaxEndpointLen = 2048
+	MaxEndpointLen = policy.MaxEndpointLen
 	// MaxCost bounds cost.
-	MaxCost = 1_000_000
+	MaxCost = policy.MaxCost
 )
 
 // checkRequest is the body of POST /v1/check.
@@ -259,12 +260,7 @@ func checkEndpoint(s string) string {
 // CheckID applies the check API's rules to an identifier (user_id,
 // device_id, account): at most MaxIDLen bytes of printable UTF-8. It
 // returns "" or what is wrong, for a message naming the field.
-func CheckID(s string) string {
-	if len(s) > MaxIDLen {
-		return fmt.Sprintf("is longer than %d bytes", MaxIDLen)
-	}
-	return printable(s)
-}
+func CheckID(s string) string { return policy.CheckID(s) }
 
 // printable returns "" when s is UTF-8 without control characters, else
 // what is wrong.

@@ -25,10 +25,11 @@
 //   - the console's sign-in check of the admin token (console.go; the
 //     console itself is package console);
 //   - /healthz, /readyz and /metrics (server.go);
-//   - what every answer shares: one error envelope (envelope.go, see
-//     writeError), the rate-limit headers (headers.go) and WriteDecision,
-//     which the proxy, forward auth and package middleware use so that
-//     every denial looks the same.
+//   - the error codes (envelope.go), the rate-limit header names
+//     (headers.go) and WriteDecision, which the proxy, forward auth and
+//     package middleware use so that every denial looks the same; the
+//     envelope and the headers are written by internal/render, which
+//     package rls renders through too.
 //
 // Every response carries a request id, and no input, however malformed,
 // produces a 5xx or a crash (the fuzz tests).

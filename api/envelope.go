@@ -2,18 +2,18 @@ package api
 
 import (
 	"net/http"
-	"strconv"
 
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/internal/render"
 )
 
 // Error codes of the envelope.
 const (
-	CodeRateLimited        = "RATE_LIMITED"
-	CodeAccountLocked      = "ACCOUNT_LOCKED"
-	CodeStepUpRequired     = "STEP_UP_REQUIRED"
-	CodeDenied             = "DENIED"
-	CodeLimiterUnavailable = "LIMITER_UNAVAILABLE"
+	CodeRateLimited        = render.CodeRateLimited
+	CodeAccountLocked      = render.CodeAccountLocked
+	CodeStepUpRequired     = render.CodeStepUpRequired
+	CodeDenied             = render.CodeDenied
+	CodeLimiterUnavailable = render.CodeLimiterUnavailable
 	CodeBadRequest         = "BAD_REQUEST"
 	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
 	CodeUnauthorized       = "UNAUTHORIZED"
@@ -50,22 +50,7 @@ func WriteError(w http.ResponseWriter, requestID string, status int, code, messa
 // AppendJSONString appends s to b as a JSON string.
 func AppendJSONString(b []byte, s string) []byte { return jsonw.AppendString(b, s) }
 
-// writeError writes the envelope
-// {"error": {"code", "message", "details", "request_id"}}.
+// writeError writes e's envelope (render.WriteError).
 func writeError(w http.ResponseWriter, rid string, e *apiError) {
-	b := make([]byte, 0, 256)
-	b = append(b, `{"error":{"code":`...)
-	b = jsonw.AppendString(b, e.code)
-	b = append(b, `,"message":`...)
-	b = jsonw.AppendString(b, e.message)
-	b = append(b, `,"details":{`...)
-	b = append(b, e.details...)
-	b = append(b, `},"request_id":`...)
-	b = jsonw.AppendString(b, rid)
-	b = append(b, "}}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(e.status)
-	_, _ = w.Write(b)
+	render.WriteError(w, rid, e.status, e.code, e.message, e.details)
 }

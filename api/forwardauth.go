@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/internal/render"
 )
 
 // Forward-auth headers: the original request as the gateway describes it.
@@ -16,7 +17,7 @@ const (
 	headerForwardedURI    = "X-Forwarded-Uri"
 	// HeaderTollgateStatus carries the real status of a denial answered
 	// 403 (forward auth with ?status=403; Envoy denials).
-	HeaderTollgateStatus = "X-Tollgate-Status"
+	HeaderTollgateStatus = render.HeaderTollgateStatus
 	// HeaderTollgateEnvelope carries the denial's envelope (one line of
 	// JSON) on a ?status=403 forward-auth answer, for a gateway that can
 	// relay a header but not the auth response's body (NGINX auth_request).
@@ -62,13 +63,12 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if as403 {
-		c := &capture{h: w.Header()}
-		if !WriteDecision(c, rid, d) {
+		if status, body := render.Decision(w.Header(), rid, d); status != http.StatusOK {
 			h := w.Header()
-			h[HeaderTollgateStatus] = []string{strconv.Itoa(c.status)}
-			h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.body))}
+			h[HeaderTollgateStatus] = []string{strconv.Itoa(status)}
+			h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(body))}
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write(c.body)
+			_, _ = w.Write(body)
 			return
 		}
 	}
@@ -143,36 +143,11 @@ func oneHeader(h http.Header, name string) (string, *apiError) {
 	return "", badRequest("header " + name + " is repeated")
 }
 
-// capture is an http.ResponseWriter that keeps what it is given.
-type capture struct {
-	h      http.Header
-	status int
-	body   []byte
-}
-
-func (c *capture) Header() http.Header { return c.h }
-
-func (c *capture) WriteHeader(code int) {
-	if c.status == 0 {
-		c.status = code
-	}
-}
-
-func (c *capture) Write(b []byte) (int, error) {
-	c.WriteHeader(http.StatusOK)
-	c.body = append(c.body, b...)
-	return len(b), nil
-}
-
-// RenderDecision renders d as the check API answers it: for a request that
-// may proceed (allowed, degraded) it sets the rate-limit headers in h and
-// returns 200 and no body; for a denial it sets the denial's headers and
-// returns its status (429, 403, 503) and envelope. Gateways that relay an
-// answer in their own protocol (the Envoy rate-limit service) use it.
+// RenderDecision renders d as the check API answers it (render.Decision):
+// for a request that may proceed (allowed, degraded) it sets the
+// rate-limit headers in h and returns 200 and no body; for a denial it
+// sets the denial's headers and returns its status (429, 403, 503) and
+// envelope.
 func RenderDecision(h http.Header, rid string, d *engine.Decision) (status int, body []byte) {
-	c := &capture{h: h}
-	if WriteDecision(c, rid, d) {
-		return http.StatusOK, nil
-	}
-	return c.status, c.body
+	return render.Decision(h, rid, d)
 }

@@ -145,15 +145,57 @@ func sameSlot(req *Request) bool {
 	return true
 }
 
-// decideCluster evaluates a decision whose keys span several slots.
+// decideCluster evaluates a decision whose keys span several slots, in
+// three steps that share the decision's deadline: read (subjects, locks,
+// trust, one clock), decide (one script per slot), refund (when a slot
+// denied, the slots that took give their tokens back).
 func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout) // all steps: the decision's deadline
 	defer cancel()
 	res.Allowed, res.Locked, res.Lock, res.LockIndex, res.Trusted = false, false, Lock{}, 0, false
 	res.Limits, res.Subjects = res.Limits[:0], res.Subjects[:0]
+	subs, now, err := s.clusterRead(ctx, req, res)
+	if err != nil || res.Locked {
+		return err
+	}
+	groups := slotGroups(req, subs, now, res.Trusted)
+	if err := s.clusterDecide(ctx, groups); err != nil {
+		if isNoScript(err) {
+			if err := decideScript.Load(ctx, s.c).Err(); err != nil {
+				return fmt.Errorf("%w: load script: %w", ErrUnavailable, err)
+			}
+			return s.decideCluster(ctx, req, res)
+		}
+		return err
+	}
+	allowed := true
+	for _, g := range groups {
+		allowed = allowed && g.res.Allowed
+	}
+	var refundErr error
+	if !allowed && req.Cost > 0 {
+		refundErr = s.clusterRefund(ctx, req, groups)
+	}
+	out := make([]LimitResult, len(req.Limits))
+	for _, g := range groups {
+		for k, i := range g.limits {
+			out[i] = g.res.Limits[k]
+		}
+	}
+	if refundErr != nil {
+		return refundErr
+	}
+	res.Allowed = allowed
+	res.Limits = append(res.Limits, out...)
+	return nil
+}
 
-	// 1. read multipliers, locks and trust sets, and Redis's TIME (unless
-	// the caller injected a time): one clock for every step
+// clusterRead reads a multi-slot decision's multipliers, locks and trust
+// sets, and Redis's TIME (unless the caller injected a time: one clock for
+// every step), in one pipeline. It judges the locks (res.Locked when one
+// is in force) and returns the subjects as known to the per-slot scripts,
+// and the decision's time.
+func (s *RedisStore) clusterRead(ctx context.Context, req *Request, res *Result) ([]RequestSubject, time.Time, error) {
 	pipe := s.c.Pipeline()
 	var clock *redis.Cmd
 	if req.Now.IsZero() {
@@ -178,12 +220,12 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		ownTrust = pipe.SIsMember(ctx, req.OwnTrust, req.Device)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
+		return nil, time.Time{}, fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
 	}
 	res.Trusted = ownTrust != nil && ownTrust.Val()
 	now, err := clusterNow(req, clock)
 	if err != nil {
-		return err
+		return nil, time.Time{}, err
 	}
 	nowUS := float64(now.UnixMicro())
 	res.Now = now
@@ -196,7 +238,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 			continue
 		}
 		res.Locked, res.Lock, res.LockIndex = true, l, i
-		return nil
+		return nil, now, nil
 	}
 	subs := make([]RequestSubject, len(req.Subjects))
 	for j := range req.Subjects {
@@ -209,34 +251,39 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		subs[j].Cached, subs[j].Mult, subs[j].Pen = true, m, p
 		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: m, Pen: p})
 	}
+	return subs, now, nil
+}
 
-	// 2. one script per slot, its subjects passed in as known
-	type group struct {
-		limits []int // indexes into req.Limits
-		req    Request
-		res    Result
-	}
-	var groups []*group
-	bySlot := map[uint16]*group{}
+// slotGroup is the part of a multi-slot decision in one slot.
+type slotGroup struct {
+	limits []int // indexes into the decision's limits
+	req    Request
+	res    Result
+}
+
+// slotGroups splits req's limits by slot (each limit's bucket chosen by
+// trusted), each group a request of its own whose subjects are passed in
+// as known (subs), so its script touches its slot alone.
+func slotGroups(req *Request, subs []RequestSubject, now time.Time, trusted bool) []*slotGroup {
+	var groups []*slotGroup
+	bySlot := map[uint16]*slotGroup{}
 	for i := range req.Limits {
-		sl := slotOf(limitKey(&req.Limits[i], res.Trusted))
+		sl := slotOf(limitKey(&req.Limits[i], trusted))
 		g := bySlot[sl]
 		if g == nil {
-			g = &group{}
+			g = &slotGroup{}
 			bySlot[sl] = g
 			groups = append(groups, g)
 		}
 		g.limits = append(g.limits, i)
 	}
-	cmds := make([]*redis.Cmd, len(groups))
-	pipe = s.c.Pipeline()
-	for gi, g := range groups {
+	for _, g := range groups {
 		g.req = Request{Now: now, Cost: req.Cost, Lease: req.Lease}
-		slotKey := limitKey(&req.Limits[g.limits[0]], res.Trusted)
-		remap := map[int]int{}
+		slotKey := limitKey(&req.Limits[g.limits[0]], trusted)
+		remap := map[int]int{} // subject index in req -> in g.req
 		for _, i := range g.limits {
 			l := req.Limits[i]
-			l.Key, l.OwnKey = limitKey(&l, res.Trusted), "" // the bucket chosen above
+			l.Key, l.OwnKey = limitKey(&l, trusted), "" // the bucket chosen above
 			var mask uint32
 			for j := range subs {
 				if l.Subjects&(1<<uint(j)) == 0 {
@@ -255,6 +302,18 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 			l.Subjects = mask
 			g.req.Limits = append(g.req.Limits, l)
 		}
+	}
+	return groups
+}
+
+// clusterDecide runs one script per slot group, all in one pipeline, and
+// fills each group's result; each slot takes its tokens only if all its
+// limits allow. A NOSCRIPT error is returned as is (the caller loads the
+// script and starts over: nothing was evaluated).
+func (s *RedisStore) clusterDecide(ctx context.Context, groups []*slotGroup) error {
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe := s.c.Pipeline()
+	for gi, g := range groups {
 		c := &call{}
 		c.build(&g.req, s.slack)
 		var buf batchBuf
@@ -262,13 +321,11 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		cmds[gi] = pipe.EvalSha(ctx, decideScript.Hash(), keys, args...)
 	}
 	_, _ = pipe.Exec(ctx)
-	if anyNoScript(cmds) {
-		if err := decideScript.Load(ctx, s.c).Err(); err != nil {
-			return fmt.Errorf("%w: load script: %w", ErrUnavailable, err)
+	for _, c := range cmds {
+		if isNoScript(c.Err()) {
+			return c.Err()
 		}
-		return s.decideCluster(ctx, req, res)
 	}
-	allowed := true
 	for gi, g := range groups {
 		if err := cmds[gi].Err(); err != nil {
 			return fmt.Errorf("%w: cluster decide: %w", ErrUnavailable, err)
@@ -280,49 +337,46 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		if err := parseDecision(v, &g.req, &g.res); err != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		allowed = allowed && g.res.Allowed
 	}
+	return nil
+}
 
-	// 3. a slot denied: the slots that took give their tokens back
-	out := make([]LimitResult, len(req.Limits))
+// clusterRefund gives back the tokens of the slots that took, when
+// another slot denied, so a denied decision takes nothing in the end.
+// Tokens not given back (an error) only make a bucket stricter until it
+// refills.
+func (s *RedisStore) clusterRefund(ctx context.Context, req *Request, groups []*slotGroup) error {
+	pipe := s.c.Pipeline()
+	cost := ftoa(float64(int64(req.Cost * unit)))
 	var refund []*redis.Cmd
-	if !allowed && req.Cost > 0 {
-		pipe = s.c.Pipeline()
-		cost := ftoa(float64(int64(req.Cost * unit)))
-		for _, g := range groups {
-			if !g.res.Allowed {
-				continue
-			}
-			var keys []string
-			args := []interface{}{cost, req.Lease}
-			for k := range g.req.Limits {
-				if g.res.Limits[k].Allowed {
-					l := &g.req.Limits[k]
-					keys = append(keys, l.Key)
-					args = append(args, refundArg(l, g.res.Limits[k].Burst))
-					g.res.Limits[k].Remaining += refunded(l, req.Cost)
-				}
-			}
-			if len(keys) > 0 {
-				// EVAL, not EVALSHA: refunds are rare and must not fail on NOSCRIPT
-				refund = append(refund, pipe.Eval(ctx, refundSource, keys, args...))
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-	}
 	for _, g := range groups {
-		for k, i := range g.limits {
-			out[i] = g.res.Limits[k]
+		if !g.res.Allowed {
+			continue
+		}
+		var keys []string
+		args := []interface{}{cost, req.Lease}
+		for k := range g.req.Limits {
+			if g.res.Limits[k].Allowed {
+				l := &g.req.Limits[k]
+				keys = append(keys, l.Key)
+				args = append(args, refundArg(l, g.res.Limits[k].Burst))
+				g.res.Limits[k].Remaining += refunded(l, req.Cost)
+			}
+		}
+		if len(keys) > 0 {
+			// EVAL, not EVALSHA: refunds are rare and must not fail on NOSCRIPT
+			refund = append(refund, pipe.Eval(ctx, refundSource, keys, args...))
 		}
 	}
+	if len(refund) == 0 {
+		return nil
+	}
+	_, _ = pipe.Exec(ctx)
 	for _, c := range refund {
 		if err := c.Err(); err != nil {
-			// Tokens not given back only make this bucket stricter until it refills.
 			return fmt.Errorf("%w: cluster refund: %w", ErrUnavailable, err)
 		}
 	}
-	res.Allowed = allowed
-	res.Limits = append(res.Limits, out...)
 	return nil
 }
 
@@ -423,14 +477,4 @@ func parseMultipliers(h map[string]string) map[string]Multiplier {
 		out[src] = m
 	}
 	return out
-}
-
-// anyNoScript reports whether any of cmds failed with NOSCRIPT.
-func anyNoScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if isNoScript(c.Err()) {
-			return true
-		}
-	}
-	return false
 }

@@ -198,7 +198,8 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 // Decide implements Decider. It reads req's keys only during the call and
 // keeps none of them (a bucket it creates gets a copy of its key), so a
 // caller may pass keys that alias a buffer it reuses after the call (the
-// engine does).
+// engine does). It judges the locks and reads the multipliers first
+// (judge), then decides the buckets atomically (decideBuckets).
 func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error {
 	if err := req.validate(); err != nil {
 		return err
@@ -220,83 +221,85 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 	if len(req.Subjects) > len(multsA) {
 		mults, pens = make([]float64, len(req.Subjects)), make([]float64, len(req.Subjects))
 	}
-	if len(req.Locks) > 0 || len(req.Subjects) > 0 || req.OwnTrust != "" {
-		if !s.unshared {
-			s.mu.RLock()
-		}
-		res.Trusted = s.ownLocked(req, now)
-		for i, k := range req.Locks {
-			if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
-				if !s.unshared {
-					s.mu.RUnlock()
-				}
-				res.Locked, res.Lock, res.LockIndex = true, l, i
-				return nil
-			}
-		}
-		empty := len(s.mults) == 0
-		for j := range req.Subjects {
-			sub := &req.Subjects[j]
-			if sub.Cached {
-				mults[j], pens[j] = sub.Mult, sub.Pen
-				continue
-			}
-			var stored map[string]Multiplier
-			if !empty {
-				stored = s.mults[sub.Key]
-			}
-			mults[j], pens[j] = combineAt(sub.Static, sub.Unverified, stored, now)
-		}
-		if !s.unshared {
-			s.mu.RUnlock()
-		}
+	if s.judge(req, res, now, mults, pens) {
+		return nil // locked
 	}
+	s.decideBuckets(req, res, now, mults, pens)
+	return nil
+}
 
-	// Lock every shard the request touches, in ascending order, so the
-	// decision is atomic across its buckets and cannot deadlock.
-	// Each key is hashed once: the low bits pick the shard, the others the
-	// slot in the shard's table.
-	// An unshared store takes no lock, so it needs no order (the sort's
-	// compares of random shards mispredict).
-	var idx, order [MaxLimits]uint8
-	var hashes [MaxLimits]uint64
-	nl := len(req.Limits)
-	var keys [MaxLimits]string // the bucket each limit takes from
-	for i := range req.Limits {
-		keys[i] = limitKey(&req.Limits[i], res.Trusted)
-		h := memHash(maphash.String(s.seed, keys[i]))
-		idx[i], hashes[i] = uint8(h%memShards), h
+// judge reads, under the store's read lock, whether the device is
+// trusted for own buckets, whether a lock is in force (it fills res and
+// reports true) and each subject's effective multiplier and penalty end
+// into mults and pens.
+func (s *MemoryStore) judge(req *Request, res *Result, now float64, mults, pens []float64) bool {
+	if len(req.Locks) == 0 && len(req.Subjects) == 0 && req.OwnTrust == "" {
+		return false
 	}
 	if !s.unshared {
-		sortShards(&order, &idx, nl)
+		s.mu.RLock()
+		defer s.mu.RUnlock()
 	}
-	s.lockShards(&order, nl, true)
-	defer s.lockShards(&order, nl, false)
+	res.Trusted = s.ownLocked(req, now)
+	for i, k := range req.Locks {
+		if l, ok := s.locks[k]; ok && float64(l.Until.UnixMicro()) > now && !s.trustedLocked(l, req, i, now) {
+			res.Locked, res.Lock, res.LockIndex = true, l, i
+			return true
+		}
+	}
+	empty := len(s.mults) == 0
+	for j := range req.Subjects {
+		sub := &req.Subjects[j]
+		if sub.Cached {
+			mults[j], pens[j] = sub.Mult, sub.Pen
+			continue
+		}
+		var stored map[string]Multiplier
+		if !empty {
+			stored = s.mults[sub.Key]
+		}
+		mults[j], pens[j] = combineAt(sub.Static, sub.Unverified, stored, now)
+	}
+	return false
+}
+
+// memLookup is where one decision's buckets are: per limit, the bucket
+// it takes from, its key's hash, its shard and its slot.
+type memLookup struct {
+	idx, order [MaxLimits]uint8
+	hashes     [MaxLimits]uint64
+	keys       [MaxLimits]string
+	at         [MaxLimits]int32
+}
+
+// decideBuckets evaluates req's limits with the subjects' multipliers and
+// takes the tokens when all allow, holding the locks of every shard the
+// request touches, in ascending order, so the decision is atomic across
+// its buckets and cannot deadlock.
+func (s *MemoryStore) decideBuckets(req *Request, res *Result, now float64, mults, pens []float64) {
+	var lk memLookup
+	nl := len(req.Limits)
+	// Each key is hashed once: the low bits pick the shard, the others the
+	// slot in the shard's table. An unshared store takes no lock, so it
+	// needs no order (the sort's compares of random shards mispredict).
+	for i := range req.Limits {
+		lk.keys[i] = limitKey(&req.Limits[i], res.Trusted)
+		h := memHash(maphash.String(s.seed, lk.keys[i]))
+		lk.idx[i], lk.hashes[i] = uint8(h%memShards), h
+	}
+	if !s.unshared {
+		sortShards(&lk.order, &lk.idx, nl)
+	}
+	s.lockShards(&lk.order, nl, true)
+	defer s.lockShards(&lk.order, nl, false)
 
 	cost := math.Floor(req.Cost * unit)
 	var evsA [8]eval
 	evs := evsA[:]
-	if len(req.Limits) > len(evsA) {
-		evs = make([]eval, len(req.Limits))
+	if nl > len(evsA) {
+		evs = make([]eval, nl)
 	}
-	// Find every bucket before evaluating any, in three passes over the
-	// look-ups, which do not depend on each other: their slots, then the
-	// first and last bytes of their keys in the arenas, then the keys in
-	// full. A look-up's arena read depends on its slot, so a single pass
-	// would wait for two cache misses per key in turn; three passes wait
-	// for about two per decision (each pass's misses overlap).
-	var at [MaxLimits]int32
-	for i := range req.Limits {
-		at[i] = int32(s.shards[idx[i]].buckets.probe(hashes[i]))
-	}
-	var touched uint8
-	for i := range req.Limits {
-		touched += s.shards[idx[i]].buckets.touch(int(at[i]))
-	}
-	evs[0].touched = touched // kept, so that the compiler keeps the reads
-	for i := range req.Limits {
-		evs[i].b = s.shards[idx[i]].buckets.match(int(at[i]), hashes[i], keys[i])
-	}
+	s.find(req, &lk, evs)
 	allowed := true
 	for i := range req.Limits {
 		l := &req.Limits[i]
@@ -306,7 +309,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		case KindQuota:
 			evaluateQuota(&evs[i], now, l, m, pend, unknown, cost)
 		case KindConcurrency:
-			evaluateConcurrency(&evs[i], s.shards[idx[i]].leases[keys[i]], now, l, m, pend, unknown, cost)
+			evaluateConcurrency(&evs[i], s.shards[lk.idx[i]].leases[lk.keys[i]], now, l, m, pend, unknown, cost)
 		default:
 			evaluate(&evs[i], now, l, m, pend, unknown, cost)
 		}
@@ -330,7 +333,7 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 			for i := range req.Limits {
 				ev := &evs[i]
 				if ev.ok && (ev.b != nil) == (pass == 0) {
-					s.take(&s.shards[idx[i]], hashes[i], keys[i], ev, req.Lease, cost, now)
+					s.take(&s.shards[lk.idx[i]], lk.hashes[i], lk.keys[i], ev, req.Lease, cost, now)
 				}
 			}
 		}
@@ -339,7 +342,26 @@ func (s *MemoryStore) Decide(_ context.Context, req *Request, res *Result) error
 		res.Limits = append(res.Limits, LimitResult{})
 		evs[i].resultTo(&res.Limits[len(res.Limits)-1], now, &req.Limits[i])
 	}
-	return nil
+}
+
+// find finds every bucket of lk before evaluating any, in three passes
+// over the look-ups, which do not depend on each other: their slots, then
+// the first and last bytes of their keys in the arenas, then the keys in
+// full. A look-up's arena read depends on its slot, so a single pass
+// would wait for two cache misses per key in turn; three passes wait for
+// about two per decision (each pass's misses overlap).
+func (s *MemoryStore) find(req *Request, lk *memLookup, evs []eval) {
+	for i := range req.Limits {
+		lk.at[i] = int32(s.shards[lk.idx[i]].buckets.probe(lk.hashes[i]))
+	}
+	var touched uint8
+	for i := range req.Limits {
+		touched += s.shards[lk.idx[i]].buckets.touch(int(lk.at[i]))
+	}
+	evs[0].touched = touched // kept, so that the compiler keeps the reads
+	for i := range req.Limits {
+		evs[i].b = s.shards[lk.idx[i]].buckets.match(int(lk.at[i]), lk.hashes[i], lk.keys[i])
+	}
 }
 
 // sortShards sets order[:n] to idx[:n] sorted.

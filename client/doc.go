@@ -22,5 +22,10 @@
 // bytes.Reader and strings.Reader bodies). Everything else passes through
 // untouched.
 //
+// UserSigner and SignUser are the other half for a trusted server (an app
+// server or gateway holding the key) in front of a limiter in proxy mode:
+// they put the timestamped, signed user header on the requests it sends
+// (contract 7.1).
+//
 // See docs/clients.md for the same pattern in Swift and Kotlin.
 package client

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/jsonw"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -479,7 +480,7 @@ func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.
 	}
 	w.Header()["Retry-After"] = []string{strconv.Itoa(int(unavailableRetry / time.Second))}
 	api.WriteError(w, rid, http.StatusServiceUnavailable, api.CodeLimiterUnavailable, "Rate limiter unavailable",
-		`"retry_after_ms":`+strconv.FormatInt(unavailableRetry.Milliseconds(), 10))
+		string(jsonw.AppendInt(jsonw.AppendMember(nil, "retry_after_ms"), unavailableRetry.Milliseconds())))
 }
 
 // logThrottle lets one log line through per second. The zero value is

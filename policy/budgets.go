@@ -61,6 +61,9 @@ func (p *Policy) WriteBudgets(w io.Writer) error {
 			if l.TrustedOwn {
 				name += " (trusted devices: own)"
 			}
+			if l.LocalShare > 0 {
+				name += " (local share " + l.LocalShare.String() + ")"
+			}
 			name += attrText(l.IfAttr)
 			fmt.Fprintf(bw, "| %s | %s | %s | %s | %s | %s |\n",
 				class, mdEscape(name), keyText(l), mdEscape(kindText(l)),
@@ -68,6 +71,7 @@ func (p *Policy) WriteBudgets(w io.Writer) error {
 		}
 	}
 	p.writeTrusted(bw)
+	p.writeShared(bw)
 	p.writeLists(bw)
 	return bw.Flush()
 }
@@ -80,6 +84,18 @@ func (p *Policy) writeTrusted(bw *bufio.Writer) {
 			bw.WriteString("(one that sent its device token with a successful login within `risk.attestation.trusted_for`) ")
 			bw.WriteString("a budget of its own, with the limit's rate and burst, keyed by the limit's key plus the device; ")
 			bw.WriteString("every other request to the account shares the limit's budget, so others spending it never deny that device.\n")
+			return
+		}
+	}
+}
+
+// writeShared explains `local_share` when a limit sets it.
+func (p *Policy) writeShared(bw *bufio.Writer) {
+	for i := range p.Limits {
+		if p.Limits[i].LocalShare > 0 {
+			bw.WriteString("\nA limit marked \"(local share D)\" is served by each limiter from tokens it takes from Redis ")
+			bw.WriteString("D's worth at a time once its key is hot: it never admits more than its budget, and may refuse early ")
+			bw.WriteString("by what the limiters hold (1.5 shares each at most).\n")
 			return
 		}
 	}

@@ -26,6 +26,12 @@
 // state, in file order: all of them apply, and the request passes only if
 // each allows it. Both run without allocating.
 //
+// The rules a request's parts must meet are here too, so that every way
+// in (the check API, the Envoy rate-limit service, the Go middleware)
+// applies the same ones: CheckID, MaxIDLen, MaxEndpointLen and MaxCost
+// for its identity, endpoint and cost, CheckAttribute and MaxAttributes
+// for its attributes, NormalizeAccount for its account.
+//
 // # Running policy
 //
 // A Holder keeps the policy in force behind an atomic pointer. Reload (on

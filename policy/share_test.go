@@ -17,6 +17,13 @@ func TestLocalShare(t *testing.T) {
 	if got := p.Limits[1].LocalShare; got != 0 {
 		t.Errorf("unshared limit: local_share = %v", got)
 	}
+	var b strings.Builder
+	if err := p.WriteBudgets(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| all (local share 5ms) |") || !strings.Contains(b.String(), "A limit marked \"(local share D)\"") {
+		t.Errorf("budgets do not mark the shared limit:\n%s", b.String())
+	}
 	head := "version: 1\nlimits:\n"
 	for _, tc := range []struct{ text, want string }{
 		{"  - {name: a, by: [global], rate: 10000/s, local_share: 0.5ms}\n", `s.yaml:3: local_share 500µs: must be between 1ms and 1s`},

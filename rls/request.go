@@ -9,7 +9,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 )
@@ -78,13 +77,13 @@ func Map(e *policy.Envoy, req *rlsv3.RateLimitRequest, in *engine.Input) error {
 	if own > 0 {
 		in.Cost = float64(own)
 	}
-	if in.Cost > api.MaxCost {
-		return bad("hits_addend %s is more than %d", strconv.FormatFloat(in.Cost, 'f', -1, 64), api.MaxCost)
+	if in.Cost > policy.MaxCost {
+		return bad("hits_addend %s is more than %d", strconv.FormatFloat(in.Cost, 'f', -1, 64), policy.MaxCost)
 	}
 	if ep.method != "" && ep.path != "" {
 		in.Endpoint = ep.method + " " + ep.path
-		if len(in.Endpoint) > api.MaxEndpointLen {
-			return bad("endpoint is longer than %d bytes", api.MaxEndpointLen)
+		if len(in.Endpoint) > policy.MaxEndpointLen {
+			return bad("endpoint is longer than %d bytes", policy.MaxEndpointLen)
 		}
 	}
 	return nil
@@ -127,7 +126,7 @@ func set(in *engine.Input, ep *endpoint, t policy.EnvoyTarget, key, v string) er
 
 // id stores a user, device or account id, checked as the check API checks it.
 func id(dst *string, key, field, v string) error {
-	if msg := api.CheckID(v); msg != "" {
+	if msg := policy.CheckID(v); msg != "" {
 		return bad("entry %q (%s) %s", clip(key), field, msg)
 	}
 	return same(dst, v, key, field, nil)
@@ -141,8 +140,8 @@ func setPath(ep *endpoint, key, v string) error {
 	if !strings.HasPrefix(v, "/") {
 		return bad("entry %q: the path must start with /: %q", clip(key), clip(v))
 	}
-	if len(v) > api.MaxEndpointLen {
-		return bad("entry %q: the path is longer than %d bytes", clip(key), api.MaxEndpointLen)
+	if len(v) > policy.MaxEndpointLen {
+		return bad("entry %q: the path is longer than %d bytes", clip(key), policy.MaxEndpointLen)
 	}
 	if !utf8.ValidString(v) {
 		return bad("entry %q: the path is not valid UTF-8", clip(key))

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/tollgate-dev/tollgate/api"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/render"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -253,13 +253,13 @@ func Response(n int, rid string, d *engine.Decision) *rlsv3.RateLimitResponse {
 // build is Response into p's storage.
 func (p *pooledResponse) build(n int, rid string, d *engine.Decision) {
 	clear(p.h)
-	code, body := api.RenderDecision(p.h, rid, d)
+	code, body := render.Decision(p.h, rid, d)
 	p.msg.Reset()
 	p.msg.OverallCode = rlsv3.RateLimitResponse_OK
 	if code != http.StatusOK {
 		p.msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		p.msg.RawBody = body
-		p.h[api.HeaderTollgateStatus] = []string{strconv.Itoa(code)}
+		p.h[render.HeaderTollgateStatus] = []string{strconv.Itoa(code)}
 		p.h["X-Request-Id"] = []string{rid}
 	}
 	delete(p.h, "Content-Length") // Envoy sets its own
@@ -368,8 +368,8 @@ func (p *pooledResponse) headers() {
 // canonical form) and canonically.
 var lowerNames = func() map[string]string {
 	m := make(map[string]string)
-	for _, k := range []string{api.HeaderLimit, api.HeaderRemaining, api.HeaderReset, api.HeaderDegraded,
-		api.HeaderPolicy, api.HeaderRateLimit, "Retry-After", "Content-Type", "X-Request-Id", api.HeaderTollgateStatus} {
+	for _, k := range []string{render.HeaderLimit, render.HeaderRemaining, render.HeaderReset, render.HeaderDegraded,
+		render.HeaderPolicy, render.HeaderRateLimit, "Retry-After", "Content-Type", "X-Request-Id", render.HeaderTollgateStatus} {
 		m[k] = strings.ToLower(k)
 		m[http.CanonicalHeaderKey(k)] = strings.ToLower(k)
 	}

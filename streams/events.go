@@ -1,7 +1,11 @@
 // Package streams is Tollgate's NATS JetStream layer: the event schema
 // (versioned JSON, see docs/events.md), the stream and consumer set-up, a
 // publisher for the request path that never waits, and report and alert
-// publishing with acknowledgement.
+// publishing with acknowledgement. Beside them: the hand-written encoder
+// and decoders of decision batches (byte for byte encoding/json's,
+// fuzzed against it), dialing with credentials (Auth, Dial), the
+// embedded nats-server of the one-process default, and Trail, which reads
+// the newest audit events and alerts back.
 package streams
 
 import (

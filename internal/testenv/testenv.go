@@ -1,6 +1,12 @@
 // Package testenv gives tests real servers: the shared Redis (with a key
-// prefix of their own, removed at cleanup) and private redis-server
-// processes on free loopback ports, stopped by PID.
+// prefix of their own, removed at cleanup) and the shared NATS; private
+// redis-server and nats-server processes on free loopback ports, stopped
+// by PID (a Redis Cluster with replicas, a Sentinel, a JetStream cluster,
+// a NATS server a test can pause); Alertmanager and the gateways (Caddy,
+// NGINX) the attack and gateway tests drive. Beside them: Eventually
+// (poll to a deadline instead of sleeping), a goroutine-leak checker,
+// the process's CPU time for benchmarks, and RequireShared (fail instead
+// of skipping when a server is missing).
 package testenv
 
 import (
