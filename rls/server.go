@@ -311,9 +311,14 @@ func (p *pooledResponse) duration(t time.Duration) *durationpb.Duration {
 	return &p.reset
 }
 
-// unitOf maps a rate's period (1s, 1m, 1h or 24h in a policy) to Envoy's unit.
+// unitOf maps a rate's period (1s, 1m, 1h or 24h in a policy) or a quota's
+// (a day, a week, a month of 28 to 31 days) to Envoy's unit.
 func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 	switch {
+	case p >= 28*24*time.Hour: // a month quota's period: 28 to 31 days
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case p >= 7*24*time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
 	case p >= 24*time.Hour:
 		return rlsv3.RateLimitResponse_RateLimit_DAY
 	case p >= time.Hour:
