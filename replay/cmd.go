@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +24,7 @@ const BuiltinName = "built-in example policy"
 // (see ParseArgs and docs/tuning.md).
 type Args struct {
 	NATSURL       string
+	NATSAuth      streams.Auth
 	Candidate     string
 	Baseline      string
 	Range         Range
@@ -36,8 +38,9 @@ type Args struct {
 // flags is every flag of `limiter replay`, bound to a (and fromSeq, which
 // a.Range.FromSeq takes after a check).
 func flags(a *Args, fromSeq *int64) []cli.Flag {
-	return []cli.Flag{
-		cli.String(&a.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s) holding the record (required)"),
+	return slices.Concat([]cli.Flag{
+		cli.String(&a.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s) holding the record (required); nats://user:pass@host:port, tls:// or nats+tls:// for TLS"),
+	}, streams.AuthFlags(&a.NATSAuth.CA, &a.NATSAuth.Creds), []cli.Flag{
 		cli.String(&a.Candidate, "config", "TOLLGATE_CONFIG", "", "FILE", "the candidate policy file (required)"),
 		cli.String(&a.Baseline, "baseline", "", "", "FILE", "the policy to compare with (default: the built-in example policy)"),
 		cli.Duration(&a.Range.Since, "since", "", 0, "replay the last DURATION of the record, e.g. 24h (default: all of it)"),
@@ -49,7 +52,7 @@ func flags(a *Args, fromSeq *int64) []cli.Flag {
 		cli.Int(&a.Limits.MaxIdentities, "max-identities", "", DefaultMaxIdentities, "bound on identities tallied (more are counted as untracked)"),
 		cli.Duration(&a.ReorderWindow, "reorder-window", "", DefaultReorderWindow, "how far out of event-time order events may arrive and still replay in order"),
 		cli.Bool(&a.Quiet, "quiet", "", false, "no progress lines on stderr"),
-	}
+	})
 }
 
 // help writes `limiter replay --help`.
@@ -95,6 +98,13 @@ func ParseArgs(args []string, lookupEnv func(string) (string, bool)) (Args, erro
 		problem = "--max-keys and --max-identities must be at least 1"
 	case a.ReorderWindow <= 0:
 		problem = "--reorder-window must be positive"
+	}
+	if problem == "" {
+		if err := streams.ValidateURLs(a.NATSURL); err != nil {
+			problem = err.Error()
+		} else if err := a.NATSAuth.Validate(); err != nil {
+			problem = err.Error()
+		}
 	}
 	if problem != "" {
 		return a, cli.Usagef("limiter replay: %s (see limiter replay --help)", problem)
@@ -143,9 +153,10 @@ func (a Args) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 		baseName = a.Baseline
 	}
-	nc, err := nats.Connect(a.NATSURL, nats.Name("tollgate-replay"), nats.Timeout(5*time.Second))
+	opts := append([]nats.Option{nats.Name("tollgate-replay"), nats.Timeout(5 * time.Second)}, a.NATSAuth.Options()...)
+	nc, err := nats.Connect(streams.ServerURLs(a.NATSURL), opts...)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", a.NATSURL, err)
+		return fmt.Errorf("connect %s: %w", streams.RedactURL(a.NATSURL), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tollgate-dev/tollgate/internal/cli"
 )
 
 // Auth is how a daemon proves itself to a NATS server that requires it,
@@ -105,4 +107,14 @@ func RedactURL(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// AuthFlags are the --nats-ca and --nats-creds flags, bound to ca and
+// creds, that every command reading --nats declares (the limiter, riskd,
+// limiter replay), so that their names, variables and help agree.
+func AuthFlags(ca, creds *string) []cli.Flag {
+	return []cli.Flag{
+		cli.String(ca, "nats-ca", "TOLLGATE_NATS_CA", "", "FILE", "PEM CA certificates a TLS NATS server's certificate must chain to (default: the system roots)"),
+		cli.String(creds, "nats-creds", "TOLLGATE_NATS_CREDS", "", "FILE", "NATS credentials file (user JWT and nkey seed) to connect with"),
+	}
 }

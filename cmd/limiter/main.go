@@ -13,12 +13,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/replay"
 	"github.com/tollgate-dev/tollgate/service"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 func main() {
@@ -32,14 +34,13 @@ type lookupEnv func(string) (string, bool)
 // its environment variable and help text. The commands that start or
 // check the limiter (run, validate) share it.
 func flags(c *service.Config) []cli.Flag {
-	return []cli.Flag{
+	return slices.Concat([]cli.Flag{
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file (default: the built-in example policy)"),
 		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", service.DefaultListen, "ADDR", "HTTP listen address (:0 picks a free port; the address is logged)"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "redis[s]://[user:pass@]host:port/db, redis[s]+cluster://[user:pass@]h1:p1,h2:p2 (or h1:p1,h2:p2), redis[s]+sentinel://[user:pass@]h1:p1,h2:p2/MASTER/db (default: in-process memory store)"),
 		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (default: embedded NATS server and in-process risk engine); nats://user:pass@host:port, tls:// or nats+tls:// for TLS"),
-		cli.String(&c.NATSCA, "nats-ca", "TOLLGATE_NATS_CA", "", "FILE", "PEM CA certificates a TLS NATS server's certificate must chain to (default: the system roots)"),
-		cli.String(&c.NATSCreds, "nats-creds", "TOLLGATE_NATS_CREDS", "", "FILE", "NATS credentials file (user JWT and nkey seed) to connect with"),
+	}, streams.AuthFlags(&c.NATSCA, &c.NATSCreds), []cli.Flag{
 		cli.Int(&c.NATSPort, "nats-port", "TOLLGATE_NATS_PORT", 0, "port of the embedded NATS server (default: a free port)"),
 		cli.String(&c.NATSStoreDir, "nats-store-dir", "TOLLGATE_NATS_STORE_DIR", "", "DIR", "JetStream directory of the embedded NATS server (audit record, alerts), kept across restarts (default: with --redis one under the user's cache dir, named for the Redis URL; else a temp dir)"),
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", service.DefaultSubjectPrefix, "PREFIX", "prefix of every NATS subject"),
@@ -79,7 +80,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", service.DefaultL1MaxEntries, "bound on entries held by the L1 cache"),
 		cli.Bool(&c.L1NoMultipliers, "no-l1-multipliers", "TOLLGATE_NO_L1_MULTIPLIERS", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)"),
 		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", service.DefaultShutdownTimeout, "how long in-flight requests may take to drain on SIGTERM"),
-	}
+	})
 }
 
 // command is a subcommand: its --help entry and what runs it (nil: the

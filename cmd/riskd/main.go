@@ -14,10 +14,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/tollgate-dev/tollgate/internal/cli"
 	"github.com/tollgate-dev/tollgate/service"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 func main() {
@@ -27,14 +29,13 @@ func main() {
 // flags is every flag of riskd, bound to c: one line per flag, with its
 // environment variable and help text.
 func flags(c *service.RiskdConfig) []cli.Flag {
-	return []cli.Flag{
+	return slices.Concat([]cli.Flag{
 		cli.String(&c.ConfigPath, "config", "TOLLGATE_CONFIG", "", "FILE", "policy file, the limiters' (default: the built-in example policy)"),
 		cli.String(&c.Listen, "listen", "TOLLGATE_LISTEN", service.DefaultRiskdListen, "ADDR", "HTTP address of /healthz, /readyz, /metrics"),
 		cli.String(&c.RedisURL, "redis", "TOLLGATE_REDIS", "", "URL", "the limiters' Redis, in the same URL forms as the limiter's --redis (required)"),
 		cli.String(&c.RedisCA, "redis-ca", "TOLLGATE_REDIS_CA", "", "FILE", "PEM CA certificates a rediss:// server's certificate must chain to (default: the system roots)"),
 		cli.String(&c.NATSURL, "nats", "TOLLGATE_NATS", "", "URL", "NATS server URL(s), comma-separated (required); nats://user:pass@host:port, tls:// or nats+tls:// for TLS"),
-		cli.String(&c.NATSCA, "nats-ca", "TOLLGATE_NATS_CA", "", "FILE", "PEM CA certificates a TLS NATS server's certificate must chain to (default: the system roots)"),
-		cli.String(&c.NATSCreds, "nats-creds", "TOLLGATE_NATS_CREDS", "", "FILE", "NATS credentials file (user JWT and nkey seed) to connect with"),
+	}, streams.AuthFlags(&c.NATSCA, &c.NATSCreds), []cli.Flag{
 		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", service.DefaultKeyPrefix, "PREFIX", "prefix of every Redis key (must match the limiters')"),
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", service.DefaultSubjectPrefix, "PREFIX", "prefix of every NATS subject (must match the limiters')"),
 		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", service.DefaultStreamName, "NAME", "prefix of the JetStream stream names (must match the limiters')"),
@@ -43,7 +44,7 @@ func flags(c *service.RiskdConfig) []cli.Flag {
 		cli.Int(&c.StreamReplicas, "stream-replicas", "TOLLGATE_STREAM_REPLICAS", service.DefaultStreamReplicas, "copies a NATS cluster keeps of every JetStream stream and of riskd's consumers (3 on a three-node cluster; docs/scaling.md); give the limiters' value"),
 		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)"),
 		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", service.DefaultDurable, "NAME", "name of riskd's durable consumers and of its leadership lease"),
-	}
+	})
 }
 
 // help writes --help.
