@@ -3,9 +3,14 @@ package replay
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -25,6 +30,10 @@ func TestParseArgs(t *testing.T) {
 		{"extra argument", []string{"--config", "c.yaml", "now"}, `unexpected argument "now"`},
 		{"unknown flag", []string{"--config", "c.yaml", "--dry"}, "flag provided but not defined: -dry"},
 		{"bad bound", []string{"--config", "c.yaml", "--max-keys", "0"}, "--max-keys and --max-identities must be at least 1"},
+		{"missing nats-ca", []string{"--config", "c.yaml", "--nats-ca", "/nonexistent/ca.pem"}, "streams: nats CA: open /nonexistent/ca.pem"},
+		{"nats-ca not PEM", []string{"--config", "c.yaml", "--nats-ca", "cmd_test.go"}, "streams: nats CA cmd_test.go: no PEM certificate"},
+		{"nats-creds not creds", []string{"--config", "c.yaml", "--nats-creds", "doc.go"}, "not a JWT + nkey credentials file"},
+		{"bad nats scheme", []string{"--config", "c.yaml", "--nats", "http://u:secret@h:4222"}, `streams: nats url http://***@h:4222: scheme "http"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,9 +51,27 @@ func TestParseArgs(t *testing.T) {
 			}
 		})
 	}
+	// --nats-ca and --nats-creds, from the command line or the environment.
+	dir := t.TempDir()
+	ca, creds := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "u.creds")
+	testenv.WriteCA(t, ca)
+	if err := os.WriteFile(creds, []byte("-----BEGIN NATS USER JWT-----\nx\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\ny\n------END USER NKEY SEED------\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authEnv := func(k string) (string, bool) {
+		if k == "TOLLGATE_NATS_CREDS" {
+			return creds, true
+		}
+		return lookup(k)
+	}
+	if a, err := ParseArgs([]string{"--config", "c.yaml", "--nats", "nats+tls://u:p@h:4222", "--nats-ca", ca}, authEnv); err != nil ||
+		a.NATSAuth != (streams.Auth{CA: ca, Creds: creds}) || a.NATSURL != "nats+tls://u:p@h:4222" {
+		t.Fatalf("ParseArgs with --nats-ca, TOLLGATE_NATS_CREDS: %v %+v", err, a)
+	}
 	var out bytes.Buffer
 	if code := Command(context.Background(), []string{"--help"}, lookup, &out, &bytes.Buffer{}); code != 0 ||
-		!strings.Contains(out.String(), "--from-seq N") || !strings.Contains(out.String(), "TOLLGATE_NATS") {
+		!strings.Contains(out.String(), "--from-seq N") || !strings.Contains(out.String(), "TOLLGATE_NATS") ||
+		!strings.Contains(out.String(), "--nats-ca FILE") || !strings.Contains(out.String(), "TOLLGATE_NATS_CREDS") {
 		t.Fatalf("--help: exit %d\n%s", code, out.String())
 	}
 }

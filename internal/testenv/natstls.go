@@ -102,3 +102,11 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// WriteCA writes a self-signed CA certificate made for the test to path,
+// as PEM (a --nats-ca or --redis-ca file that parses).
+func WriteCA(t testing.TB, path string) {
+	t.Helper()
+	_, cert := testCA(t, "tollgate test CA")
+	writePEM(t, path, "CERTIFICATE", cert.Raw)
+}
