@@ -326,7 +326,7 @@ func startLimiter(t *testing.T, text string) string {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := service.Start(ctx, service.Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	r, err := service.Start(ctx, service.Config{ConfigPath: path, Listen: "127.0.0.1:0", NoForwardAuth: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
