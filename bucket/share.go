@@ -60,6 +60,7 @@ type Shares struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	keys    map[string]*share
+	swept   time.Time      // the last sweep of a full table (track)
 	wg      sync.WaitGroup // refills in flight
 	pool    sync.Pool      // *shareScratch
 }
@@ -194,6 +195,12 @@ func (s *Shares) takeLocal(req *Request, sc *shareScratch, now time.Time) int {
 // shares make room first).
 func (s *Shares) track(key string, now time.Time) {
 	if len(s.keys) >= s.max {
+		// a full table is swept at most once a second: keys rotated by a
+		// flood must not cost every decision a walk of the table
+		if now.Sub(s.swept) < time.Second && !now.Before(s.swept) {
+			return
+		}
+		s.swept = now
 		for k, sh := range s.keys {
 			if !sh.refilling && now.Sub(sh.seen) > time.Minute {
 				delete(s.keys, k)
