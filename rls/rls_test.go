@@ -67,6 +67,7 @@ type env struct {
 	client rlsv3.RateLimitServiceClient
 	reg    *prometheus.Registry
 	rls    *Server
+	api    *api.Server // the check API the RLS decides through
 	events *events
 }
 
@@ -75,7 +76,13 @@ type env struct {
 // generated Envoy client connected to it.
 func newEnv(t testing.TB, store bucket.Store) *env {
 	t.Helper()
-	p, err := policy.Parse("rls.yaml", []byte(testPolicy))
+	return newEnvPolicy(t, store, testPolicy)
+}
+
+// newEnvPolicy is newEnv with the policy src.
+func newEnvPolicy(t testing.TB, store bucket.Store, src string) *env {
+	t.Helper()
+	p, err := policy.Parse("rls.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +96,10 @@ func newEnv(t testing.TB, store bucket.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Engine: eng, Events: e.events, Gatherer: e.reg})
-	if err != nil {
+	if e.api, err = api.New(api.Options{Engine: eng, Events: e.events, Gatherer: e.reg}); err != nil {
 		t.Fatal(err)
 	}
-	if e.rls, err = New(Options{Decider: srv, Policy: pol, Registerer: e.reg}); err != nil {
+	if e.rls, err = New(Options{Decider: e.api, Policy: pol, Registerer: e.reg}); err != nil {
 		t.Fatal(err)
 	}
 	e.client = Serve(t, e.rls)
