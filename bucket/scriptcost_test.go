@@ -225,3 +225,65 @@ func benchScriptCost(b *testing.B, n int, mode multMode, route bool) {
 	}
 	m.stop(b, c)
 }
+
+// BenchmarkRedisScriptKeyLiveness measures Redis CPU per decision of
+// scripts/bench's policy (three 100000/s buckets, which expire 1 s after
+// their last write, and the route's) in batches of 8, when every
+// decision finds its buckets live (1,000 keys cycled) and when none does
+// (every decision's keys are new, so Redis creates them and later
+// expires them). The meter waits past the keys' expiry, so the expiry
+// work counts (and ns/op means nothing: read the redis metrics, with
+// -benchtime 40000x or more so the waits' idle CPU stays small).
+func BenchmarkRedisScriptKeyLiveness(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		pool int
+	}{{"live", 1000}, {"fresh", 1 << 30}} {
+		b.Run(mode.name, func(b *testing.B) { benchLiveness(b, mode.pool) })
+	}
+}
+
+// benchLiveness runs BenchmarkRedisScriptKeyLiveness's decisions over pool ids (key i is
+// id i % pool), eight per EVALSHA.
+func benchLiveness(b *testing.B, pool int) {
+	c, p := testenv.Redis(b)
+	ctx := context.Background()
+	if err := decideScript.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	mk := func(i int) *call {
+		id := strconv.Itoa(i % pool)
+		req := Request{Cost: 1}
+		req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: 1e7, Rate: 1e7, Period: time.Second})
+		for k, part := range []string{"ip", "user", "device"} {
+			key := MultiplierKey(p, part, id)
+			req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
+			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
+				Burst: 1e5, Rate: 1e5, Period: time.Second, Subjects: 1 << uint(k)})
+		}
+		cl := &call{}
+		cl.build(&req, 1000)
+		return cl
+	}
+	var buf batchBuf
+	run := func(from, k int) {
+		batch := make([]*call, k)
+		for j := range batch {
+			batch[j] = mk(from + j)
+		}
+		keys, args := buf.fill(batch)
+		if err := c.EvalSha(ctx, decideScript.Hash(), keys, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < 1000; i += 8 {
+		run(i, 8)
+	}
+	time.Sleep(1500 * time.Millisecond) // the warm-up's keys of the fresh mode expire
+	m := startCost(b, c)
+	for done := 0; done < b.N; done += 8 {
+		run(1000+done, min(8, b.N-done))
+	}
+	time.Sleep(1500 * time.Millisecond) // and this run's: their expiry counts
+	m.stop(b, c)
+}

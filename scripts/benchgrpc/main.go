@@ -18,6 +18,14 @@
 // limiter batches concurrent decisions into one EVALSHA, so it is one over
 // the batches' mean size, which moves the CPU per request.
 //
+// In spread mode each request's key is drawn uniformly at random from
+// -pool, as scripts/bench.lua draws it for wrk, so every path carries the
+// same stream of decisions. -order cycle sends every key in turn instead
+// (each revisited exactly every -pool requests): below -pool requests per
+// second no bucket of scripts/bench's policy (they expire 1 s after their
+// last write) is still there when its key comes back, so every decision
+// creates its buckets anew.
+//
 // The gRPC client sends as Envoy does: many concurrent streams over few
 // HTTP/2 connections (-grpc-conns, default 2: Envoy keeps one connection
 // per worker thread to the rate-limit cluster), with Envoy's fixed 256 MiB
@@ -34,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sort"
@@ -51,10 +60,10 @@ import (
 )
 
 type config struct {
-	httpURL, grpcAddr, mode, paths, redis, lua string
-	c, pool, rounds, conns, pid                int
-	d, timeout                                 time.Duration
-	rate                                       float64
+	httpURL, grpcAddr, mode, order, paths, redis, lua string
+	c, pool, rounds, conns, pid                       int
+	d, timeout                                        time.Duration
+	rate                                              float64
 }
 
 func main() {
@@ -62,6 +71,7 @@ func main() {
 	flag.StringVar(&cfg.httpURL, "http", "", "the limiter's /v1/check URL")
 	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
 	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
+	flag.StringVar(&cfg.order, "order", "random", "spread mode's key order: random (uniform, as scripts/bench.lua picks) or cycle (every key in turn, each revisited every -pool requests)")
 	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, wrk, h2load (hot mode)")
 	flag.StringVar(&cfg.lua, "lua", "scripts/bench.lua", "scripts/bench.lua, for the wrk path")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
@@ -79,6 +89,9 @@ func main() {
 	}
 	if cfg.mode == "hot" {
 		cfg.pool = 1
+	}
+	if cfg.order != "random" && cfg.order != "cycle" {
+		log.Fatalf("benchgrpc: -order %q: want random or cycle", cfg.order)
 	}
 	targets, err := newTargets(cfg)
 	if err != nil {
@@ -208,6 +221,7 @@ func run(cfg config, do doFunc) string {
 		go func(w int) {
 			defer wg.Done()
 			mine := make([]time.Duration, 0, 1<<16)
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for n := w; ; n += cfg.c {
 				if cfg.rate > 0 { // request n is due at start + n/rate
 					time.Sleep(time.Until(start.Add(time.Duration(float64(n) / cfg.rate * float64(time.Second)))))
@@ -216,7 +230,11 @@ func run(cfg config, do doFunc) string {
 				if t0.After(end) {
 					break
 				}
-				d, err := do(ctx, (n*7919)%cfg.pool)
+				i := (n * 7919) % cfg.pool
+				if cfg.order == "random" {
+					i = rng.IntN(cfg.pool)
+				}
+				d, err := do(ctx, i)
 				if err != nil {
 					if errs.Add(1) == 1 {
 						log.Printf("benchgrpc: first error: %v", err)
