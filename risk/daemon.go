@@ -414,8 +414,9 @@ func held(info *jetstream.ConsumerInfo) bool {
 // signals engine with actions suppressed: the state a restarted riskd had.
 // It reads until it has seen the floor or the stream's last message at
 // its start, whichever comes first, or until the server says nothing is
-// left for the filter; a failed fetch is logged and retried (ctx bounds
-// it), an empty one is never taken for the end.
+// left for the filter (and delivered none it did not read); a failed
+// fetch is logged and retried (ctx bounds it), an empty one is never
+// taken for the end.
 func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error) {
 	stream := s.stream
 	end, err := d.lastSeq(ctx, stream)
@@ -437,10 +438,15 @@ func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error
 			return n, nil
 		}
 		if got == 0 && err == nil {
-			// nothing came: the end only if the server has nothing left
+			// Nothing came: the end only if the server has nothing left and
+			// delivered nothing to this fetch (each fetch has a consumer of
+			// its own). A server that answered after the fetch stopped
+			// waiting delivered to a closed subscription: none pending, yet
+			// those messages were never read; the next fetch starts again
+			// after the last one read.
 			info, ierr := oc.Info(ctx)
 			switch {
-			case ierr == nil && info.NumPending == 0:
+			case ierr == nil && info.NumPending == 0 && info.Delivered.Consumer == 0:
 				return n, nil
 			case ierr == nil || errors.Is(ierr, jetstream.ErrOrderedConsumerNotCreated):
 				_ = sleepCtx(ctx, 20*time.Millisecond)
