@@ -215,6 +215,24 @@ func (tr *traffic) record(kind string, resp *http.Response, body string, ok bool
 	}
 }
 
+// waitServed waits until n answers have been recorded: traffic is
+// flowing (the positive signal a failover is started after).
+func (tr *traffic) waitServed(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() string {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		got := 0
+		for _, c := range tr.outcomes {
+			got += c
+		}
+		if got < n {
+			return fmt.Sprintf("%d answers before the failover, want %d", got, n)
+		}
+		return ""
+	})
+}
+
 // finish stops the traffic, fails the test on answers that did not follow
 // the failure mode and returns the outcome counts.
 func (tr *traffic) finish(t *testing.T, phase string) map[string]int {
@@ -296,7 +314,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	defer sc.Close()
 
 	tr := startTraffic(t, base, 0)
-	time.Sleep(200 * time.Millisecond) // traffic before the failover
+	tr.waitServed(t, 40) // traffic before the failover
 	if err := sc.Failover(context.Background(), name).Err(); err != nil {
 		t.Fatalf("SENTINEL FAILOVER: %v", err)
 	}
@@ -307,7 +325,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	loginsUntilLimited(t, base, "after-failover")
 
 	tr = startTraffic(t, base, 1_000_000)
-	time.Sleep(200 * time.Millisecond)
+	tr.waitServed(t, 40)
 	replica.Stop() // the new master dies; the Sentinels promote the old one
 	waitMaster(t, sc, name, master.Addr)
 	waitDecides(t, base, "probe-2")
