@@ -181,15 +181,8 @@ func grepLines(s, prefix string) string {
 
 // loginCall is what Envoy sends for POST /auth/login from ip.
 func loginCall(ip string) *rlsv3.RateLimitRequest {
-	d := func(kv ...string) *commonv3.RateLimitDescriptor {
-		r := &commonv3.RateLimitDescriptor{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			r.Entries = append(r.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-		}
-		return r
-	}
 	return &rlsv3.RateLimitRequest{Domain: "mobile-api", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{
-		d("remote_address", ip), d("method", "POST", "path", "/auth/login")}}
+		descriptor("remote_address", ip), descriptor("method", "POST", "path", "/auth/login")}}
 }
 
 // rapidReset is a rapid-reset attacker: on one connection (a new one
