@@ -92,7 +92,7 @@ func DecisionEvent(ev *streams.Decision, rid string, in *engine.Input, d *engine
 		TS: d.Now.UTC(), RequestID: rid, Endpoint: in.Endpoint, Class: d.Class, Route: routeOf(d),
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
-		Cost: in.Cost, Attributes: in.Attributes, DeviceVerified: in.DeviceVerified,
+		Cost: in.Cost, Attributes: in.Attributes, DeviceVerified: in.DeviceVerified, LeaseID: d.LeaseID(),
 	}
 	switch {
 	case d.Outcome == engine.AllowedList:
@@ -102,7 +102,7 @@ func DecisionEvent(ev *streams.Decision, rid string, in *engine.Input, d *engine
 	case d.Outcome == engine.Locked || d.Outcome == engine.StepUp:
 		ev.Limit = d.Lock.Rule
 	case d.Binding != nil:
-		ev.Limit = d.Binding.Name
+		ev.Limit, ev.Kind = d.Binding.Name, d.Binding.Kind.String()
 	}
 }
 

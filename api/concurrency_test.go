@@ -240,3 +240,23 @@ func TestProxyReleasesSlots(t *testing.T) {
 	<-gone
 	admitted("after a disconnect")
 }
+
+// TestDecisionEventsNameKindAndLease: a decision event names its binding
+// limit's kind, and an admitted request of a concurrency limit carries the
+// lease_id the check answered, so riskd, replay and a consumer of the
+// stream can tell quotas and slots from buckets (7.4).
+func TestDecisionEventsNameKindAndLease(t *testing.T) {
+	t.Parallel()
+	now := t0
+	srv := kindsServer(t, &now)
+	events := &sink{}
+	srv.o.Events = events
+	lease := leaseIn(t, serve(srv, "POST", "/v1/check", `{"endpoint": "GET /export", "ip": "198.51.100.7", "user_id": "u1"}`))
+	if ev := events.last(t); ev.Limit != "exports" || ev.Kind != "concurrency" || ev.LeaseID != lease || !ev.Allowed {
+		t.Fatalf("concurrency event %+v, want limit exports, kind concurrency, lease_id %s", ev, lease)
+	}
+	serve(srv, "POST", "/v1/check", `{"endpoint": "POST /sms", "ip": "198.51.100.7"}`)
+	if ev := events.last(t); ev.Limit != "sms-month" || ev.Kind != "quota" || ev.LeaseID != "" {
+		t.Fatalf("quota event %+v, want limit sms-month, kind quota, no lease", ev)
+	}
+}

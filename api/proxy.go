@@ -373,7 +373,9 @@ func (p *proxy) outcome(resp *http.Response) error {
 		defer cancel()
 		if err := p.s.o.Reporter.Report(ctx, rep); err != nil {
 			p.s.o.Logger.Warn("proxy: report", "type", typ, "request_id", id.rid, "err", err)
+			return
 		}
+		p.s.countReport(rep)
 	}()
 	return nil
 }

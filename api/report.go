@@ -126,7 +126,17 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "report could not be published; retry", details: `"retry_after_ms":1000`})
 		return
 	}
+	s.countReport(&rep)
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
+}
+
+// countReport counts an accepted report in Options.Reports. Its type is
+// labelled by the policy in force, so a client reporting made-up types
+// grows one series ("other"), not one per type.
+func (s *Server) countReport(rep *streams.Report) {
+	if s.o.Reports != nil {
+		s.o.Reports.WithLabelValues(s.o.Engine.Policy().EventLabel(rep.Type), rep.Source).Inc()
+	}
 }
 
 // deviceVerified reports whether token is a valid device token of

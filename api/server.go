@@ -71,6 +71,11 @@ type Options struct {
 	Events DecisionSink
 	// Reporter publishes /v1/report bodies (nil: the endpoint answers 503).
 	Reporter Reporter
+	// Reports, when set, counts reports accepted for publishing
+	// (/v1/report answered 202, and the proxy's login outcomes) by type
+	// and source: tollgate_reports_total{type,source}, the type bounded by
+	// policy.EventLabel.
+	Reports *prometheus.CounterVec
 	// Offenders lists repeat offenders for GET /v1/admin/offenders.
 	Offenders func(ctx context.Context) ([]signals.Offender, error)
 	// Attestation returns a device's attestation for the admin subject

@@ -65,3 +65,48 @@ func TestLiftLockoutOfAnIP(t *testing.T) {
 		t.Fatalf("audit = %+v", au)
 	}
 }
+
+// TestAttributeSubjects: the console names attribute subjects (7.4) as
+// the admin API does: a multiplier set on attr:phone_prefix 4479 from the
+// multipliers form (kind attr:, attribute phone_prefix) is listed and in
+// the subject's view, is cleared from that view, and a bad attribute
+// name is refused with a message, not sent.
+func TestAttributeSubjects(t *testing.T) {
+	t.Parallel()
+	base := startLimiter(t, adminToken)
+	c := newClient(t)
+	csrf := signIn(t, c, base)
+	set := url.Values{"csrf": {csrf}, "back": {"/console/multipliers"}, "subject": {"attr:"}, "attr": {"phone_prefix"},
+		"id": {"4479"}, "multiplier": {"0.05"}, "reason": {"sms pumping"}}
+	if resp, _ := do(t, c, "POST", base+"/console/multipliers/set", set); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("set: %d", resp.StatusCode)
+	}
+	if _, page := do(t, c, "GET", base+"/console/multipliers", nil); !strings.Contains(page, "Set multiplier 0.05 on attr:phone_prefix 4479.") {
+		t.Fatalf("multipliers page: %s", page)
+	}
+	if ms := list(t, base, "/v1/admin/multipliers"); len(ms) != 1 || ms[0].Subject != "attr:phone_prefix" || ms[0].ID != "4479" {
+		t.Fatalf("admin multipliers = %+v", ms)
+	}
+	_, page := do(t, c, "GET", base+"/console/subjects?subject=attr%3A&attr=phone_prefix&id=4479", nil)
+	if !strings.Contains(page, "sms pumping") || !strings.Contains(page, `name="subject" value="attr:phone_prefix"`) {
+		t.Fatalf("subject page: %s", page)
+	}
+	clear := url.Values{"csrf": {csrf}, "back": {"/console/subjects?subject=attr:phone_prefix&id=4479"}, "subject": {"attr:phone_prefix"}, "id": {"4479"}}
+	if resp, _ := do(t, c, "POST", base+"/console/multipliers/clear", clear); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("clear: %d", resp.StatusCode)
+	}
+	if _, page := do(t, c, "GET", base+"/console/subjects?subject=attr:phone_prefix&id=4479", nil); !strings.Contains(page, "Cleared the admin multiplier of attr:phone_prefix 4479.") {
+		t.Fatalf("after clear: %s", page)
+	}
+	if ms := list(t, base, "/v1/admin/multipliers"); len(ms) != 0 {
+		t.Fatalf("admin multipliers after clear = %+v", ms)
+	}
+	bad := with(set, "attr", "Phone-Prefix")
+	do(t, c, "POST", base+"/console/multipliers/set", bad)
+	if _, page := do(t, c, "GET", base+"/console/multipliers", nil); !strings.Contains(page, "for attr:, the attribute&#39;s name") {
+		t.Fatalf("bad attribute name: %s", page)
+	}
+	if ms := list(t, base, "/v1/admin/multipliers"); len(ms) != 0 {
+		t.Fatalf("a bad name was sent: %+v", ms)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // view is what a page template is given.
@@ -101,8 +104,47 @@ type subjectView struct {
 	Attestation map[string]any `json:"attestation"`
 }
 
-// subjectKinds are the subject kinds, in the order forms offer them.
-var subjectKinds = []string{"account", "ip", "user", "device", "asn"}
+// subjectKinds are the subject kinds, in the order forms offer them;
+// attrKind stands for attr:NAME, the name given in the form's attr field
+// (7.4: velocity rules and admin multipliers on an attribute's value).
+var subjectKinds = []string{"account", "ip", "user", "device", "asn", attrKind}
+
+// attrKind is the form value of an attribute subject: its name is in the
+// "attr" field.
+const attrKind = "attr:"
+
+// formSubject returns the subject a form names: a kind of subjectKinds
+// but attrKind, or attr:NAME (given whole, as the hidden fields of a
+// subject's page do, or as attrKind with NAME in attr), and "" for
+// anything else.
+func formSubject(kind, attr string) string {
+	if name, ok := strings.CutPrefix(kind, attrKind); ok {
+		if name == "" {
+			name = strings.TrimSpace(attr)
+		}
+		if policy.ValidAttrName(name) {
+			return attrKind + name
+		}
+		return ""
+	}
+	if slices.Contains(subjectKinds, kind) {
+		return kind
+	}
+	return ""
+}
+
+// errSubject is a form's answer to a subject it cannot name.
+var errSubject = errors.New("choose a subject kind and an id (for attr:, the attribute's name: 1-64 of a-z 0-9 _)")
+
+// postedSubject reads a posted form's subject (formSubject) and id.
+func postedSubject(r *http.Request) (subject, id string, err error) {
+	subject = formSubject(r.PostFormValue("subject"), r.PostFormValue("attr"))
+	id = strings.TrimSpace(r.PostFormValue("id"))
+	if subject == "" || id == "" {
+		return "", "", errSubject
+	}
+	return subject, id, nil
+}
 
 // listLimit is how many entries the list pages ask for.
 const listLimit = 200
@@ -160,9 +202,9 @@ func (c *Console) handleLockouts(w http.ResponseWriter, r *http.Request, v *view
 // handleLift lifts a lockout or step-up of any subject kind through the
 // admin API (the account path of 2.x for accounts).
 func (c *Console) handleLift(r *http.Request, _ string) (string, error) {
-	subject, id := r.PostFormValue("subject"), r.PostFormValue("id")
-	if !validKind(subject) || id == "" {
-		return "", errors.New("choose a subject kind and an id")
+	subject, id, err := postedSubject(r)
+	if err != nil {
+		return "", err
 	}
 	path := "/v1/admin/lockouts" + subjectPath(subject, id)
 	if subject == "account" {
@@ -192,9 +234,9 @@ func (c *Console) handleMultipliers(w http.ResponseWriter, r *http.Request, v *v
 
 // handleSetMultiplier sets an admin multiplier through the admin API.
 func (c *Console) handleSetMultiplier(r *http.Request, _ string) (string, error) {
-	subject, id := r.PostFormValue("subject"), strings.TrimSpace(r.PostFormValue("id"))
-	if !validKind(subject) || id == "" {
-		return "", errors.New("choose a subject kind and an id")
+	subject, id, err := postedSubject(r)
+	if err != nil {
+		return "", err
 	}
 	m, err := strconv.ParseFloat(strings.TrimSpace(r.PostFormValue("multiplier")), 64)
 	if err != nil {
@@ -212,9 +254,9 @@ func (c *Console) handleSetMultiplier(r *http.Request, _ string) (string, error)
 
 // handleClearMultiplier clears an admin multiplier through the admin API.
 func (c *Console) handleClearMultiplier(r *http.Request, _ string) (string, error) {
-	subject, id := r.PostFormValue("subject"), r.PostFormValue("id")
-	if !validKind(subject) || id == "" {
-		return "", errors.New("choose a subject kind and an id")
+	subject, id, err := postedSubject(r)
+	if err != nil {
+		return "", err
 	}
 	if err := c.call(r, "DELETE", "/v1/admin/multipliers"+subjectPath(subject, id), nil, nil); err != nil {
 		return "", err
@@ -236,22 +278,30 @@ func (c *Console) handleOffenders(w http.ResponseWriter, r *http.Request, v *vie
 
 // subjectPage is the subject search's data.
 type subjectPage struct {
-	Kinds   []string
-	Subject string
-	ID      string
-	View    *subjectView
+	Kinds []string
+	// Subject is the kind chosen (attrKind for an attribute, whose name
+	// is Attr); Attr is "" for the other kinds.
+	Subject, Attr string
+	ID            string
+	View          *subjectView
 }
 
 func (c *Console) handleSubjects(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title = "Subjects"
 	q := r.URL.Query()
-	p := subjectPage{Kinds: subjectKinds, Subject: q.Get("subject"), ID: strings.TrimSpace(q.Get("id"))}
-	if p.Subject == "" {
-		p.Subject = "account"
+	p := subjectPage{Kinds: subjectKinds, Subject: "account", ID: strings.TrimSpace(q.Get("id"))}
+	subject := formSubject(q.Get("subject"), q.Get("attr"))
+	if name, ok := strings.CutPrefix(subject, attrKind); ok {
+		p.Subject, p.Attr = attrKind, name
+	} else if subject != "" {
+		p.Subject = subject
 	}
-	if p.ID != "" {
+	switch {
+	case p.ID != "" && subject == "":
+		v.Error = errSubject.Error()
+	case p.ID != "":
 		var sv subjectView
-		if err := c.call(r, "GET", "/v1/admin/subjects"+subjectPath(p.Subject, p.ID), nil, &sv); err != nil {
+		if err := c.call(r, "GET", "/v1/admin/subjects"+subjectPath(subject, p.ID), nil, &sv); err != nil {
 			v.Error = err.Error()
 		} else {
 			p.View = &sv
@@ -280,13 +330,4 @@ func (c *Console) handleAlerts(w http.ResponseWriter, r *http.Request, v *view) 
 	}
 	v.Data = list
 	c.render(w, r, http.StatusOK, "alerts", *v)
-}
-
-func validKind(k string) bool {
-	for _, s := range subjectKinds {
-		if k == s {
-			return true
-		}
-	}
-	return false
 }

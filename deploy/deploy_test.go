@@ -272,7 +272,8 @@ func TestDashboard(t *testing.T) {
 		"tollgate_repeat_offenders", "tollgate_store_errors_total", "tollgate_store_circuit_state",
 		"tollgate_events_dropped_total", "tollgate_riskd_consumer_lag", "tollgate_riskd_events_total",
 		"tollgate_riskd_alerts_total", "tollgate_policy_reloads_total", "tollgate_rls_requests_total",
-		"tollgate_list_reloads_total", "tollgate_list_entries",
+		"tollgate_list_reloads_total", "tollgate_list_entries", "tollgate_reports_total",
+		"tollgate_riskd_velocity_actions_total", "tollgate_decisions_by_kind_total", "tollgate_lease_releases_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel queries %s", m)

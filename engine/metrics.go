@@ -83,6 +83,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit, m.L1Hits)
 		reg.MustRegister(m.leaseMetrics.collectors()...)
 	}
+	// both results from the start, for alerting on a rate of not_found
+	m.Releases.WithLabelValues(ReleaseReleased)
+	m.Releases.WithLabelValues(ReleaseNotFound)
 	return m
 }
 
@@ -91,8 +94,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // shadow limit, shadow_limited for an enforced one).
 type limitObs struct {
 	allowed, limited, shadowLimited prometheus.Counter
-	leased                          prometheus.Counter // concurrency limits only
-	remaining                       prometheus.Observer
+	// the same results by the limit's kind (tollgate_decisions_by_kind_total)
+	kindAllowed, kindLimited, kindShadow prometheus.Counter
+	leased                               prometheus.Counter // concurrency limits only
+	remaining                            prometheus.Observer
 }
 
 type obsKey struct {
@@ -121,11 +126,14 @@ func (e *Engine) limitObs(p *policy.Policy, l *policy.Limit, class string) *limi
 	m := e.o.Metrics
 	// only the series this limit can produce: a shadow limit is never
 	// limited, an enforced one never shadow_limited
-	o := &limitObs{allowed: m.Decisions.WithLabelValues(l.Name, class, ResultAllowed)}
+	kind := l.Kind.String()
+	o := &limitObs{allowed: m.Decisions.WithLabelValues(l.Name, class, ResultAllowed), kindAllowed: m.Kinds.WithLabelValues(kind, ResultAllowed)}
 	if l.Shadow {
 		o.shadowLimited = m.Decisions.WithLabelValues(l.Name, class, ResultShadowLimited)
+		o.kindShadow = m.Kinds.WithLabelValues(kind, ResultShadowLimited)
 	} else {
 		o.limited = m.Decisions.WithLabelValues(l.Name, class, ResultLimited)
+		o.kindLimited = m.Kinds.WithLabelValues(kind, ResultLimited)
 		o.remaining = m.Remaining.WithLabelValues(l.Name)
 	}
 	if l.Kind == policy.KindConcurrency {

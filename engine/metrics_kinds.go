@@ -8,10 +8,16 @@ const (
 	ReleaseNotFound = "not_found"
 )
 
-// leaseMetrics are the metrics of concurrency limits' leases. Labels are
-// bounded: limit names from the policy, results from the constants above;
-// never a lease, key or attribute value.
+// leaseMetrics are the metrics of the limit kinds (bucket, quota,
+// concurrency) and of concurrency limits' leases. Labels are bounded:
+// limit names from the policy, kinds and results from constants; never a
+// lease, key or attribute value.
 type leaseMetrics struct {
+	// Kinds counts, per applicable limit, what it said by the limit's
+	// kind: tollgate_decisions_by_kind_total{kind,result}, so quota and
+	// concurrency denials can be watched apart from buckets' without
+	// listing limit names.
+	Kinds *prometheus.CounterVec
 	// Leases counts slots taken, per concurrency limit:
 	// tollgate_leases_acquired_total{limit}.
 	Leases *prometheus.CounterVec
@@ -23,6 +29,10 @@ type leaseMetrics struct {
 // newLeaseMetrics creates the lease metrics.
 func newLeaseMetrics() leaseMetrics {
 	return leaseMetrics{
+		Kinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_decisions_by_kind_total",
+			Help: "Decisions per applicable limit by the limit's kind (bucket, quota, concurrency) and what it said (allowed, limited, shadow_limited).",
+		}, []string{"kind", "result"}),
 		Leases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_leases_acquired_total",
 			Help: "Slots of concurrency limits taken by admitted requests, per limit.",
@@ -36,7 +46,7 @@ func newLeaseMetrics() leaseMetrics {
 
 // collectors returns the lease metrics for registration.
 func (m *leaseMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Leases, m.Releases}
+	return []prometheus.Collector{m.Kinds, m.Leases, m.Releases}
 }
 
 // release counts one release.

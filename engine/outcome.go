@@ -127,6 +127,7 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 	}
 	if d.fromL1 {
 		m.Decisions.WithLabelValues(d.Binding.Name, d.Class, ResultLimited).Inc()
+		m.Kinds.WithLabelValues(d.Binding.Kind.String(), ResultLimited).Inc()
 		return
 	}
 	for i, l := range d.applied {
@@ -135,10 +136,13 @@ func (e *Engine) record(d *Decision, p *policy.Policy, start time.Time) {
 		switch {
 		case !lr.Allowed && l.Shadow:
 			o.shadowLimited.Inc()
+			o.kindShadow.Inc()
 		case !lr.Allowed:
 			o.limited.Inc()
+			o.kindLimited.Inc()
 		default:
 			o.allowed.Inc()
+			o.kindAllowed.Inc()
 			if o.leased != nil && d.lease != "" {
 				o.leased.Inc()
 			}

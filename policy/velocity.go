@@ -40,6 +40,30 @@ func ValidEventType(s string) bool {
 	return true
 }
 
+// EventOther is the metric label of a reported event type that is neither
+// built in nor counted by a velocity rule of the policy.
+const EventOther = "other"
+
+// EventLabel returns the metric label of reported event type t: t itself
+// when it is built in (login_failed, login_succeeded, step_up_passed) or
+// counted by one of p's velocity rules, else EventOther. Any string is a
+// valid type (7.4), so a label per type would let a client mint series;
+// the policy's types are bounded by the policy (p may be nil).
+func (p *Policy) EventLabel(t string) string {
+	switch t {
+	case "login_failed", "login_succeeded", "step_up_passed":
+		return t
+	}
+	if p != nil {
+		for i := range p.Risk.Velocity {
+			if p.Risk.Velocity[i].Event == t {
+				return t
+			}
+		}
+	}
+	return EventOther
+}
+
 // IsLock reports whether the rule sets a lock (lockout or step_up).
 func (r *VelocityRule) IsLock() bool { return r.Action == ActionLockout || r.Action == ActionStepUp }
 

@@ -414,8 +414,9 @@ func held(info *jetstream.ConsumerInfo) bool {
 // signals engine with actions suppressed: the state a restarted riskd had.
 // It reads until it has seen the floor or the stream's last message at
 // its start, whichever comes first, or until the server says nothing is
-// left for the filter; a failed fetch is logged and retried (ctx bounds
-// it), an empty one is never taken for the end.
+// left for the filter (and delivered none it did not read); a failed
+// fetch is logged and retried (ctx bounds it), an empty one is never
+// taken for the end.
 func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error) {
 	stream := s.stream
 	end, err := d.lastSeq(ctx, stream)
@@ -437,10 +438,15 @@ func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error
 			return n, nil
 		}
 		if got == 0 && err == nil {
-			// nothing came: the end only if the server has nothing left
+			// Nothing came: the end only if the server has nothing left and
+			// delivered nothing to this fetch (each fetch has a consumer of
+			// its own). A server that answered after the fetch stopped
+			// waiting delivered to a closed subscription: none pending, yet
+			// those messages were never read; the next fetch starts again
+			// after the last one read.
 			info, ierr := oc.Info(ctx)
 			switch {
-			case ierr == nil && info.NumPending == 0:
+			case ierr == nil && info.NumPending == 0 && info.Delivered.Consumer == 0:
 				return n, nil
 			case ierr == nil || errors.Is(ierr, jetstream.ErrOrderedConsumerNotCreated):
 				_ = sleepCtx(ctx, 20*time.Millisecond)
@@ -479,7 +485,7 @@ func (d *Daemon) replayBatch(oc jetstream.Consumer, end uint64, n *int) (got int
 			continue
 		}
 		d.mu.Lock()
-		_, _, _ = d.apply(m, nil)
+		_, _, _, _ = d.apply(m, nil)
 		d.mu.Unlock()
 		*n++
 		done = meta.Sequence.Stream >= end || meta.NumPending == 0
@@ -579,8 +585,8 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 			continue
 		}
 		var n int
-		var typ string
-		actions, n, typ = d.apply(m, actions[:0])
+		var typ, report string
+		actions, n, typ, report = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
 		if err := d.execute(ctx, m, actions); err != nil {
@@ -592,15 +598,19 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 		_ = m.Ack()
 		if d.o.Metrics != nil && n > 0 {
 			d.o.Metrics.Events.WithLabelValues(typ).Add(float64(n))
+			if report != "" {
+				d.o.Metrics.Reports.WithLabelValues(report).Inc()
+			}
 		}
 	}
 }
 
 // apply decodes one message and runs its events through the engine,
-// returning the actions, the number of events and their type ("decision"
-// or "report"); a message on any other subject is counted as an error
-// (op "subject") and ignored. mu held.
-func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int, string) {
+// returning the actions, the number of events, their type ("decision"
+// or "report") and a report's type label (policy.EventLabel; "" for
+// decisions); a message on any other subject is counted as an error (op
+// "subject") and ignored. mu held.
+func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int, string, string) {
 	d.refreshPolicy()
 	subj := m.Subject()
 	pfx := d.o.Streams.Prefix
@@ -610,30 +620,30 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		var b streams.DecisionBatch
 		if err := streams.DecodeDecisionBatch(m.Data(), &b); err != nil {
 			d.count("decode")
-			return out, 0, ""
+			return out, 0, "", ""
 		}
 		for i := range b.Decisions {
 			// one account however spelled (6.4), whichever limiter published it
 			b.Decisions[i].Account = policy.NormalizeAccount(b.Decisions[i].Account)
 			out = d.eng.ApplyDecision(0, 0, &b.Decisions[i], out)
 		}
-		return out, len(b.Decisions), "decision"
+		return out, len(b.Decisions), "decision", ""
 	case ok && strings.HasPrefix(rest, "reports."):
 		var r streams.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			d.count("decode")
-			return out, 0, ""
+			return out, 0, "", ""
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
 		n := len(out)
 		out = TrustAction(&r, d.trustFor(), out)
 		d.recordTrust(out[n:])
-		return out, 1, "report"
+		return out, 1, "report", d.o.Policy().EventLabel(r.Type)
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
-	return out, 0, ""
+	return out, 0, "", ""
 }
 
 // ActionTrust is riskd's own action: add Lock.Rule (a device id) to the
@@ -733,6 +743,9 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 			m.ShadowAlerts.WithLabelValues(a.Alert.Kind, a.Alert.Rule).Inc()
 		case m != nil:
 			m.Alerts.WithLabelValues(a.Alert.Kind).Inc()
+			if velocityKind(a.Alert.Kind) {
+				m.Actions.WithLabelValues(a.Alert.Kind, a.Alert.Rule).Inc()
+			}
 		}
 		d.log.Info("alert", "kind", a.Alert.Kind, "subject", a.Alert.Subject, "id", a.Alert.SubjectID, "rule", a.Alert.Rule,
 			"shadow", a.Alert.Shadow, "reason", a.Alert.Reason)
@@ -751,6 +764,16 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 		}
 	}
 	return nil
+}
+
+// velocityKind reports whether an alert kind is a velocity rule's measure
+// (lockout, step_up, tighten, block).
+func velocityKind(kind string) bool {
+	switch kind {
+	case streams.AlertLockout, streams.AlertStepUp, streams.AlertTighten, streams.AlertBlock:
+		return true
+	}
+	return false
 }
 
 // ActionWriter is what WriteAction writes to: a bucket store's

@@ -14,8 +14,15 @@ type Metrics struct {
 	Lag          *prometheus.GaugeVec   // tollgate_riskd_consumer_lag{stream}
 	Errors       *prometheus.CounterVec // tollgate_riskd_errors_total{op}
 	Offenders    *prometheus.GaugeVec   // tollgate_repeat_offenders{limit}
-	Skipped      prometheus.Counter     // tollgate_riskd_redelivered_total
-	Leader       prometheus.Gauge       // tollgate_riskd_leader
+	// Reports counts reports processed by type, bounded as the
+	// limiter's tollgate_reports_total (policy.EventLabel).
+	Reports *prometheus.CounterVec // tollgate_riskd_reports_total{type}
+	// Actions counts the measures velocity rules took (their alerts:
+	// lockout, step_up, tighten, block) by action and rule; shadow rules
+	// are in ShadowAlerts.
+	Actions *prometheus.CounterVec // tollgate_riskd_velocity_actions_total{action,rule}
+	Skipped prometheus.Counter     // tollgate_riskd_redelivered_total
+	Leader  prometheus.Gauge       // tollgate_riskd_leader
 }
 
 // NewMetrics creates riskd's metrics and registers them on reg (when not nil).
@@ -37,13 +44,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "riskd failures by operation (store, alert, decode, consume)."}, []string{"op"}),
 		Offenders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_repeat_offenders",
 			Help: "Keys denied more than repeat_offender.per_minute times in the last minute, per limit."}, []string{"limit"}),
+		Reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_reports_total",
+			Help: "Reports processed by riskd, by type (built-in, a velocity rule's event, or other)."}, []string{"type"}),
+		Actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_velocity_actions_total",
+			Help: "Measures velocity rules took (lockout, step_up, tighten, block), by action and rule."}, []string{"action", "rule"}),
 		Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_riskd_redelivered_total",
 			Help: "Messages riskd had already processed and skipped (redeliveries)."}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_riskd_leader",
 			Help: "1 while this riskd holds the leadership lease and consumes, 0 while it stands by."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Skipped, m.Leader)
+		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Reports, m.Actions, m.Skipped, m.Leader)
 	}
 	return m
 }

@@ -146,7 +146,12 @@ func TestRedisClusterFailover(t *testing.T) {
 			slow.Add(1)
 		}
 	})
-	time.Sleep(300 * time.Millisecond) // load before the kill
+	eventually(t, 10*time.Second, func() string { // load before the kill
+		if n := total.Load(); n < 40 {
+			return fmt.Sprintf("%d answers before the kill, want 40", n)
+		}
+		return ""
+	})
 	master.Stop()
 	eventually(t, 30*time.Second, func() string {
 		if !c.Promoted() {

@@ -279,12 +279,17 @@ func TestGracefulShutdownDrains(t *testing.T) {
 }
 
 // TestReloadUnderLoadDropsNothing rewrites the policy file 20 times while
-// clients hammer the check API: every answer is a 200 or a 429.
+// clients hammer the check API: every answer is a 200 or a 429. Each
+// rewrite is followed by a wait for its positive signal, no pause: the
+// answers carry the new limit (the reload is in force), and then 16 more
+// requests have been answered under it.
 func TestReloadUnderLoadDropsNothing(t *testing.T) {
 	t.Parallel()
 	path := writePolicy(t, "version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: 100/s}\n")
 	_, base := start(t, Config{ConfigPath: path, WatchInterval: 10 * time.Millisecond})
 	var bad, total atomic.Int64
+	var limit atomic.Value // the X-RateLimit-Limit of the latest answer
+	limit.Store("")
 	client := &http.Client{Timeout: 5 * time.Second}
 	stop := make(chan struct{})
 	wg := hammer(8, stop, func() {
@@ -295,16 +300,29 @@ func TestReloadUnderLoadDropsNothing(t *testing.T) {
 			return
 		}
 		resp.Body.Close()
+		limit.Store(resp.Header.Get("X-RateLimit-Limit"))
 		if resp.StatusCode != 200 && resp.StatusCode != 429 {
 			bad.Add(1)
 		}
 	})
 	for i := 0; i < 20; i++ {
-		rate := []string{"100/s", "50/s", "10/s", "1000/min"}[i%4]
+		rate, want := []string{"50/s", "10/s", "1000/min", "100/s"}[i%4], []string{"50", "10", "1000", "100"}[i%4]
 		if err := os.WriteFile(path, []byte("version: 1\nlimits:\n  - {name: per-ip, by: [ip], rate: "+rate+"}\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(30 * time.Millisecond)
+		testenv.Eventually(t, 10*time.Second, func() string {
+			if got := limit.Load().(string); got != want {
+				return fmt.Sprintf("reload %d (%s): answers carry limit %q, want %q", i, rate, got, want)
+			}
+			return ""
+		})
+		mark := total.Load()
+		testenv.Eventually(t, 10*time.Second, func() string {
+			if n := total.Load() - mark; n < 16 {
+				return fmt.Sprintf("reload %d: %d requests answered under it, want 16", i, n)
+			}
+			return ""
+		})
 	}
 	close(stop)
 	wg.Wait()

@@ -235,7 +235,12 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 		return nil, err
 	}
 	pub := l.events.pub
-	srv, err := api.New(api.Options{
+	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_reports_total",
+		Help: "Reports accepted for publishing (/v1/report 202, proxy login outcomes) by type (built-in, a velocity rule's event, or other) and source (api, proxy).",
+	}, []string{"type", "source"})
+	l.reg.MustRegister(reports)
+	srv, err := api.New(api.Options{Reports: reports,
 		Engine: eng, AdminToken: cfg.AdminToken, Store: l.l1.Wrap(l.store.store), Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
 		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg, NoForwardAuth: cfg.NoForwardAuth,
 		Events: pub, Reporter: pub, Audit: pub, Trail: streams.NewTrail(pub.JetStream(), cfg.streams()), Offenders: offenders,

@@ -25,8 +25,8 @@ func DecodeDecisionBatch(data []byte, b *DecisionBatch) error {
 
 // ReplayDecoder decodes decisions messages for a replay, which re-runs
 // each decision and so reads only its request: as DecodeDecisionBatch,
-// except that the outcome fields (request_id, class, route, limit,
-// result, remaining, allowed) are left zero and the identity strings (ip,
+// except that the outcome fields (request_id, class, route, limit, kind,
+// result, lease_id, remaining, allowed) are left zero and the identity strings (ip,
 // user_id, device_id, account, asn, endpoint) equal to one seen in an
 // earlier message are often shared with it (through a bounded cache). The fields read are
 // exactly DecodeDecisionBatch's. The zero value is ready to use; it is not
@@ -67,6 +67,7 @@ func (r *ReplayDecoder) Decode(data []byte, b *DecisionBatch) error {
 		for i := range b.Decisions {
 			x := &b.Decisions[i]
 			x.RequestID, x.Class, x.Route, x.Limit, x.Result, x.Remaining, x.Allowed = "", "", "", "", "", 0, false
+			x.Kind, x.LeaseID = "", ""
 		}
 	}
 	return err
@@ -107,7 +108,9 @@ const (
 	fClass
 	fRoute
 	fLimit
+	fKind
 	fResult
+	fLeaseID
 	fIP
 	fASN
 	fUserID
@@ -200,8 +203,12 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		dst, f = &x.Route, fRoute
 	case "limit":
 		dst, f = &x.Limit, fLimit
+	case "kind":
+		dst, f = &x.Kind, fKind
 	case "result":
 		dst, f = &x.Result, fResult
+	case "lease_id":
+		dst, f = &x.LeaseID, fLeaseID
 	case "ip":
 		dst, f = &x.IP, fIP
 	case "asn":
@@ -219,7 +226,7 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	if !ok {
 		return false
 	}
-	outcome := f != fEndpoint && f <= fResult // request_id, class, route, limit, result
+	outcome := f != fEndpoint && f <= fLeaseID // request_id, class, route, limit, kind, result, lease_id
 	if d.skipOutcome && outcome {
 		return true
 	}

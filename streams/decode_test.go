@@ -23,6 +23,9 @@ func sampleBatch(tb testing.TB, n int) []byte {
 			Remaining: int64(i - 2), IP: "198.51.100." + id, ASN: "64500", UserID: "u_" + id, DeviceID: "d_" + id, Account: "alice@example.com",
 			Cost: float64(i % 4), DeviceVerified: i%2 == 0,
 		})
+		if i%4 == 1 {
+			b.Decisions[i].Kind, b.Decisions[i].LeaseID = "concurrency", "01JDQ7ZLEASE"+id
+		}
 		if i%5 == 0 {
 			b.Decisions[i].Attributes = map[string]string{"plan": "free", "app_version": "5.2." + id}
 		}
@@ -83,6 +86,8 @@ var decodeCases = []string{
 	`{"v":1,"decisions":[null]}`,
 	`{"v":1,"decisions":[{"device_verified":true,"cost":3}]}`,
 	`{"v":1,"decisions":[{"device_verified":"yes"}]}`,
+	`{"v":1,"decisions":[{"limit":"exports","kind":"concurrency","lease_id":"01JLEASE"},{"kind":"quota"}]}`,
+	`{"v":1,"decisions":[{"kind":null,"lease_id":5}]}`,
 }
 
 func decodeBoth(t *testing.T, data []byte) {
@@ -200,6 +205,7 @@ func TestDecisionWithoutCost(t *testing.T) {
 // replayView is d with the outcome fields a ReplayDecoder leaves zero.
 func replayView(d streams.Decision) streams.Decision {
 	d.RequestID, d.Class, d.Route, d.Limit, d.Result, d.Remaining, d.Allowed = "", "", "", "", "", 0, false
+	d.Kind, d.LeaseID = "", ""
 	return d
 }
 

@@ -60,6 +60,10 @@ func appendDecision(b []byte, d *Decision) ([]byte, bool) {
 	}
 	b = append(b, `,"limit":`...)
 	b = jsonw.AppendString(b, d.Limit)
+	if d.Kind != "" {
+		b = append(b, `,"kind":`...)
+		b = jsonw.AppendString(b, d.Kind)
+	}
 	b = append(b, `,"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	b = append(b, `,"result":`...)
@@ -73,6 +77,10 @@ func appendDecision(b []byte, d *Decision) ([]byte, bool) {
 	}
 	b = append(b, `,"cost":`...)
 	b, ok := jsonw.AppendFloat(b, d.Cost)
+	if d.LeaseID != "" {
+		b = append(b, `,"lease_id":`...)
+		b = jsonw.AppendString(b, d.LeaseID)
+	}
 	return append(b, '}'), ok
 }
 

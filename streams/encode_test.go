@@ -11,15 +11,15 @@ import (
 // FuzzAppendDecisionBatch: the hand-written encoder writes what
 // encoding/json writes, byte for byte, and fails where it fails.
 func FuzzAppendDecisionBatch(f *testing.F) {
-	f.Add(int64(1_800_000_000_123_456_789), "r1", "POST /v1/login", "login", "/v1/login*", "login-ip", true, "allowed", int64(4), "198.51.100.7", "64500", "u_1", "d_1", "alice", false, "plan", "free", 1.0, 1)
-	f.Add(int64(0), "\"<&>\"", "\x00\n\t\u2028", "", "", "", false, "limited", int64(-1), "\xff", "", "", "", "", true, "", "", 0.000001, 2)
-	f.Add(int64(-62135596800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "k", "v", math.Inf(1), 0)
-	f.Add(int64(253402300800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "", "", math.NaN(), 3)
+	f.Add(int64(1_800_000_000_123_456_789), "r1", "POST /v1/login", "login", "/v1/login*", "login-ip", true, "allowed", int64(4), "198.51.100.7", "64500", "u_1", "d_1", "alice", false, "plan", "free", 1.0, 1, "bucket", "")
+	f.Add(int64(0), "\"<&>\"", "\x00\n\t\u2028", "", "", "", false, "limited", int64(-1), "\xff", "", "", "", "", true, "", "", 0.000001, 2, "concurrency", "01JLEASE\x00\"")
+	f.Add(int64(-62135596800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "k", "v", math.Inf(1), 0, "", "")
+	f.Add(int64(253402300800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "", "", math.NaN(), 3, "quota", "l")
 	f.Fuzz(func(t *testing.T, ts int64, rid, endpoint, class, route, limit string, allowed bool, result string, remaining int64,
-		ip, asn, user, device, account string, verified bool, ak, av string, cost float64, n int) {
+		ip, asn, user, device, account string, verified bool, ak, av string, cost float64, n int, kind, lease string) {
 		d := Decision{TS: time.Unix(0, ts).UTC(), RequestID: rid, Endpoint: endpoint, Class: class, Route: route, Limit: limit,
 			Allowed: allowed, Result: result, Remaining: remaining, IP: ip, ASN: asn, UserID: user, DeviceID: device,
-			Account: account, DeviceVerified: verified, Cost: cost}
+			Account: account, DeviceVerified: verified, Cost: cost, Kind: kind, LeaseID: lease}
 		if ak != "" {
 			d.Attributes = map[string]string{ak: av, "tenant": av + ak, "app_version": ak}
 		}

@@ -39,6 +39,10 @@ type Decision struct {
 	// Limit is the binding limit ("" when none applied), or the velocity
 	// rule of a lock.
 	Limit string `json:"limit"`
+	// Kind is the binding limit's kind: "bucket", "quota" or
+	// "concurrency" (policy.LimitKind); omitted when Limit names no limit
+	// (none applied, a list, a velocity rule's lock).
+	Kind string `json:"kind,omitempty"`
 	// Allowed is whether the request was admitted.
 	Allowed bool `json:"allowed"`
 	// Result is allowed, limited, locked, step_up, degraded, unavailable,
@@ -63,6 +67,10 @@ type Decision struct {
 	// events carried it (no "cost" member) decodes as 1, the check API's
 	// default.
 	Cost float64 `json:"cost"`
+	// LeaseID is the lease of the concurrency slots an admitted request
+	// took (the check API's lease_id, contract 7.4), omitted when it took
+	// none: a release (POST /v1/release) names the same id.
+	LeaseID string `json:"lease_id,omitempty"`
 }
 
 // UnmarshalJSON decodes a decision as encoding/json would, except that a

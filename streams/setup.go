@@ -178,22 +178,6 @@ func notClustered(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsReplicasNotSupported
 }
 
-// EnsureConsumer creates or updates a durable pull consumer on stream.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, stream, durable string, filters ...string) (jetstream.Consumer, error) {
-	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:        durable,
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  20000,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("streams: ensure consumer %s on %s: %w", durable, stream, err)
-	}
-	return c, nil
-}
-
 // ErrNotConnected is returned by report and alert publishing while NATS is down.
 var ErrNotConnected = errors.New("streams: not connected to NATS")
 

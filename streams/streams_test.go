@@ -3,6 +3,9 @@ package streams_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,29 +92,54 @@ func TestDecisionsAreBatchedPerClass(t *testing.T) {
 
 // TestNATSDownDropsAndCounts: with the server gone, Decision never blocks
 // and every decision is counted as dropped; reports fail fast.
+//
+// That Decision never blocks is shown without a clock: the publisher is
+// held where it cannot publish (its first batch's drop, in OnDrop, waits
+// until the test lets it go), and while it is held the remaining calls
+// all return, the queue holding what it can and the excess dropped and
+// counted at once, each call's drop reported before it returns.
 func TestNATSDownDropsAndCounts(t *testing.T) {
 	t.Parallel()
+	const batch, queue, calls = 50, 100, 1000
 	ns := testenv.StartNATS(t)
-	var dropped int
-	dch := make(chan int, 1000)
-	p, _ := newPublisher(t, ns.URL, streams.PublisherOptions{FlushInterval: 5 * time.Millisecond, OnDrop: func(n int) { dch <- n }})
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var dropped atomic.Int64
+	p, nc := newPublisher(t, ns.URL, streams.PublisherOptions{QueueSize: queue, BatchSize: batch, FlushInterval: time.Hour,
+		OnDrop: func(n int) {
+			if n > 1 { // a batch the publisher could not publish: hold it there
+				once.Do(func() { close(held) })
+				<-release
+			}
+			dropped.Add(int64(n))
+		}})
+	free := sync.OnceFunc(func() { close(release) })
+	defer free() // before the cleanup's Close, which waits for the publisher
 	ns.Stop()
-	start := time.Now()
-	for i := 0; i < 1000; i++ {
-		p.Decision(&streams.Decision{Class: "read", IP: "192.0.2.1"})
-	}
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Fatalf("1000 decisions took %v with NATS down", d)
-	}
-	deadline := time.After(5 * time.Second)
-	for dropped < 1000 {
-		select {
-		case n := <-dch:
-			dropped += n
-		case <-deadline:
-			t.Fatalf("dropped %d of 1000", dropped)
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if nc.IsConnected() {
+			return "the client has not noticed that NATS is gone"
 		}
+		return ""
+	})
+	d := &streams.Decision{Class: "read", IP: "192.0.2.1"}
+	for i := 0; i < batch; i++ { // the publisher takes these, one batch, and is held
+		p.Decision(d)
 	}
+	<-held
+	for i := batch; i < calls; i++ {
+		p.Decision(d)
+	}
+	if got, want := dropped.Load(), int64(calls-batch-queue); got != want {
+		t.Fatalf("with the publisher held, %d decisions dropped and reported, want %d (all but the held batch and a full queue)", got, want)
+	}
+	free() // the held batch's drop is counted; the queue's two batches follow
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if n := dropped.Load(); n != calls || p.Dropped() != calls {
+			return fmt.Sprintf("dropped %d (reported %d) of %d", p.Dropped(), n, calls)
+		}
+		return ""
+	})
 	if err := p.Report(context.Background(), &streams.Report{ID: "x", Type: "login_failed"}); err == nil {
 		t.Fatal("report with NATS down must fail")
 	}
