@@ -66,7 +66,7 @@ func TestAttackForgedLoginSucceededTrustsAttackerDevice(t *testing.T) {
 	}
 	do(t, "POST", tg.public+"/v1/report", `{"type":"login_succeeded","account":"victim","device_id":"attacker-dev"}`, from("203.0.113.5"))
 	tg.syncRisk(t)
-	trusted, err := tg.rdb.SMembers(context.Background(), bucket.TrustKey(tg.prefix, "account", "victim")).Result()
+	trusted, err := tg.rdb.ZRange(context.Background(), bucket.TrustKey(tg.prefix, "account", "victim"), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,17 +44,19 @@ func withGRPC(t *testing.T, maxStreams int) setup {
 	}
 }
 
+// descriptor is one rate-limit descriptor of key, value pairs.
+func descriptor(kv ...string) *commonv3.RateLimitDescriptor {
+	r := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Entries = append(r.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return r
+}
+
 // feedCall is what Envoy sends for GET /feed by user.
 func feedCall(user string) *rlsv3.RateLimitRequest {
-	d := func(kv ...string) *commonv3.RateLimitDescriptor {
-		r := &commonv3.RateLimitDescriptor{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			r.Entries = append(r.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-		}
-		return r
-	}
 	return &rlsv3.RateLimitRequest{Domain: "mobile-api", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{
-		d("remote_address", "198.51.100.7"), d("method", "GET", "path", "/feed"), d("user_id", user)}}
+		descriptor("remote_address", "198.51.100.7"), descriptor("method", "GET", "path", "/feed"), descriptor("user_id", user)}}
 }
 
 // rawH2 is an HTTP/2 client connection driven frame by frame, as an

@@ -4,21 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -190,15 +182,8 @@ func grepLines(s, prefix string) string {
 
 // loginCall is what Envoy sends for POST /auth/login from ip.
 func loginCall(ip string) *rlsv3.RateLimitRequest {
-	d := func(kv ...string) *commonv3.RateLimitDescriptor {
-		r := &commonv3.RateLimitDescriptor{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			r.Entries = append(r.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-		}
-		return r
-	}
 	return &rlsv3.RateLimitRequest{Domain: "mobile-api", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{
-		d("remote_address", ip), d("method", "POST", "path", "/auth/login")}}
+		descriptor("remote_address", ip), descriptor("method", "POST", "path", "/auth/login")}}
 }
 
 // rapidReset is a rapid-reset attacker: on one connection (a new one
@@ -344,40 +329,9 @@ func writeRequest(fr *http2.Framer, id uint32, body []byte, kv ...string) error 
 // serves /v1/check) with TLS on --listen, its certificate made for the
 // test, and /v1/check open (no --api-token).
 func withCheckTLS(t *testing.T) setup {
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeSelfSigned(t, cert, key)
+	cert, key := testenv.NewCA(t, "tollgate test CA").WritePair(t, t.TempDir(), "tls", "127.0.0.1")
 	return func(c *service.Config) {
 		c.Upstream, c.APIListen, c.APIToken = "", "", ""
 		c.TLS = service.TLSFiles{Cert: cert, Key: key}
-	}
-}
-
-// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
-// key, as PEM.
-func writeSelfSigned(t *testing.T, certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []struct {
-		path, typ string
-		der       []byte
-	}{{certFile, "CERTIFICATE", der}, {keyFile, "EC PRIVATE KEY", kder}} {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -95,8 +95,8 @@ func (tg *target) enrol(t *testing.T, account, device string) {
 		t.Fatalf("the phone's first login: %d %s", status, c)
 	}
 	eventually(t, 10*time.Second, func() string {
-		ok, err := tg.rdb.SIsMember(context.Background(), bucket.TrustKey(tg.prefix, "account", account), device).Result()
-		if err != nil || !ok {
+		// the trust set scores each device by its end
+		if _, err := tg.rdb.ZScore(context.Background(), bucket.TrustKey(tg.prefix, "account", account), device).Result(); err != nil {
 			return fmt.Sprintf("%s not yet a trusted device of %s (%v)", device, account, err)
 		}
 		return ""

@@ -190,6 +190,35 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	return nil
 }
 
+// trustReadScript reads a device's end in a trust set, for a Cluster
+// decision's read (decide.lua's isTrusted, judged in Go once the clock is
+// read): its score (µs), "set" for a member of a plain set of an older
+// version, nil when it is not a member. KEYS[1] set; ARGV[1] device.
+var trustReadScript = redis.NewScript(`
+local s = redis.pcall("ZSCORE", KEYS[1], ARGV[1])
+if type(s) == "table" and s.err then
+  if redis.call("SISMEMBER", KEYS[1], ARGV[1]) == 1 then return "set" end
+  return false
+end
+return s`)
+
+// trustedAt reports whether a trustReadScript answer trusts the device at
+// nowUS; no answer (no device, no trust set asked) is false.
+func trustedAt(cmd *redis.Cmd, nowUS float64) bool {
+	if cmd == nil {
+		return false
+	}
+	v, err := cmd.Text()
+	if err != nil {
+		return false
+	}
+	if v == "set" {
+		return true
+	}
+	end, err := strconv.ParseFloat(v, 64)
+	return err == nil && end > nowUS
+}
+
 // clusterRead reads a multi-slot decision's multipliers, locks and trust
 // sets, and Redis's TIME (unless the caller injected a time: one clock for
 // every step), in one pipeline. It judges the locks (res.Locked when one
@@ -208,33 +237,33 @@ func (s *RedisStore) clusterRead(ctx context.Context, req *Request, res *Result)
 		}
 	}
 	locks := make([]*redis.StringCmd, len(req.Locks))
-	trusted := make([]*redis.BoolCmd, len(req.Locks))
+	trusted := make([]*redis.Cmd, len(req.Locks))
 	for i, k := range req.Locks {
 		locks[i] = pipe.Get(ctx, k)
 		if i < len(req.TrustKeys) && req.TrustKeys[i] != "" && req.Device != "" {
-			trusted[i] = pipe.SIsMember(ctx, req.TrustKeys[i], req.Device)
+			trusted[i] = trustReadScript.Eval(ctx, pipe, []string{req.TrustKeys[i]}, req.Device)
 		}
 	}
-	var ownTrust *redis.BoolCmd // trusted_devices: own (7.1)
+	var ownTrust *redis.Cmd // trusted_devices: own (7.1)
 	if ownLimits(req) > 0 {
-		ownTrust = pipe.SIsMember(ctx, req.OwnTrust, req.Device)
+		ownTrust = trustReadScript.Eval(ctx, pipe, []string{req.OwnTrust}, req.Device)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, time.Time{}, fmt.Errorf("%w: cluster read: %w", ErrUnavailable, err)
 	}
-	res.Trusted = ownTrust != nil && ownTrust.Val()
 	now, err := clusterNow(req, clock)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	nowUS := float64(now.UnixMicro())
 	res.Now = now
+	res.Trusted = trustedAt(ownTrust, nowUS)
 	for i, cmd := range locks {
 		l, ok := parseLock(cmd.Val())
 		if !ok || float64(l.Until.UnixMicro()) <= nowUS {
 			continue
 		}
-		if l.Exempt && trusted[i] != nil && trusted[i].Val() {
+		if l.Exempt && trustedAt(trusted[i], nowUS) {
 			continue
 		}
 		res.Locked, res.Lock, res.LockIndex = true, l, i

@@ -189,6 +189,17 @@ local vals = {}
 -- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
+-- isTrusted reports whether device is among the trusted devices at key at
+-- now (µs): a sorted set scored by each device's end in µs, so each
+-- device's trust ends on its own. A plain set (written before devices had
+-- their own ends, read during an upgrade until the next enrolment turns
+-- it into a sorted set) trusts its members while it lives.
+local function isTrusted(key, device, now)
+  local s = redis.pcall("ZSCORE", key, device)
+  if type(s) == "table" and s.err then return rcall("SISMEMBER", key, device) == 1 end
+  return s ~= false and tonumber(s) > now
+end
+
 -- trusted_devices: own (7.1). lkeys[i] is the bucket limit i takes from:
 -- its key, or its own bucket (the limit's key plus the device) when the
 -- decision's device is in the trust set of the own section (a trusted
@@ -196,13 +207,13 @@ local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 -- spend). ownKeys sets them and returns 1 when the device is trusted,
 -- 0 when not, nil when the decision has no own section.
 local lkeys = {}
-local function ownKeys(kb, a, device)
+local function ownKeys(kb, a, device, now)
   local nl, nv = a[3], #a - 1 -- struct.unpack's last value is its next position
   for i = 1, nl do lkeys[i] = KEYS[kb + i] end
   local no = a[nv]
   if no == 0 then return nil end
   local ob = kb + a[1] - no - 1 -- the own buckets follow KEYS[ob]
-  if device == "" or rcall("SISMEMBER", KEYS[ob + no + 1], device) ~= 1 then return 0 end
+  if device == "" or not isTrusted(KEYS[ob + no + 1], device, now) then return 0 end
   for k = 1, no do lkeys[a[nv - no + k - 1]] = KEYS[ob + k] end
   return 1
 end
@@ -390,7 +401,7 @@ local function decide(kb, lk, a, device)
       if u and u > now then
         local exempt = false
         if flags == "x" and tkey and device ~= "" then
-          exempt = rcall("SISMEMBER", tkey, device) == 1
+          exempt = isTrusted(tkey, device, now)
         end
         if not exempt then
           return {2, now, kind, us, rule, i}, false
@@ -413,7 +424,7 @@ local function decide(kb, lk, a, device)
     argi = argi + 5
   end
 
-  local trusted = ownKeys(kb, a, device)
+  local trusted = ownKeys(kb, a, device, now)
   local allowed = 1
   cost = floor(cost * U)
   for i = 1, nl do

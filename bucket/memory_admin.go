@@ -156,7 +156,9 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 		set = make(map[string]time.Time, 1)
 		s.trusts[key] = set
 	}
-	set[device] = until
+	if until.After(set[device]) { // the later end, as the Redis store's ZADD GT
+		set[device] = until
+	}
 	return nil
 }
 

@@ -177,21 +177,35 @@ func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, unti
 		return err
 	}
 	key := subjectKey(s.prefix, sub, ":t")
-	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMilli()).Err(); err != nil {
+	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
 	}
 	return nil
 }
 
-// trustScript adds a device to a trust set and keeps the set alive until
-// its latest member's end. KEYS[1] set; ARGV[1] device; ARGV[2] until (ms).
+// trustScript adds a device to a trust set until its end, the later of
+// its ends when it is there already, drops the members that have ended,
+// and keeps the set alive until its latest member's end. The set is a
+// sorted set scored by each device's end in µs, so each device's trust
+// ends on its own (as the memory store's); a plain set of an older
+// version is turned into one, its members ending when the set would
+// have. KEYS[1] set; ARGV[1] device; ARGV[2] until (µs).
 var trustScript = redis.NewScript(`
-redis.call("SADD", KEYS[1], ARGV[1])
-local ttl = redis.call("PTTL", KEYS[1])
 local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local want = tonumber(ARGV[2]) - now
-if ttl < want then redis.call("PEXPIRE", KEYS[1], want) end
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if redis.call("TYPE", KEYS[1]).ok == "set" then
+  local ttl = redis.call("PTTL", KEYS[1])
+  local members = redis.call("SMEMBERS", KEYS[1])
+  redis.call("DEL", KEYS[1])
+  for _, m in ipairs(members) do
+    if ttl > 0 then redis.call("ZADD", KEYS[1], now + ttl * 1000, m) end
+  end
+end
+redis.call("ZADD", KEYS[1], "GT", ARGV[2], ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+if #last == 0 then return 0 end
+redis.call("PEXPIRE", KEYS[1], math.ceil((tonumber(last[2]) - now) / 1000))
 return 1`)
 
 // redisNow reads Redis's TIME on the node that holds key.

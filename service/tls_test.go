@@ -2,113 +2,31 @@ package service
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
-// tlsCA is a certificate authority made for one test (no key is ever
-// committed).
-type tlsCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-	pem  []byte
-}
-
-// serial numbers the test certificates (atomically: tests run in parallel).
-var serial atomic.Int64
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+// writePair writes a certificate of ca named cn into dir/name.{crt,key}.
+func writePair(t *testing.T, ca *testenv.CA, dir, name, cn string) TLSFiles {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func newTLSCA(t *testing.T) *tlsCA {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tollgate test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tlsCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue makes a certificate named cn for 127.0.0.1 (server and client
-// use), returned as PEM certificate and key.
-func (ca *tlsCA) issue(t *testing.T, cn string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(100 + serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
-// writePair writes a certificate named cn into dir/name.{crt,key}.
-func (ca *tlsCA) writePair(t *testing.T, dir, name, cn string) TLSFiles {
-	t.Helper()
-	c, k := ca.issue(t, cn)
-	f := TLSFiles{Cert: filepath.Join(dir, name+".crt"), Key: filepath.Join(dir, name+".key")}
-	if err := os.WriteFile(f.Cert, c, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(f.Key, k, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// clientCert is a client certificate from ca.
-func (ca *tlsCA) clientCert(t *testing.T, cn string) tls.Certificate {
-	t.Helper()
-	c, k := ca.issue(t, cn)
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pair
+	cert, key := ca.WritePair(t, dir, name, cn)
+	return TLSFiles{Cert: cert, Key: key}
 }
 
 // servedName dials addr with TLS and returns the server certificate's name.
-func servedName(t *testing.T, addr string, ca *tlsCA) (string, error) {
+func servedName(t *testing.T, addr string, ca *testenv.CA) (string, error) {
 	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1"})
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 	if err != nil {
 		return "", err
 	}
@@ -121,10 +39,10 @@ func servedName(t *testing.T, addr string, ca *tlsCA) (string, error) {
 // next connection gets, without a restart.
 func TestTLSListenerReloadsCertificate(t *testing.T) {
 	t.Parallel()
-	ca, dir := newTLSCA(t), t.TempDir()
-	files := ca.writePair(t, dir, "server", "first")
+	ca, dir := testenv.NewCA(t, "tollgate test CA"), t.TempDir()
+	files := writePair(t, ca, dir, "server", "first")
 	r, _ := start(t, Config{TLS: files})
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool}}, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}, Timeout: 10 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	resp, err := hc.Get("https://" + r.Addr + "/healthz")
 	if err != nil {
@@ -137,7 +55,7 @@ func TestTLSListenerReloadsCertificate(t *testing.T) {
 	if name, err := servedName(t, r.Addr, ca); err != nil || name != "first" {
 		t.Fatalf("served %q %v, want first", name, err)
 	}
-	ca.writePair(t, dir, "server", "second")
+	writePair(t, ca, dir, "server", "second")
 	eventually(t, 10*time.Second, func() string {
 		name, err := servedName(t, r.Addr, ca)
 		if err != nil || name != "second" {
@@ -161,23 +79,23 @@ func TestTLSListenerReloadsCertificate(t *testing.T) {
 // rate-limit cluster with TLS is set up).
 func TestMTLSOnAPIAndGRPC(t *testing.T) {
 	t.Parallel()
-	ca, other, dir := newTLSCA(t), newTLSCA(t), t.TempDir()
+	ca, other, dir := testenv.NewCA(t, "tollgate test CA"), testenv.NewCA(t, "tollgate test CA"), t.TempDir()
 	caFile := filepath.Join(dir, "clients.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api, grpcFiles := ca.writePair(t, dir, "api", "api"), ca.writePair(t, dir, "grpc", "grpc")
+	api, grpcFiles := writePair(t, ca, dir, "api", "api"), writePair(t, ca, dir, "grpc", "grpc")
 	api.ClientCA, grpcFiles.ClientCA = caFile, caFile
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	r, _ := start(t, Config{Upstream: up, APITLS: api, GRPCListen: "127.0.0.1:0", GRPCTLS: grpcFiles, ConfigPath: writeEnvoyPolicy(t)})
 
-	good, bad := ca.clientCert(t, "envoy"), other.clientCert(t, "intruder")
+	good, bad := ca.TLSCert(t, "envoy"), other.TLSCert(t, "intruder")
 	for _, c := range []struct {
 		name  string
 		certs []tls.Certificate
 		ok    bool
 	}{{"no client certificate", nil, false}, {"another CA's certificate", []tls.Certificate{bad}, false}, {"the CA's certificate", []tls.Certificate{good}, true}} {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool, Certificates: c.certs}}
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, Certificates: c.certs}}
 		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + r.APIAddr + "/healthz")
 		tr.CloseIdleConnections()
 		if c.ok != (err == nil) || err == nil && resp.StatusCode != 200 {
@@ -186,7 +104,7 @@ func TestMTLSOnAPIAndGRPC(t *testing.T) {
 		if resp != nil {
 			resp.Body.Close()
 		}
-		conn, err := grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.pool, Certificates: c.certs})))
+		conn, err := grpc.NewClient(r.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, Certificates: c.certs})))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +137,7 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 		want string
 	}{
 		{Config{TLS: TLSFiles{Cert: "a.crt"}}, "--tls-cert and --tls-key go together"},
-		{Config{GRPCListen: "127.0.0.1:0", GRPCTLS: TLSFiles{ClientCA: "ca.pem"}}, "--grpc-tls-client-ca needs --grpc-tls-cert"},
+		{Config{GRPCListen: "127.0.0.1:0", GRPCTLS: TLSFiles{ClientCA: "ca.PEM"}}, "--grpc-tls-client-ca needs --grpc-tls-cert"},
 		{Config{APITLS: TLSFiles{Cert: "a.crt", Key: "a.key"}}, "--api-tls-* without --upstream"},
 		{Config{GRPCTLS: TLSFiles{Cert: "a.crt", Key: "a.key"}}, "--grpc-tls-* without --grpc-listen"},
 	} {
