@@ -97,7 +97,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 // consumer gets exactly its subjects: 10 reports that fire 5 lockouts
 // (and 5 alerts on the same stream), then one more, count 11 report
 // events, none of another subject; a leftover unfiltered durable of an older riskd is
-// recreated with its filter.
+// recreated with its filter; every consumer it made has a FilterSubject.
 func TestConsumersFilterOnNATS29(t *testing.T) {
 	t.Parallel()
 	e := startDaemon(t, func(js jetstream.JetStream) {
@@ -151,6 +151,29 @@ func TestConsumersFilterOnNATS29(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.metrics.Events.WithLabelValues("decision")); n != 0 {
 		t.Fatalf("events_total{type=decision} = %v, want 0", n)
+	}
+	// Every consumer the daemon made (durables, the audit tail, what is
+	// left of its replays and trust reader) has its one filter: 2.9 drops
+	// FilterSubjects, which would leave a consumer of the whole stream.
+	seen := 0
+	for _, stream := range []string{"TOLLGATE_DECISIONS", "TOLLGATE_EVENTS", "TOLLGATE_AUDIT"} {
+		st, err := e.pub.JetStream().Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := st.ListConsumers(ctx)
+		for info := range l.Info() {
+			seen++
+			if info.Config.FilterSubject == "" {
+				t.Errorf("consumer %s of %s has no filter (FilterSubjects %v)", info.Name, stream, info.Config.FilterSubjects)
+			}
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen < 3 {
+		t.Fatalf("listed %d consumers, want at least the 2 durables and the audit tail", seen)
 	}
 }
 
