@@ -83,6 +83,9 @@ type call struct {
 	done     chan struct{}
 	deadline time.Time   // when the caller stops waiting
 	timer    *time.Timer // fires at deadline; reused with the call
+	// gone is the caller's ctx.Done(): once it is closed nobody waits for
+	// the answer, and a lane drops the call unsent (see run).
+	gone <-chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any {
@@ -149,10 +152,17 @@ var errDeadline = fmt.Errorf("%w: no answer within the store timeout: %w", ErrUn
 
 // decideOne evaluates req with one EVALSHA (every key in one slot, or a
 // standalone Redis), within Timeout of the call (ctx's deadline, when
-// sooner): the wait for a lane counts.
+// sooner): the wait for a lane counts. A caller that has gone (ctx done)
+// is not queued, and one that goes while queued is dropped by its lane:
+// an abandoned decision costs Redis nothing, so a flood of them (HTTP/2
+// rapid reset) holds up no one else's decision past its deadline.
 func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	c := callPool.Get().(*call)
 	c.build(req, s.slack)
+	c.gone = ctx.Done()
 	c.deadline = time.Now().Add(s.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
@@ -419,7 +429,7 @@ func (s *RedisStore) run(batch []*call, buf *batchBuf) {
 	var last time.Time
 	live := batch[:0]
 	for _, c := range batch {
-		if c.deadline.After(now) {
+		if c.deadline.After(now) && !closed(c.gone) {
 			live = append(live, c)
 			if c.deadline.After(last) {
 				last = c.deadline
@@ -453,6 +463,16 @@ func (s *RedisStore) run(batch []*call, buf *batchBuf) {
 			c.reply = replies[i].val
 		}
 		c.done <- struct{}{}
+	}
+}
+
+// closed reports whether ch is closed (false for nil).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -71,7 +71,14 @@ func startDaemon(t *testing.T, before func(js jetstream.JetStream)) *daemonEnv {
 	rctx, cancel := context.WithCancel(ctx)
 	e.cancel, e.done = cancel, make(chan error, 1)
 	go func() { e.done <- e.d.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-e.done })
+	t.Cleanup(func() {
+		cancel()
+		select { // a daemon that ignores its context fails the test, not hangs it
+		case <-e.done:
+		case <-time.After(10 * time.Second):
+			t.Error("daemon did not stop within 10s of its context's end")
+		}
+	})
 	select {
 	case <-e.d.Ready():
 	case err := <-e.done:
