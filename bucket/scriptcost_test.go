@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -285,5 +286,85 @@ func benchLiveness(b *testing.B, pool int) {
 		run(1000+done, min(8, b.N-done))
 	}
 	time.Sleep(1500 * time.Millisecond) // and this run's: their expiry counts
+	m.stop(b, c)
+}
+
+// BenchmarkRedisScriptKinds measures what Redis spends per decision
+// (INFO commandstats and INFO cpu, as BenchmarkRedisScriptCost) when a
+// calendar quota or a concurrency limit joins scripts/bench's three
+// per-subject buckets and the route's, in batches of 8 over 1,000 users:
+// "buckets" alone, "+quota" (a daily quota per user), "+concurrency" (2
+// slots per user, each decision's lease released right after its batch:
+// the release's own script is in the cpu metric, not in the
+// commandstats one, which counts EVALSHA). Run it on a Redis of its own
+// (TOLLGATE_TEST_REDIS).
+func BenchmarkRedisScriptKinds(b *testing.B) {
+	for _, k := range []string{"buckets", "+quota", "+concurrency"} {
+		b.Run(k, func(b *testing.B) { benchKinds(b, k) })
+	}
+}
+
+// benchKinds runs BenchmarkRedisScriptKinds's decisions with the extra
+// limit kind names.
+func benchKinds(b *testing.B, kind string) {
+	c, p := testenv.Redis(b)
+	ctx := context.Background()
+	if err := decideScript.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := releaseScript.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	seq := 0
+	mk := func(i int) (*call, string) {
+		id := strconv.Itoa(i % 1000)
+		req := Request{Cost: 1}
+		req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: 1e9, Rate: 1e9, Period: time.Second})
+		for k, part := range []string{"ip", "user", "device"} {
+			key := MultiplierKey(p, part, id)
+			req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
+			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
+				Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
+		}
+		extra := ""
+		switch kind {
+		case "+quota":
+			req.Limits = append(req.Limits, Limit{Key: p + "{user:" + id + "}:b:sms", Kind: KindQuota, Burst: 1e9, Calendar: Day, Subjects: 2})
+		case "+concurrency":
+			seq++
+			extra = p + "{user:" + id + "}:b:exports"
+			req.Lease = fmt.Sprintf("%024x", seq)
+			req.Limits = append(req.Limits, Limit{Key: extra, Kind: KindConcurrency, Burst: 2, LeaseTTL: time.Minute, Subjects: 2})
+		}
+		cl := &call{}
+		cl.build(&req, 1000)
+		return cl, req.Lease
+	}
+	var buf batchBuf
+	run := func(from, k int) {
+		batch := make([]*call, k)
+		leases := make([]string, k)
+		for j := range batch {
+			batch[j], leases[j] = mk(from + j)
+		}
+		keys, args := buf.fill(batch)
+		if err := c.EvalSha(ctx, decideScript.Hash(), keys, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+		for j, l := range leases {
+			if l != "" {
+				if err := releaseScript.Run(ctx, c, []string{batch[j].keys[len(batch[j].keys)-1]}, l).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	for i := 0; i < 1000; i += 8 {
+		run(i, 8) // every bucket exists, as under load
+	}
+	m := startCost(b, c)
+	for done := 0; done < b.N; done += 8 {
+		run(1000+done, min(8, b.N-done))
+	}
 	m.stop(b, c)
 }
