@@ -10,10 +10,15 @@ import (
 // /v1/admin/multipliers/attr:NAME/VALUE) applies to the limits whose `by`
 // names attr:NAME, for requests carrying that value.
 
-// maxAttrSubjects bounds the attribute subjects of one decision (the
-// subjects of a limit are a 32-bit mask; the request's other subjects
-// take at most five).
-const maxAttrSubjects = 8
+// maxAttrSubjects bounds the attribute subjects of one decision: one per
+// attribute a request may carry (policy.MaxAttributes), so no attribute's
+// multiplier is ever dropped; with the request's other subjects (at most
+// six: ip, user, device, account, asn, claim) they fit the 32-bit mask of
+// a limit's subjects (bucket.MaxSubjects).
+const maxAttrSubjects = policy.MaxAttributes
+
+// The attribute subjects and the six others fit a limit's subject mask.
+var _ [bucket.MaxSubjects - maxAttrSubjects - 6]struct{}
 
 // attrSubjects remembers the attribute subjects a decision has appended.
 type attrSubjects struct {
@@ -25,7 +30,7 @@ type attrSubjects struct {
 
 // attrSubject appends the multiplier key of the attribute subject
 // (name, val) to d's request once and returns its bit for a limit's mask
-// (0 past maxAttrSubjects: the limit then goes without it).
+// (0 past maxAttrSubjects, which a validated Input never reaches).
 func (e *Engine) attrSubject(d *Decision, seen *attrSubjects, name, val string) uint32 {
 	for k := 0; k < seen.n; k++ {
 		if seen.names[k] == name && seen.vals[k] == val {
