@@ -322,3 +322,35 @@ func describe(rr *rawReader, st streamResult) string {
 	}
 	return msg
 }
+
+// TestAttackGRPCIdleConnectionClosed (7.5): a connection whose calls are
+// all answered and that then sends nothing is sent GOAWAY and closed by
+// the server once --grpc-idle-timeout has passed (here 300 ms; the
+// keepalive ping comes only after a minute and the default is 5m, so a
+// close within the test's 10 s is the flag's doing), freeing what it held.
+func TestAttackGRPCIdleConnectionClosed(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withGRPC(t, 0), func(c *service.Config) { c.GRPCIdleTimeout = 300 * time.Millisecond })
+	r := dialRaw(t, tg.grpc)
+	rr := r.read()
+	r.call(t, 1, feedCall("u_idle"), "application/grpc")
+	eventually(t, 10*time.Second, func() string {
+		if st := rr.result(1); st.grpcStatus != "0" {
+			return "call not answered OK: " + describe(rr, st)
+		}
+		return ""
+	})
+	eventually(t, 10*time.Second, func() string {
+		rr.mu.Lock()
+		defer rr.mu.Unlock()
+		if rr.goAway == nil || rr.err == nil {
+			return "the idle connection is still open"
+		}
+		return ""
+	})
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.goAway.ErrCode != http2.ErrCodeNo || !errors.Is(rr.err, io.EOF) && !errors.Is(rr.err, net.ErrClosed) {
+		t.Fatalf("idle connection ended with GOAWAY %v, read error %v; want GOAWAY NO_ERROR, then the close", rr.goAway.ErrCode, rr.err)
+	}
+}
