@@ -31,7 +31,13 @@ limits:
 // kindsServer is a Server over kindsPolicy and a memory store at *now.
 func kindsServer(t *testing.T, now *time.Time) *Server {
 	t.Helper()
-	p, err := policy.Parse("kinds.yaml", []byte(kindsPolicy))
+	return policyServer(t, now, kindsPolicy)
+}
+
+// policyServer is a Server over the policy text and a memory store at *now.
+func policyServer(t *testing.T, now *time.Time, text string) *Server {
+	t.Helper()
+	p, err := policy.Parse("kinds.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +84,40 @@ func TestCheckQuota(t *testing.T) {
 		"X-RateLimit-Reset", "1714521600", "Retry-After", "999000")
 	now = time.Unix(1714521600, 0)
 	expect(t, serve(srv, "POST", "/v1/check", sms), 200, "", "X-RateLimit-Remaining", "1", "RateLimit-Policy", `"sms-month";q=2;w=2678400`)
+}
+
+// TestCheckQuotaDayAndWeek: a daily quota resets at the next UTC midnight
+// and a weekly one at the next Monday's, in the body's reset, in
+// X-RateLimit-Reset and in the IETF t, with w the period's length; a
+// spent week waits (Retry-After) until Monday and passes then.
+func TestCheckQuotaDayAndWeek(t *testing.T) {
+	t.Parallel()
+	now := t0 // Friday 2024-04-19T10:30:00Z
+	srv := policyServer(t, &now, `version: 1
+routes:
+  - {match: "POST /sms", class: sms}
+  - {match: "POST /signup", class: signup}
+limits:
+  - {name: sms-day, by: [ip], quota: 2/day, if: {class: sms}}
+  - {name: signup-week, by: [ip], quota: 1/week, if: {class: signup}}
+`)
+	const midnight, monday = "1713571200", "1713744000" // Saturday 00:00, Monday 2024-04-22 00:00 UTC
+	sms := `{"endpoint": "POST /sms", "ip": "198.51.100.7"}`
+	expect(t, serve(srv, "POST", "/v1/check", sms), 200,
+		`{"allowed":true,"limit":2,"remaining":1,"reset":`+midnight+`,"policy":"sms-day","request_id":"req-1"}`,
+		"X-RateLimit-Reset", midnight, "RateLimit-Policy", `"sms-day";q=2;w=86400`, "RateLimit", `"sms-day";r=1;t=48600`)
+	signup := `{"endpoint": "POST /signup", "ip": "198.51.100.7"}`
+	expect(t, serve(srv, "POST", "/v1/check", signup), 200,
+		`{"allowed":true,"limit":1,"remaining":0,"reset":`+monday+`,"policy":"signup-week","request_id":"req-1"}`,
+		"X-RateLimit-Reset", monday, "RateLimit-Policy", `"signup-week";q=1;w=604800`, "RateLimit", `"signup-week";r=0;t=221400`)
+	expect(t, serve(srv, "POST", "/v1/check", signup), 429,
+		`{"error":{"code":"RATE_LIMITED","message":"Too many requests","details":{"retry_after_ms":221400000,"limit":"signup-week","scope":"ip","kind":"quota"},"request_id":"req-1"}}`,
+		"X-RateLimit-Reset", monday, "Retry-After", "221400")
+	now = time.Unix(1713744000, 0).Add(-time.Second) // Sunday 23:59:59: still the week
+	expect(t, serve(srv, "POST", "/v1/check", signup), 429, "", "Retry-After", "1")
+	now = time.Unix(1713744000, 0)
+	expect(t, serve(srv, "POST", "/v1/check", signup), 200, "", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1714348800")
+	expect(t, serve(srv, "POST", "/v1/check", sms), 200, "", "X-RateLimit-Remaining", "1", "X-RateLimit-Reset", "1713830400")
 }
 
 // leaseIn returns the lease_id of a check answer.

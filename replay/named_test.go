@@ -123,3 +123,48 @@ func TestReplayerNamesMeasures(t *testing.T) {
 		t.Errorf("JSON lacks the block's name:\n%s", js.String())
 	}
 }
+
+// TestReplayerNamesStepUps: a candidate's step_up rule over a custom event
+// is named like the other measures: each account it would have stepped
+// up, when and until when, and the payment it would then have refused
+// counts under the rule.
+func TestReplayerNamesStepUps(t *testing.T) {
+	t.Parallel()
+	const candidate = `version: 1
+routes:
+  - {match: "POST /payments", class: payment}
+  - {match: "* *", class: write}
+limits:
+  - {name: pay-account, by: [account], rate: 100/h, if: {class: payment}}
+risk:
+  velocity:
+    - {name: card-testing, event: payment_declined, by: account, threshold: 2, window: 1h, action: step_up, duration: 1h, classes: [payment]}
+`
+	r, err := NewReplayer(Policies{Candidate: mustParse(t, "c.yaml", candidate), Baseline: mustParse(t, "loose.yaml", loosePolicy),
+		CandidateName: "c.yaml", BaselineName: "loose.yaml"}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ts := t0
+	next := func() time.Time { ts = ts.Add(time.Second); return ts }
+	for _, acc := range []string{"carded", "carded", "honest", "other", "other"} {
+		r.Report(&streams.Report{TS: next(), Type: "payment_declined", Account: acc})
+	}
+	r.Decision(&streams.Decision{TS: next(), Endpoint: "POST /payments", IP: "198.51.100.9", Account: "carded", Cost: 1})
+	rep := r.Result()
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	want := "## Who the candidate's rules would have locked out, stepped up, tightened or blocked\n\n" +
+		"### `card-testing` (step_up): 2\n\n| subject | id | at | until |\n| --- | --- | --- | --- |\n" +
+		"| `account` | `carded` | 2026-11-30T12:00:02Z | 2026-11-30T13:00:02Z |\n" +
+		"| `account` | `other` | 2026-11-30T12:00:05Z | 2026-11-30T13:00:05Z |\n\n"
+	if got := section(md.String(), "Who the candidate"); got != want {
+		t.Errorf("named section\n%s\nwant\n%s", got, want)
+	}
+	if row := "| `payment` | `card-testing` | step_up | 1 | 0 | 1 | 1 | 0 |\n"; !strings.Contains(md.String(), row) {
+		t.Errorf("no row %q in\n%s", row, md.String())
+	}
+}

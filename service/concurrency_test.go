@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,4 +191,83 @@ func TestConcurrencyAcrossLimiters(t *testing.T) {
 	if resp, body := post(t, a+"/v1/check", `{"endpoint":"GET /export","ip":"192.0.2.1","user_id":"u1"}`); resp.StatusCode != 200 {
 		t.Fatalf("after the releases: %d %s", resp.StatusCode, body)
 	}
+}
+
+// TestProxyReleasesOnRedis: in proxy mode on a real Redis a request holds
+// its concurrency slot while the upstream answers (a second one meanwhile
+// is 429 kind concurrency); the slot is free once the response has been
+// sent, and once a client that went away has been given up.
+func TestProxyReleasesOnRedis(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 4)
+	var mu sync.Mutex
+	finish := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		f := finish
+		mu.Unlock()
+		entered <- struct{}{}
+		select {
+		case <-f:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "done")
+	})
+	let := func() { // lets the request in the upstream finish, arms the next
+		mu.Lock()
+		close(finish)
+		finish = make(chan struct{})
+		mu.Unlock()
+	}
+	_, keyPrefix := testenv.Redis(t)
+	policy := "version: 1\nidentity: {user_header: X-User-Id}\nlimits:\n  - {name: exports, by: [user], concurrency: 1}\n"
+	_, base := start(t, Config{ConfigPath: writePolicy(t, policy), RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix,
+		Upstream: up, NoForwardAuth: true, StoreTimeout: 5 * time.Second})
+	get := func(ctx context.Context) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/export", nil)
+		req.Header.Set("X-User-Id", "u1")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	first := make(chan int, 1)
+	go func() { code, _ := get(context.Background()); first <- code }()
+	<-entered
+	if code, body := get(context.Background()); code != 429 || !strings.Contains(body, `"kind":"concurrency"`) {
+		t.Fatalf("second in flight: %d %s", code, body)
+	}
+	let()
+	if code := <-first; code != 200 {
+		t.Fatalf("first: %d", code)
+	}
+	// the release follows the response: the next request is admitted once it landed
+	admitted := func(what string) {
+		t.Helper()
+		eventually(t, 5*time.Second, func() string {
+			done := make(chan int, 1)
+			go func() { code, _ := get(context.Background()); done <- code }()
+			select {
+			case <-entered:
+				let()
+				if code := <-done; code != 200 {
+					return what + ": " + strconv.Itoa(code)
+				}
+				return ""
+			case code := <-done:
+				return what + ": " + strconv.Itoa(code) + ", want the slot back"
+			}
+		})
+	}
+	admitted("after the response")
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan struct{})
+	go func() { get(ctx); close(gone) }()
+	<-entered
+	cancel()
+	<-gone
+	admitted("after a disconnect")
 }
