@@ -3,6 +3,7 @@ package service
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -18,9 +19,14 @@ func streamCfg(up string) Config {
 
 // TestProxyStreamsPastEveryDeadline (7.5): a response that keeps moving
 // streams for as long as the upstream sends, well past the upstream
-// timeout, the idle timeout and their sum, and arrives whole.
+// timeout, the idle timeout and their sum, and arrives whole; and the
+// public listener's server has no total read or write deadline of its own
+// (httpWriteTimeout, 30 s, would cut a stream the test is too short for).
 func TestProxyStreamsPastEveryDeadline(t *testing.T) {
 	t.Parallel()
+	if hs := apiServer(http.NotFoundHandler(), true, slog.New(slog.DiscardHandler)); hs.WriteTimeout != 0 || hs.ReadTimeout != 0 {
+		t.Fatalf("public listener: write timeout %v, read timeout %v; want none (the proxy sets per-response deadlines)", hs.WriteTimeout, hs.ReadTimeout)
+	}
 	const chunks = 15 // 100 ms apart: 1.5 s, more than 300 + 300 ms
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -64,7 +70,10 @@ func TestProxyIdleStreamIsCut(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	_, base := start(t, streamCfg(up))
+	// the upstream timeout far off: the cut is the idle timeout's (300 ms)
+	cfg := streamCfg(up)
+	cfg.UpstreamTimeout = time.Minute
+	_, base := start(t, cfg)
 	c := &http.Client{Timeout: 20 * time.Second}
 	resp, err := c.Get(base + "/events")
 	if err != nil {
@@ -101,8 +110,12 @@ func TestProxyUpstreamTimeoutAndUnreachable(t *testing.T) {
 		code int
 		env  string
 	}{{slow, 504, "UPSTREAM_TIMEOUT"}, {gone, 502, "UPSTREAM_UNAVAILABLE"}} {
-		_, base := start(t, streamCfg(c.up))
-		resp, err := http.Get(base + "/feed")
+		// the idle timeout far off: the 504 within the client's 10 s is
+		// the upstream timeout's (300 ms)
+		cfg := streamCfg(c.up)
+		cfg.ProxyIdleTimeout = time.Minute
+		_, base := start(t, cfg)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(base + "/feed")
 		if err != nil {
 			t.Fatal(err)
 		}
