@@ -194,3 +194,32 @@ func TestNATSCreds(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSTLSDaemons (7.5): a limiter and riskd given a tls:// URL with a
+// user and password and --nats-ca reach a nats-server that speaks only
+// TLS and requires the password: three failed logins reported to the
+// limiter lock the account (through riskd). (streams' TestNATSTLS: the
+// refusals without the CA or the password.)
+func TestNATSTLSDaemons(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATSTLS(t, "limiter", "s3cret")
+	url := ns.TLSURL("limiter", "s3cret")
+	_, keyPrefix := testenv.Redis(t)
+	policyPath := writePolicy(t, loopPolicy)
+	redisURL := "redis://" + testenv.RedisAddr() + "/0"
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: url, NATSCA: ns.CA, KeyPrefix: keyPrefix})
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{ConfigPath: policyPath, Listen: "127.0.0.1:0", RedisURL: redisURL, NATSURL: url, NATSCA: ns.CA,
+		KeyPrefix: keyPrefix, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-rr.Done }()
+	reportFailedLogins(t, base, "tls-user", 3)
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if !loginLocked(t, base, "tls-user") {
+			return "tls-user not locked: the limiter or riskd cannot work over TLS NATS"
+		}
+		return ""
+	})
+}
