@@ -48,8 +48,9 @@ func permissionErrors(t *testing.T, url string, opts ...nats.Option) (*nats.Conn
 // configuration in force, the limiter and riskd work with their users
 // (three failed logins lock the account, and the alert reaches the
 // alerts user), while riskd's and the alerts user's connections are
-// refused publishing a report or an audit event, and a client without a
-// password cannot connect at all.
+// refused publishing a report or an audit event, the limiter's and the
+// alerts user's publishing an alert, and a client without a password
+// cannot connect at all.
 func TestShippedNATSPermissions(t *testing.T) {
 	t.Parallel()
 	_, url := shippedNATS(t)
@@ -75,13 +76,18 @@ func TestShippedNATSPermissions(t *testing.T) {
 		}
 		return ""
 	})
-	for _, user := range []string{"riskd", "alerts"} {
+	// only the limiter publishes reports and audit events, only riskd alerts
+	for user, subjects := range map[string][]string{
+		"riskd":   {"tollgate.reports.login_failed", "tollgate.audit.multiplier_set"},
+		"alerts":  {"tollgate.reports.login_failed", "tollgate.audit.multiplier_set", "tollgate.alerts.lockout"},
+		"limiter": {"tollgate.alerts.lockout"},
+	} {
 		nc, violations := permissionErrors(t, url(user))
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, subj := range []string{"tollgate.reports.login_failed", "tollgate.audit.multiplier_set"} {
+		for _, subj := range subjects {
 			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err := js.Publish(pctx, subj, []byte(`{"v":1}`))
 			pcancel()

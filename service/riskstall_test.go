@@ -2,11 +2,16 @@ package service
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
@@ -84,8 +89,11 @@ func TestRedisStallTwoRiskd(t *testing.T) {
 	// the stall outlasts the lease (1 s) by far
 	time.Sleep(time.Until(paused.Add(3 * time.Second)))
 	rs.Resume(t)
-	testenv.Eventually(t, 10*time.Second, func() string { return locked(stalled...) })
-	testenv.Eventually(t, 5*time.Second, func() string {
+	// the measures and their alerts, both within 10 s of the store answering
+	testenv.Eventually(t, 10*time.Second, func() string {
+		if msg := locked(stalled...); msg != "" {
+			return msg
+		}
 		k := alerts.kinds()
 		for _, acct := range append(stalled, "before") {
 			if k["lockout:"+acct] != 1 {
@@ -124,5 +132,83 @@ func TestRedisStallTwoRiskd(t *testing.T) {
 	}
 	if v, _ := metricValue(t, standby.Addr, "tollgate_riskd_leader"); v != 0 {
 		t.Fatal("two riskd lead")
+	}
+	// what followed moved the pipeline on: no second alert came meanwhile
+	if k := alerts.kinds(); k["lockout:after"] != 1 || slices.ContainsFunc(stalled, func(a string) bool { return k["lockout:"+a] != 1 }) {
+		t.Fatalf("alerts %s: want exactly one lockout alert per account", toJSON(k))
+	}
+}
+
+// TestNewLeaderFinishesWhatTheOldLeft (7.5): the leader has taken reports
+// from its consumer (delivered, not acknowledged) when Redis stalls, and
+// stops before the store answers again; the riskd that stood by leads
+// then and acts on all of them at once (not after the consumer's 30 s
+// AckWait): the three accounts, ten failed logins each, every report
+// answered 202, are locked with one alert each within 10 s of the store
+// answering again.
+func TestNewLeaderFinishesWhatTheOldLeft(t *testing.T) {
+	t.Parallel()
+	rs := testenv.StartRedis(t)
+	redisURL := "redis://" + rs.Addr + "/0"
+	stream, subj := testenv.SharedStreams(t)
+	policyPath := writePolicy(t, strings.Replace(loopPolicy, "threshold: 3", "threshold: 10", 1))
+	_, base := start(t, Config{ConfigPath: policyPath, RedisURL: redisURL, NATSURL: testenv.NATSURL(),
+		KeyPrefix: "tg:", SubjectPrefix: subj, StreamName: stream})
+	alerts := watchAlerts(t, testenv.NATSURL(), subj)
+	stopA, a := startRiskdFor(t, policyPath, redisURL, "tg:", subj, stream, true)
+	defer stopA()
+	stopB, b := startRiskdFor(t, policyPath, redisURL, "tg:", subj, stream, false)
+	defer func() { stopB(); <-b.Done }()
+
+	rs.Pause(t)
+	accounts := []string{"left0", "left1", "left2"}
+	for _, acct := range accounts {
+		reportFailedLogins(t, base, acct, 10)
+	}
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() string {
+		c, err := js.Consumer(context.Background(), stream+"_EVENTS", "riskd-reports")
+		if err != nil {
+			return err.Error()
+		}
+		if info := c.CachedInfo(); info.NumAckPending == 0 {
+			return "the leader has not taken the reports from its consumer"
+		}
+		if v, _ := metricValue(t, a.Addr, "tollgate_riskd_leader"); v != 0 {
+			return "the leader goes on leading while Redis is stalled"
+		}
+		return ""
+	})
+	stopA()
+	select {
+	case <-a.Done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the old leader did not stop while Redis was stalled")
+	}
+	rs.Resume(t)
+	testenv.Eventually(t, 10*time.Second, func() string {
+		for _, acct := range accounts {
+			if !loginLocked(t, base, acct) {
+				return acct + " not locked: the new leader has not done what the old one left"
+			}
+		}
+		k := alerts.kinds()
+		for _, acct := range accounts {
+			if k["lockout:"+acct] != 1 {
+				return fmt.Sprintf("alerts %s: want exactly one lockout alert per account", toJSON(k))
+			}
+		}
+		return ""
+	})
+	if v, _ := metricValue(t, b.Addr, "tollgate_riskd_leader"); v != 1 {
+		t.Fatal("the riskd that stood by does not lead")
 	}
 }

@@ -3,6 +3,9 @@ package service
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -144,5 +147,69 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// handshake dials addr with TLS presenting certs (h2 offered, as gRPC
+// needs) and returns the server certificate's name, or the error the
+// server's refusal gives: a TLS 1.3 server refuses a client certificate
+// after the client's handshake, so a short read brings its alert.
+func handshake(addr string, ca *testenv.CA, certs []tls.Certificate) (string, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: certs, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return "", err
+		}
+	}
+	return c.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
+}
+
+// TestTLSReloadOnEveryListener (7.5): with --tls-*, --api-tls-* and
+// --grpc-tls-* all set, a client CA each (mTLS), every listener refuses a
+// client without a certificate of that CA and serves one with it; a
+// certificate rewritten in place is, on each listener, the one the next
+// connection gets, without a restart.
+func TestTLSReloadOnEveryListener(t *testing.T) {
+	t.Parallel()
+	ca, other, dir := testenv.NewCA(t, "tollgate test CA"), testenv.NewCA(t, "tollgate test CA"), t.TempDir()
+	caFile := filepath.Join(dir, "clients.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"public", "api", "grpc"}
+	var files [3]TLSFiles
+	for i, n := range names {
+		files[i] = writePair(t, ca, dir, n, n+"-1")
+		files[i].ClientCA = caFile
+	}
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	r, _ := start(t, Config{Upstream: up, TLS: files[0], APITLS: files[1], GRPCListen: "127.0.0.1:0", GRPCTLS: files[2], ConfigPath: writeEnvoyPolicy(t)})
+	good, bad := []tls.Certificate{ca.TLSCert(t, "client")}, []tls.Certificate{other.TLSCert(t, "intruder")}
+	addrs := []string{r.Addr, r.APIAddr, r.GRPCAddr}
+	for i, n := range names {
+		if name, err := handshake(addrs[i], ca, good); err != nil || name != n+"-1" {
+			t.Fatalf("%s listener: served %q %v, want %s-1", n, name, err, n)
+		}
+		for _, certs := range [][]tls.Certificate{nil, bad} {
+			if _, err := handshake(addrs[i], ca, certs); err == nil || !strings.Contains(err.Error(), "certificate") {
+				t.Fatalf("%s listener: a client with %d certificates, none of the CA's, was not refused: %v", n, len(certs), err)
+			}
+		}
+		writePair(t, ca, dir, n, n+"-2")
+	}
+	for i, n := range names {
+		eventually(t, 10*time.Second, func() string {
+			if name, err := handshake(addrs[i], ca, good); err != nil || name != n+"-2" {
+				return fmt.Sprintf("%s listener: served %q %v after the rewrite, want %s-2", n, name, err, n)
+			}
+			return ""
+		})
 	}
 }
