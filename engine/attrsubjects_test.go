@@ -70,7 +70,7 @@ func TestAttrSubjectMultiplier(t *testing.T) {
 			sub := bucket.Subject{Kind: "attr:phone_prefix", ID: "4479"}
 			set := func(v float64) {
 				t.Helper()
-				if err := store.SetMultiplier(context.Background(), sub, bucket.Multiplier{Source: "velocity", Value: v, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+				if err := store.SetMultiplier(context.Background(), sub, bucket.Multiplier{Source: "velocity", Value: v, ExpiresAt: time.Now().Add(30 * time.Minute)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -84,8 +84,13 @@ func TestAttrSubjectMultiplier(t *testing.T) {
 			set(0)
 			blocked := in("4479")
 			blocked.Cost = 1
-			if o, _ := bursts(t, e, blocked); o != Limited {
-				t.Errorf("blocked prefix: %v, want limited", o)
+			var d Decision
+			if err := e.Decide(context.Background(), &blocked, &d); err != nil {
+				t.Fatal(err)
+			}
+			// the wait is the block's end (30 minutes), not the hour of "never"
+			if d.Outcome != Limited || !strings.HasPrefix(d.Binding.Name, "prefix") || d.RetryAfter <= 29*time.Minute || d.RetryAfter > 30*time.Minute {
+				t.Errorf("blocked prefix: %v by %v, retry %v; want limited by prefix until the block ends", d.Outcome, d.Binding, d.RetryAfter)
 			}
 			noPrefix := Input{IP: "198.51.100.7", DeviceID: "d1", Cost: 1, Attributes: map[string]string{"tenant": "acme"}}
 			if o, b := bursts(t, e, noPrefix); o != Allowed || b["device"] != 10 || b["tenant"] != 200 {
