@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -353,4 +355,69 @@ func TestAttackGRPCIdleConnectionClosed(t *testing.T) {
 	if rr.goAway.ErrCode != http2.ErrCodeNo || !errors.Is(rr.err, io.EOF) && !errors.Is(rr.err, net.ErrClosed) {
 		t.Fatalf("idle connection ended with GOAWAY %v, read error %v; want GOAWAY NO_ERROR, then the close", rr.goAway.ErrCode, rr.err)
 	}
+}
+
+// rlsCalls is the number of ShouldRateLimit calls the limiter at api has
+// handled (every result), from its /metrics.
+func rlsCalls(t *testing.T, api string) int {
+	t.Helper()
+	_, body := do(t, "GET", api+"/metrics", "", nil)
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, "tollgate_rls_requests_total{"); ok {
+			f, err := strconv.ParseFloat(v[strings.Index(v, "} ")+2:], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", l, err)
+			}
+			n += int(f)
+		}
+	}
+	return n
+}
+
+// TestAttackGRPCZeroWindowHoldsNoGoroutine (7.5): the calls of clients
+// that never let the server send (a zero window), --grpc-max-streams on
+// each of many connections, are all decided, and then hold no goroutine
+// of their own (the goroutines of the process grow by far less than one a
+// call: a connection's few, the test's readers), so no deadline is left
+// to a goroutine per call; when the connections close, what they held is
+// freed. Not parallel: the count is the process's.
+func TestAttackGRPCZeroWindowHoldsNoGoroutine(t *testing.T) {
+	const maxStreams, conns = 20, 20
+	tg := start(t, withGRPC(t, maxStreams))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := grpcClient(t, tg.grpc).ShouldRateLimit(ctx, feedCall("u_warm"))
+	decided(t, resp, err)
+	before, calls := runtime.NumGoroutine(), rlsCalls(t, tg.api)
+	raws := make([]*rawH2, conns)
+	for i := range raws {
+		raws[i] = dialRaw(t, tg.grpc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		raws[i].read()
+		for s := 0; s < maxStreams; s++ {
+			raws[i].call(t, uint32(2*s+1), feedCall("u_stuck"+strconv.Itoa(s)), "application/grpc")
+		}
+	}
+	eventually(t, 20*time.Second, func() string {
+		if n := rlsCalls(t, tg.api) - calls; n < conns*maxStreams {
+			return strconv.Itoa(n) + " of the stuck calls decided"
+		}
+		return ""
+	})
+	eventually(t, 10*time.Second, func() string {
+		if g := runtime.NumGoroutine() - before; g >= conns*maxStreams/2 {
+			return strconv.Itoa(g) + " more goroutines for " + strconv.Itoa(conns*maxStreams) + " stuck calls"
+		}
+		return ""
+	})
+	t.Logf("%d stuck calls on %d connections: %d goroutines more than before", conns*maxStreams, conns, runtime.NumGoroutine()-before)
+	for _, r := range raws {
+		_ = r.c.Close()
+	}
+	eventually(t, 10*time.Second, func() string {
+		if g := runtime.NumGoroutine() - before; g > conns/2 {
+			return strconv.Itoa(g) + " more goroutines than before, the stuck connections closed"
+		}
+		return ""
+	})
 }
