@@ -222,12 +222,12 @@ func decided(t *testing.T, resp *rlsv3.RateLimitResponse, err error) {
 	}
 }
 
-// TestAttackGRPCZeroWindowStarvesOthers: clients that open calls and
+// TestAttackGRPCZeroWindowStarvesNoOne: clients that open calls and
 // never let the server send the answers (a zero flow-control window) on
 // many connections hold no decision worker: a normal caller beside them
 // is answered, and one connection gets no more than --grpc-max-streams
 // calls open (the rest REFUSED_STREAM).
-func TestAttackGRPCZeroWindowStarvesOthers(t *testing.T) {
+func TestAttackGRPCZeroWindowStarvesNoOne(t *testing.T) {
 	t.Parallel()
 	const maxStreams, conns = 20, 20
 	tg := start(t, withGRPC(t, maxStreams))
@@ -261,11 +261,11 @@ func TestAttackGRPCZeroWindowStarvesOthers(t *testing.T) {
 	}
 }
 
-// TestAttackGRPCRefusedHeaderBlockEndsConnection: a header block the
+// TestAttackGRPCRefusedHeaderBlockEndsOnlyItsStream: a header block the
 // server refuses (not gRPC's content type), followed by DATA on that
 // stream, ends only that stream: the good calls before, beside and after
 // it on the same connection are all answered.
-func TestAttackGRPCRefusedHeaderBlockEndsConnection(t *testing.T) {
+func TestAttackGRPCRefusedHeaderBlockEndsOnlyItsStream(t *testing.T) {
 	t.Parallel()
 	tg := start(t, withGRPC(t, 0))
 	r := dialRaw(t, tg.grpc)
