@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // daemonsDir holds limiter and riskd, built once for the package's tests
@@ -167,7 +168,8 @@ func verifyUnit(t *testing.T, unit, text string) {
 }
 
 // TestReadmeFlagTables: every flag in the README's limiter and riskd
-// tables exists in that daemon's --help with the variable the table names,
+// tables exists in that daemon's --help with the variable the table names
+// and the default --help gives (where the table gives a value),
 // and the README's commands use files that exist.
 func TestReadmeFlagTables(t *testing.T) {
 	t.Parallel()
@@ -197,10 +199,77 @@ func TestReadmeFlagTables(t *testing.T) {
 				t.Errorf("README %s table: --%s (%s) is not in %s --help", daemon, m[1], m[2], daemon)
 			}
 		}
+		if n := checkReadmeDefaults(t, daemon, section, h); n < 8 {
+			t.Errorf("README %s table: only %d defaults compared with --help", daemon, n)
+		} else {
+			t.Logf("%s: %d defaults compared", daemon, n)
+		}
 	}
 	for _, f := range regexp.MustCompile(`--config ([a-z/._-]+\.yaml)`).FindAllStringSubmatch(text, -1) {
 		if _, err := os.Stat(filepath.Join("..", f[1])); err != nil {
 			t.Errorf("README uses %s, which does not exist: %v", f[1], err)
 		}
 	}
+}
+
+// checkReadmeDefaults: in a README flag table (section), the default
+// column of a row agrees with the "(default V)" of each of its flags in
+// --help (h), where the column gives a value per flag (a duration, a
+// number, N GiB or a literal in backquotes; prose, such as "a free port",
+// is not checked). It returns how many it compared.
+func checkReadmeDefaults(t *testing.T, daemon, section, h string) int {
+	t.Helper()
+	n := 0
+	flagRe := regexp.MustCompile("`--([a-z0-9-]+)")
+	for _, row := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(row, "| "), " | ")
+		if len(cells) != 3 || !strings.HasPrefix(cells[0], "`--") {
+			continue
+		}
+		flags, values := flagRe.FindAllStringSubmatch(cells[0], -1), strings.Split(cells[2], ", ")
+		if len(flags) != len(values) {
+			continue
+		}
+		for i, f := range flags {
+			m := regexp.MustCompile(`(?m)^  --` + f[1] + `\s.*\(default ([^)]*)\)$`).FindStringSubmatch(h)
+			readme, ok := readmeValue(values[i])
+			if m == nil || !ok {
+				continue
+			}
+			n++
+			if !sameDefault(readme, m[1]) {
+				t.Errorf("README %s table: --%s defaults to %q, --help says %q", daemon, f[1], readme, m[1])
+			}
+		}
+	}
+	return n
+}
+
+// readmeValue is a README default cell's value, and whether it is one
+// (not prose).
+func readmeValue(cell string) (string, bool) {
+	cell = strings.TrimSpace(cell)
+	if v, ok := strings.CutSuffix(cell, " GiB"); ok {
+		var n int64
+		if _, err := fmt.Sscanf(v, "%d", &n); err == nil {
+			return fmt.Sprint(n << 30), true
+		}
+	}
+	if strings.HasPrefix(cell, "`") && strings.HasSuffix(cell, "`") && strings.Count(cell, "`") == 2 {
+		return strings.Trim(cell, "`"), true
+	}
+	if regexp.MustCompile(`^[0-9]+$`).MatchString(cell) {
+		return cell, true
+	}
+	return "", false
+}
+
+// sameDefault compares two defaults, durations by their length (60s is 1m0s).
+func sameDefault(a, b string) bool {
+	da, errA := time.ParseDuration(a)
+	db, errB := time.ParseDuration(b)
+	if errA == nil && errB == nil {
+		return da == db
+	}
+	return a == b
 }
