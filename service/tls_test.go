@@ -175,7 +175,7 @@ func handshake(addr string, ca *testenv.CA, certs []tls.Certificate) (string, er
 // --grpc-tls-* all set, a client CA each (mTLS), every listener refuses a
 // client without a certificate of that CA and serves one with it; a
 // certificate rewritten in place is, on each listener, the one the next
-// connection gets, without a restart.
+// connection gets, without a restart, and so is a rewritten client CA.
 func TestTLSReloadOnEveryListener(t *testing.T) {
 	t.Parallel()
 	ca, other, dir := testenv.NewCA(t, "tollgate test CA"), testenv.NewCA(t, "tollgate test CA"), t.TempDir()
@@ -208,6 +208,18 @@ func TestTLSReloadOnEveryListener(t *testing.T) {
 		eventually(t, 10*time.Second, func() string {
 			if name, err := handshake(addrs[i], ca, good); err != nil || name != n+"-2" {
 				return fmt.Sprintf("%s listener: served %q %v after the rewrite, want %s-2", n, name, err, n)
+			}
+			return ""
+		})
+	}
+	// the client CA file rewritten: the other CA's clients are let in
+	if err := os.WriteFile(caFile, other.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		eventually(t, 10*time.Second, func() string {
+			if _, err := handshake(addrs[i], ca, bad); err != nil {
+				return fmt.Sprintf("%s listener: the new client CA's certificate refused after the rewrite: %v", n, err)
 			}
 			return ""
 		})
