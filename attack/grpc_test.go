@@ -421,3 +421,25 @@ func TestAttackGRPCZeroWindowHoldsNoGoroutine(t *testing.T) {
 		return ""
 	})
 }
+
+// TestAttackGRPCMaxStreamsDefault (7.5): without --grpc-max-streams a
+// connection holds at most 100 calls open (the default --help and the
+// docs give): of 105 calls a zero-window client opens, 5 are refused.
+func TestAttackGRPCMaxStreamsDefault(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withGRPC(t, 0))
+	r := dialRaw(t, tg.grpc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	rr := r.read()
+	for s := 0; s < service.DefaultGRPCMaxStreams+5; s++ {
+		r.call(t, uint32(2*s+1), feedCall("u_default"), "application/grpc")
+	}
+	eventually(t, 10*time.Second, func() string {
+		if n := rr.refused(); n != 5 {
+			return "refused " + strconv.Itoa(n) + " streams, want 5"
+		}
+		return ""
+	})
+	if service.DefaultGRPCMaxStreams != 100 {
+		t.Fatalf("default --grpc-max-streams %d, the contract says 100", service.DefaultGRPCMaxStreams)
+	}
+}
