@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,6 +358,39 @@ func TestAttackGRPCIdleConnectionClosed(t *testing.T) {
 	}
 }
 
+// TestAttackGRPCStuckCallsFreedAtIdleTimeout (7.5): a client that stops
+// reading (a zero window) but keeps its connection up holds calls open,
+// so grpc-go never finds the connection idle; it is still recycled at
+// --grpc-idle-timeout (GOAWAY) and closed a grace later (the idle timeout
+// itself when shorter), which frees its stuck calls, while a normal
+// caller goes on.
+func TestAttackGRPCStuckCallsFreedAtIdleTimeout(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withGRPC(t, 0), func(c *service.Config) { c.GRPCIdleTimeout = 500 * time.Millisecond })
+	r := dialRaw(t, tg.grpc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	rr := r.read()
+	for s := 0; s < 10; s++ {
+		r.call(t, uint32(2*s+1), feedCall("u_stuck"), "application/grpc")
+	}
+	eventually(t, 10*time.Second, func() string {
+		rr.mu.Lock()
+		defer rr.mu.Unlock()
+		if rr.goAway == nil || rr.err == nil {
+			return "the connection holding stuck calls is still open"
+		}
+		return ""
+	})
+	for s := 0; s < 10; s++ {
+		if st := rr.result(uint32(2*s + 1)); len(st.data) != 0 || st.grpcStatus != "" {
+			t.Fatalf("call %d answered through a zero window: %+v", 2*s+1, st)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := grpcClient(t, tg.grpc).ShouldRateLimit(ctx, feedCall("u_normal"))
+	decided(t, resp, err)
+}
+
 // rlsCalls is the number of ShouldRateLimit calls the limiter at api has
 // handled (every result), from its /metrics.
 func rlsCalls(t *testing.T, api string) int {
@@ -389,7 +423,8 @@ func TestAttackGRPCZeroWindowHoldsNoGoroutine(t *testing.T) {
 	defer cancel()
 	resp, err := grpcClient(t, tg.grpc).ShouldRateLimit(ctx, feedCall("u_warm"))
 	decided(t, resp, err)
-	before, calls := runtime.NumGoroutine(), rlsCalls(t, tg.api)
+	calls := rlsCalls(t, tg.api) // its HTTP connection is open before the count
+	before := runtime.NumGoroutine()
 	raws := make([]*rawH2, conns)
 	for i := range raws {
 		raws[i] = dialRaw(t, tg.grpc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
@@ -416,7 +451,9 @@ func TestAttackGRPCZeroWindowHoldsNoGoroutine(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() string {
 		if g := runtime.NumGoroutine() - before; g > conns/2 {
-			return strconv.Itoa(g) + " more goroutines than before, the stuck connections closed"
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			return strconv.Itoa(g) + " more goroutines than before, the stuck connections closed:\n" + b.String()
 		}
 		return ""
 	})

@@ -111,6 +111,10 @@ const (
 	// 20s, so a gateway that vanished without a FIN frees its streams.
 	grpcKeepaliveTime    = time.Minute
 	grpcKeepaliveTimeout = 20 * time.Second
+	// grpcAgeGrace is how long a connection recycled at its age
+	// (--grpc-idle-timeout) may finish its calls before it is closed:
+	// an RLS call takes milliseconds, so only stuck calls are cut.
+	grpcAgeGrace = 30 * time.Second
 )
 
 // The daemons' internal waits and intervals.

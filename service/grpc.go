@@ -115,8 +115,16 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcKeepaliveMinTime, PermitWithoutStream: true}),
 		// 7.5: a connection idle for --grpc-idle-timeout is closed with its
 		// memory; a ping after grpcKeepaliveTime of silence finds peers
-		// that vanished without a FIN, so their calls are freed.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
+		// that vanished without a FIN, so their calls are freed. A
+		// connection with calls open is never idle to grpc-go, though, and
+		// one whose client stops reading but answers pings keeps its stuck
+		// calls: so every connection is also recycled (GOAWAY) once it is
+		// --grpc-idle-timeout old (grpc-go adds ±10%) and closed
+		// grpcAgeGrace later, which frees what a client that stopped
+		// reading holds; Envoy opens a new connection on GOAWAY and its
+		// calls in flight finish on the old one.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout,
+			MaxConnectionAge: idle, MaxConnectionAgeGrace: min(idle, grpcAgeGrace)}),
 		// a connection's write buffer is taken from a pool per write instead
 		// of held (32 KiB) by every idle connection.
 		grpc.SharedWriteBuffer(true),

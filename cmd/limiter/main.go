@@ -61,7 +61,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.String(&c.GRPCTLS.Key, "grpc-tls-key", "TOLLGATE_GRPC_TLS_KEY", "", "FILE", "the PEM private key of --grpc-tls-cert"),
 		cli.String(&c.GRPCTLS.ClientCA, "grpc-tls-client-ca", "TOLLGATE_GRPC_TLS_CLIENT_CA", "", "FILE", "require client certificates on --grpc-listen that chain to these PEM CAs (mTLS, as Envoy's rate-limit cluster is often set up)"),
 		cli.Int(&c.GRPCMaxStreams, "grpc-max-streams", "TOLLGATE_GRPC_MAX_STREAMS", service.DefaultGRPCMaxStreams, "calls open at once on one gRPC connection; more are refused with REFUSED_STREAM"),
-		cli.Duration(&c.GRPCIdleTimeout, "grpc-idle-timeout", "TOLLGATE_GRPC_IDLE_TIMEOUT", service.DefaultGRPCIdleTimeout, "close a gRPC connection that has had no call open this long"),
+		cli.Duration(&c.GRPCIdleTimeout, "grpc-idle-timeout", "TOLLGATE_GRPC_IDLE_TIMEOUT", service.DefaultGRPCIdleTimeout, "close a gRPC connection that has had no call open this long, and recycle (GOAWAY) every connection at this age, freeing the stuck calls of a client that stopped reading"),
 		cli.Secret(&c.APIToken, "api-token", "TOLLGATE_API_TOKEN", "TOKEN", "bearer token /v1/check, /v1/report and /v1/forward-auth require (default: none needed)"),
 		cli.String(&c.Upstream, "upstream", "TOLLGATE_UPSTREAM", "", "URL", "reverse-proxy mode: forward allowed requests to this http(s) URL"),
 		cli.String(&c.APIListen, "api-listen", "TOLLGATE_API_LISTEN", service.DefaultAPIListen, "ADDR", "proxy mode: address of the limiter's own API (/v1/check, /v1/report, /v1/admin/*, /v1/forward-auth) and /metrics; never the public one"),
