@@ -254,14 +254,7 @@ func benchLiveness(b *testing.B, pool int) {
 	}
 	mk := func(i int) *call {
 		id := strconv.Itoa(i % pool)
-		req := Request{Cost: 1}
-		req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: 1e7, Rate: 1e7, Period: time.Second})
-		for k, part := range []string{"ip", "user", "device"} {
-			key := MultiplierKey(p, part, id)
-			req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
-			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
-				Burst: 1e5, Rate: 1e5, Period: time.Second, Subjects: 1 << uint(k)})
-		}
+		req := benchPolicyRequest(p, id, 1e7, 1e5)
 		cl := &call{}
 		cl.build(&req, 1000)
 		return cl
@@ -287,6 +280,22 @@ func benchLiveness(b *testing.B, pool int) {
 	}
 	time.Sleep(1500 * time.Millisecond) // and this run's: their expiry counts
 	m.stop(b, c)
+}
+
+// benchPolicyRequest is a decision of scripts/bench's policy for id under
+// prefix p: the route's bucket (route per second) and one bucket per
+// subject (ip, user, device; each rate per second) with its multiplier
+// subject.
+func benchPolicyRequest(p, id string, route, rate float64) Request {
+	req := Request{Cost: 1}
+	req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: route, Rate: route, Period: time.Second})
+	for k, part := range []string{"ip", "user", "device"} {
+		key := MultiplierKey(p, part, id)
+		req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
+		req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
+			Burst: rate, Rate: rate, Period: time.Second, Subjects: 1 << uint(k)})
+	}
+	return req
 }
 
 // BenchmarkRedisScriptKinds measures what Redis spends per decision
@@ -318,14 +327,7 @@ func benchKinds(b *testing.B, kind string) {
 	seq := 0
 	mk := func(i int) (*call, string) {
 		id := strconv.Itoa(i % 1000)
-		req := Request{Cost: 1}
-		req.Limits = append(req.Limits, Limit{Key: p + "{route:POST /bench}:b:route", Burst: 1e9, Rate: 1e9, Period: time.Second})
-		for k, part := range []string{"ip", "user", "device"} {
-			key := MultiplierKey(p, part, id)
-			req.Subjects = append(req.Subjects, RequestSubject{Key: key, Static: 1, Unverified: 1})
-			req.Limits = append(req.Limits, Limit{Key: p + "{" + part + ":" + id + "}:b:" + part,
-				Burst: 1e9, Rate: 1e9, Period: time.Second, Subjects: 1 << uint(k)})
-		}
+		req := benchPolicyRequest(p, id, 1e9, 1e9)
 		extra := ""
 		switch kind {
 		case "+quota":
