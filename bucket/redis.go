@@ -70,6 +70,11 @@ type RedisStore struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	once      sync.Once
+	// calls recycles this store's calls with their timers. It is the
+	// store's own, not the process's: a timer belongs to the goroutines
+	// that made it (a testing/synctest bubble's stays in its bubble), so a
+	// call must not pass from one store's callers to another's.
+	calls sync.Pool
 }
 
 // call is one decision waiting for its lane.
@@ -88,9 +93,10 @@ type call struct {
 	gone <-chan struct{}
 }
 
-var callPool = sync.Pool{New: func() any {
+// newCall makes a call for the store's pool.
+func newCall() any {
 	return &call{keys: make([]string, 0, 16), nums: make([]byte, 0, 512), done: make(chan struct{}, 1)}
-}}
+}
 
 // NewRedisStore returns a RedisStore over c and starts its lanes.
 func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
@@ -118,6 +124,7 @@ func NewRedisStore(c Client, opts RedisOptions) *RedisStore {
 		max:     opts.MaxBatch,
 		queue:   make(chan *call, opts.Lanes*opts.MaxBatch),
 		stop:    make(chan struct{}),
+		calls:   sync.Pool{New: newCall},
 	}
 	for i := 0; i < opts.Lanes; i++ {
 		s.wg.Add(1)
@@ -160,7 +167,7 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	c := callPool.Get().(*call)
+	c := s.calls.Get().(*call)
 	c.build(req, s.slack)
 	c.gone = ctx.Done()
 	c.deadline = time.Now().Add(s.timeout)
@@ -186,7 +193,7 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	}
 	reply, err := c.reply, c.err
 	c.reply, c.err = nil, nil
-	callPool.Put(c)
+	s.calls.Put(c)
 	if err != nil {
 		return fmt.Errorf("%w: decide: %w", ErrUnavailable, err)
 	}
@@ -204,7 +211,7 @@ func (s *RedisStore) enqueue(ctx context.Context, c *call) error {
 	select {
 	case <-s.stop:
 		c.timer.Stop()
-		callPool.Put(c)
+		s.calls.Put(c)
 		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
 	default:
 	}
@@ -217,15 +224,15 @@ func (s *RedisStore) enqueue(ctx context.Context, c *call) error {
 	case s.queue <- c:
 		return nil
 	case <-c.timer.C:
-		callPool.Put(c) // no lane has seen it
+		s.calls.Put(c) // no lane has seen it
 		return errDeadline
 	case <-ctx.Done():
 		c.timer.Stop()
-		callPool.Put(c)
+		s.calls.Put(c)
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case <-s.stop:
 		c.timer.Stop()
-		callPool.Put(c)
+		s.calls.Put(c)
 		return fmt.Errorf("%w: %w", ErrUnavailable, errClosed)
 	}
 }
