@@ -485,7 +485,7 @@ func (d *Daemon) replayBatch(oc jetstream.Consumer, end uint64, n *int) (got int
 			continue
 		}
 		d.mu.Lock()
-		_, _, _, _ = d.apply(m, nil)
+		_, _ = d.apply(m, nil)
 		d.mu.Unlock()
 		*n++
 		done = meta.Sequence.Stream >= end || meta.NumPending == 0
@@ -584,9 +584,8 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 			_ = m.Ack()
 			continue
 		}
-		var n int
-		var typ, report string
-		actions, n, typ, report = d.apply(m, actions[:0])
+		var got applied
+		actions, got = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
 		if err := d.execute(ctx, m, actions); err != nil {
@@ -596,21 +595,35 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 			return err
 		}
 		_ = m.Ack()
-		if d.o.Metrics != nil && n > 0 {
-			d.o.Metrics.Events.WithLabelValues(typ).Add(float64(n))
-			if report != "" {
-				d.o.Metrics.Reports.WithLabelValues(report).Inc()
-			}
-		}
+		d.countApplied(got)
+	}
+}
+
+// applied is what one message held: n events of type typ ("decision" or
+// "report"), and a report's own type (its event type, "" for decisions).
+type applied struct {
+	n               int
+	typ, reportType string
+}
+
+// countApplied counts a processed message's events in the metrics, a
+// report by its type's label (policy.EventLabel: bounded by the policy).
+func (d *Daemon) countApplied(a applied) {
+	m := d.o.Metrics
+	if m == nil || a.n == 0 {
+		return
+	}
+	m.Events.WithLabelValues(a.typ).Add(float64(a.n))
+	if a.reportType != "" {
+		m.Reports.WithLabelValues(d.o.Policy().EventLabel(a.reportType)).Inc()
 	}
 }
 
 // apply decodes one message and runs its events through the engine,
-// returning the actions, the number of events, their type ("decision"
-// or "report") and a report's type label (policy.EventLabel; "" for
-// decisions); a message on any other subject is counted as an error (op
-// "subject") and ignored. mu held.
-func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, int, string, string) {
+// returning the actions and what the message held; a message on any
+// other subject is counted as an error (op "subject") and ignored. mu
+// held.
+func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, applied) {
 	d.refreshPolicy()
 	subj := m.Subject()
 	pfx := d.o.Streams.Prefix
@@ -620,30 +633,30 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		var b streams.DecisionBatch
 		if err := streams.DecodeDecisionBatch(m.Data(), &b); err != nil {
 			d.count("decode")
-			return out, 0, "", ""
+			return out, applied{}
 		}
 		for i := range b.Decisions {
 			// one account however spelled (6.4), whichever limiter published it
 			b.Decisions[i].Account = policy.NormalizeAccount(b.Decisions[i].Account)
 			out = d.eng.ApplyDecision(0, 0, &b.Decisions[i], out)
 		}
-		return out, len(b.Decisions), "decision", ""
+		return out, applied{n: len(b.Decisions), typ: "decision"}
 	case ok && strings.HasPrefix(rest, "reports."):
 		var r streams.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil {
 			d.count("decode")
-			return out, 0, "", ""
+			return out, applied{}
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
 		n := len(out)
 		out = TrustAction(&r, d.trustFor(), out)
 		d.recordTrust(out[n:])
-		return out, 1, "report", d.o.Policy().EventLabel(r.Type)
+		return out, applied{n: 1, typ: "report", reportType: r.Type}
 	}
 	d.count("subject")
 	d.log.Warn("message on a subject riskd did not ask for; ignored", "subject", subj)
-	return out, 0, "", ""
+	return out, applied{}
 }
 
 // ActionTrust is riskd's own action: add Lock.Rule (a device id) to the
