@@ -177,10 +177,26 @@ local function subject(key, static, unverified, now)
   return hi, 0
 end
 
--- The batch's written buckets, by key: tokens, last_us and the expiry (ms)
--- of their latest state, and the keys in the order first written.
-local wtok, wlast, wttl = {}, {}, {}
-local written = {}
+-- The batch's written buckets: widx maps a key to its slot w, numbered in
+-- the order first written (nw of them); wkey[w], wtok[w], wlast[w] and
+-- wttl[w] hold the key, the tokens, last_us and the expiry (ms) of its
+-- latest state. One hash entry per key, the rest array slots: a hash
+-- entry per value cost the batch's bookkeeping a third of its time.
+local widx, nw = {}, 0
+local wkey, wtok, wlast, wttl = {}, {}, {}, {}
+
+-- slot returns key's slot among the written buckets, making one.
+local function slot(key)
+  local w = widx[key]
+  if not w then
+    nw = nw + 1
+    w = nw
+    widx[key] = w
+    wkey[w] = key
+  end
+  return w
+end
+
 -- What the batch's one MGET read, by key (false: no such string key).
 local vals = {}
 -- Space every decision of the batch reuses, overwritten in place (a
@@ -285,8 +301,11 @@ local function special(i, kind, key, cap, rate, period, pend, unknown, cost, now
   local effb, tokens, need, retry
   if kind == 1 then
     local s, e = calendar(rate, now)
-    local t, l = wtok[key], wlast[key]
-    if not t then
+    local t, l
+    local w = widx[key]
+    if w then
+      t, l = wtok[w], wlast[w]
+    else
       local v = vals[key]
       if v and #v == 16 then t, l = sunpack("<dd", v) end
     end
@@ -357,10 +376,10 @@ local function take(i, key, tokens, cost, now, slack)
     if xreset[i] == now or xend[i] < xreset[i] then xreset[i] = xend[i] end
     return tokens - U
   end
-  if not wtok[key] then written[#written + 1] = key end
-  wtok[key] = xused[i] + cost
-  wlast[key] = st[6 * i - 4]
-  wttl[key] = ceil((xend[i] - now) / 1000) + slack
+  local w = slot(key)
+  wtok[w] = xused[i] + cost
+  wlast[w] = st[6 * i - 4]
+  wttl[w] = ceil((xend[i] - now) / 1000) + slack
   return tokens - cost
 end
 
@@ -458,8 +477,11 @@ local function decide(kb, lk, a, device)
       local tokens = effb
       local last = now
       local key = lkeys[i]
-      local t, l = wtok[key], wlast[key]
-      if not t then
+      local t, l
+      local w = widx[key]
+      if w then
+        t, l = wtok[w], wlast[w]
+      else
         local v = vals[key]
         if v then
           if #v == 16 then
@@ -512,17 +534,33 @@ local function decide(kb, lk, a, device)
       tokens = tokens - cost
       -- written once, after the batch (see the header)
       local key = lkeys[i]
-      if not wtok[key] then written[#written + 1] = key end
-      wtok[key] = tokens
-      wlast[key] = st[o - 4]
-      wttl[key] = ceil((effb - tokens) / per / 1000) + slack
+      local w = widx[key]
+      if not w then
+        nw = nw + 1
+        w = nw
+        widx[key] = w
+        wkey[w] = key
+      end
+      wtok[w] = tokens
+      wlast[w] = st[o - 4]
+      -- ceil without a C call: for q >= 0, q - q % 1 is floor(q) exactly
+      -- (Lua's % is q - floor(q)); a q that is not finite stays itself
+      local q = (effb - tokens) / per / 1000
+      local c = q - q % 1
+      if c < q then c = c + 1 end
+      if c ~= c then c = q end
+      wttl[w] = c + slack
       wrote = true
     end
     local reset = now
     if kinds[i] ~= 0 then
       reset = xreset[i]
     elseif effb > tokens and per > 0 then
-      reset = now + ceil((effb - tokens) / per)
+      local q = (effb - tokens) / per -- ceil, as for the expiry above
+      local c = q - q % 1
+      if c < q then c = c + 1 end
+      if c ~= c then c = q end
+      reset = now + c
     end
     local ok = 0
     if st[o - 1] then ok = 1 end
@@ -584,7 +622,14 @@ for d = 1, n do
   local a = {sunpack(uf, blob)}
   as[d] = a
   local nl = a[3]
-  for i = 1, nl do wants(KEYS[kb + i]) end
+  for i = 1, nl do
+    local key = KEYS[kb + i] -- wants(key), inline: most keys are buckets
+    if vals[key] == nil then
+      vals[key] = false
+      nrk = nrk + 1
+      rk[nrk] = key
+    end
+  end
   local sk = kb + nl
   local argi = 8 + a[5]
   for j = 1, a[4] do
@@ -653,15 +698,14 @@ end
 -- redis.call is formatted by Redis with snprintf at every call.
 local ttls = {}
 local ok, err = pcall(function()
-  for i = 1, #written do
-    local key = written[i]
-    local ttl = wttl[key]
+  for w = 1, nw do
+    local ttl = wttl[w]
     local ts = ttls[ttl]
     if not ts then
       ts = string.format("%d", ttl)
       ttls[ttl] = ts
     end
-    rcall("SET", key, pack("<dd", wtok[key], wlast[key]), "PX", ts)
+    rcall("SET", wkey[w], pack("<dd", wtok[w], wlast[w]), "PX", ts)
   end
 end)
 if not ok then
