@@ -47,7 +47,7 @@ const (
 	// DefaultStoreTimeout bounds each check's store work.
 	DefaultStoreTimeout = 50 * time.Millisecond
 	// DefaultRedisLanes is the number of Redis round trips in flight at once.
-	DefaultRedisLanes = 4
+	DefaultRedisLanes = 2
 	// DefaultMemoryMaxKeys bounds the memory store's buckets.
 	DefaultMemoryMaxKeys = bucket.DefaultMaxKeys
 	// DefaultL1TTL is the L1 cache's staleness bound.
