@@ -35,9 +35,20 @@ local requests, nrequests
 
 -- BENCH_BODY=envoy writes the same decision as envoyproxy/ratelimit's POST /json takes it
 -- (scripts/bench-peers): domain bench, the four descriptors benchgrpc sends over gRPC.
+-- BENCH_BODY=gubernator writes it as gubernator's POST /v1/GetRateLimits takes it: the four
+-- limits as token buckets of bench-policy.yaml's rates (benchgrpc's gubernator path sends the same).
 local envoy = os.getenv("BENCH_BODY") == "envoy"
+local gubernator = os.getenv("BENCH_BODY") == "gubernator"
 
 local function body(ip, user, device)
+  if gubernator then
+    local function req(name, key, limit)
+      return string.format('{"name":"%s","unique_key":"%s","hits":1,"limit":%d,"duration":1000,"burst":%d}',
+        name, key, limit, limit)
+    end
+    return '{"requests":[' .. req("ip", ip, 100000) .. ',' .. req("route", "POST /bench", 10000000) .. ','
+      .. req("user", user, 100000) .. ',' .. req("device", device, 100000) .. ']}'
+  end
   if envoy then
     return string.format(
       '{"domain":"bench","descriptors":[{"entries":[{"key":"remote_address","value":"%s"}]},'

@@ -72,7 +72,7 @@ func main() {
 	flag.StringVar(&cfg.grpcAddr, "grpc", "", "the limiter's --grpc-listen address")
 	flag.StringVar(&cfg.mode, "mode", "spread", "spread: keys from a pool; hot: one key")
 	flag.StringVar(&cfg.order, "order", "random", "spread mode's key order: random (uniform, as scripts/bench.lua picks) or cycle (every key in turn, each revisited every -pool requests)")
-	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, wrk, h2load (hot mode)")
+	flag.StringVar(&cfg.paths, "paths", "http,grpc", "the paths to run, in this order each round: http, grpc, gubernator (gubernator's V1.GetRateLimits at -grpc), wrk, h2load (hot mode)")
 	flag.StringVar(&cfg.lua, "lua", "scripts/bench.lua", "scripts/bench.lua, for the wrk path")
 	flag.IntVar(&cfg.c, "c", 16, "concurrent requests")
 	flag.IntVar(&cfg.pool, "pool", 10000, "distinct (ip, user, device) keys in spread mode")
@@ -97,6 +97,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if strings.Contains(cfg.paths, "gubernator") {
+		// -grpc is then gubernator's gRPC address (see gubernator.go)
+		if targets["gubernator"], err = gubernatorPath(cfg); err != nil {
+			log.Fatal(err)
+		}
+	}
 	for round := 1; round <= cfg.rounds; round++ {
 		for _, p := range strings.Split(cfg.paths, ",") {
 			var res string
@@ -107,7 +113,7 @@ func main() {
 					log.Fatal(err)
 				}
 			} else {
-				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, wrk or h2load)", p)
+				log.Fatalf("benchgrpc: unknown path %q (want http, grpc, gubernator, wrk or h2load)", p)
 			}
 			fmt.Printf("BENCH_GW path=%s round=%d %s\n", p, round, res)
 		}
