@@ -180,8 +180,7 @@ end
 -- The batch's written buckets: widx maps a key to its slot w, numbered in
 -- the order first written (nw of them); wkey[w], wtok[w], wlast[w] and
 -- wttl[w] hold the key, the tokens, last_us and the expiry (ms) of its
--- latest state. One hash entry per key, the rest array slots: a hash
--- entry per value cost the batch's bookkeeping a third of its time.
+-- latest state: one hash entry per key, the rest array slots.
 local widx, nw = {}, 0
 local wkey, wtok, wlast, wttl = {}, {}, {}, {}
 
@@ -533,34 +532,17 @@ local function decide(kb, lk, a, device)
     elseif allowed == 1 and st[o - 1] and cost > 0 then
       tokens = tokens - cost
       -- written once, after the batch (see the header)
-      local key = lkeys[i]
-      local w = widx[key]
-      if not w then
-        nw = nw + 1
-        w = nw
-        widx[key] = w
-        wkey[w] = key
-      end
+      local w = slot(lkeys[i])
       wtok[w] = tokens
       wlast[w] = st[o - 4]
-      -- ceil without a C call: for q >= 0, q - q % 1 is floor(q) exactly
-      -- (Lua's % is q - floor(q)); a q that is not finite stays itself
-      local q = (effb - tokens) / per / 1000
-      local c = q - q % 1
-      if c < q then c = c + 1 end
-      if c ~= c then c = q end
-      wttl[w] = c + slack
+      wttl[w] = ceil((effb - tokens) / per / 1000) + slack
       wrote = true
     end
     local reset = now
     if kinds[i] ~= 0 then
       reset = xreset[i]
     elseif effb > tokens and per > 0 then
-      local q = (effb - tokens) / per -- ceil, as for the expiry above
-      local c = q - q % 1
-      if c < q then c = c + 1 end
-      if c ~= c then c = q end
-      reset = now + c
+      reset = now + ceil((effb - tokens) / per)
     end
     local ok = 0
     if st[o - 1] then ok = 1 end
@@ -622,14 +604,7 @@ for d = 1, n do
   local a = {sunpack(uf, blob)}
   as[d] = a
   local nl = a[3]
-  for i = 1, nl do
-    local key = KEYS[kb + i] -- wants(key), inline: most keys are buckets
-    if vals[key] == nil then
-      vals[key] = false
-      nrk = nrk + 1
-      rk[nrk] = key
-    end
-  end
+  for i = 1, nl do wants(KEYS[kb + i]) end
   local sk = kb + nl
   local argi = 8 + a[5]
   for j = 1, a[4] do
