@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -20,7 +19,7 @@ import (
 // in; grpc-go carries them as raw bytes (rawCodec).
 const gubernatorMethod = "/pb.gubernator.V1/GetRateLimits"
 
-// gubernatorRequest encodes the GetRateLimitsReq of key i's decision.
+// gubernatorRequest encodes the GetRateLimitsReq of one key's decision.
 func gubernatorRequest(ip, user, dev string) []byte {
 	var b []byte
 	for _, l := range []struct {
@@ -138,25 +137,21 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 
 func (rawCodec) Name() string { return "proto" } // on the wire it is protobuf
 
-// gubernatorPath returns the gubernator path's doFunc over conns
-// connections to addr, for the pool's keys.
+// gubernatorPath returns the gubernator path's doFunc: the pool's keys
+// over -grpc-conns connections to -grpc, as the grpc path sends them.
 func gubernatorPath(cfg config) (doFunc, error) {
 	reqs := make([][]byte, cfg.pool)
 	for i := range reqs {
 		reqs[i] = gubernatorRequest(key(cfg.mode, i))
 	}
-	conns := make([]*grpc.ClientConn, cfg.conns)
-	for i := range conns {
-		c, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-		if err != nil {
-			return nil, fmt.Errorf("benchgrpc: %w", err)
-		}
-		conns[i] = c
+	conns, err := dial(cfg, grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		return nil, err
 	}
 	var next atomic.Uint64
 	return func(ctx context.Context, i int) (bool, error) {
+		ctx, cancel := callContext(ctx, cfg)
+		defer cancel()
 		var resp []byte
 		if err := conns[next.Add(1)%uint64(len(conns))].Invoke(ctx, gubernatorMethod, &reqs[i], &resp); err != nil {
 			return false, err

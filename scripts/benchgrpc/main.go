@@ -3,7 +3,9 @@
 // POST /v1/check (HTTP/1.1, keep-alive) and through Envoy's rate-limit
 // service (gRPC, the generated client, as Envoy sends them: descriptors
 // remote_address; method + path; user_id; device_id), alternating the two
-// paths for -rounds rounds (with -paths also through leaner load
+// paths for -rounds rounds (with -paths gubernator, the same four limits
+// to gubernator's V1.GetRateLimits at -grpc instead, see gubernator.go;
+// with -paths also through leaner load
 // generators: wrk and h2load, in C, see external.go), and prints one line
 // per run:
 //
@@ -133,13 +135,12 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 			desc("remote_address", ip), desc("method", "POST", "path", "/bench"), desc("user_id", user), desc("device_id", dev)}}
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.c, MaxConnsPerHost: cfg.c}}
-	clients := make([]rlsv3.RateLimitServiceClient, cfg.conns)
-	for i := range clients {
-		conn, err := grpc.NewClient(cfg.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
-		if err != nil {
-			return nil, fmt.Errorf("benchgrpc: %w", err)
-		}
+	conns, err := dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	clients := make([]rlsv3.RateLimitServiceClient, len(conns))
+	for i, conn := range conns {
 		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
 	}
 	var next atomic.Uint64
@@ -160,11 +161,8 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 		},
 		"grpc": func(ctx context.Context, i int) (bool, error) {
 			c := clients[next.Add(1)%uint64(len(clients))]
-			if cfg.timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
-				defer cancel()
-			}
+			ctx, cancel := callContext(ctx, cfg)
+			defer cancel()
 			resp, err := c.ShouldRateLimit(ctx, reqs[i])
 			if err != nil {
 				return false, err
@@ -172,6 +170,31 @@ func newTargets(cfg config) (map[string]doFunc, error) {
 			return resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, nil
 		},
 	}, nil
+}
+
+// dial opens cfg.conns gRPC connections to cfg.grpcAddr as Envoy keeps
+// them (see envoyWindow), with opts added.
+func dial(cfg config, opts ...grpc.DialOption) ([]*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow)}, opts...)
+	conns := make([]*grpc.ClientConn, cfg.conns)
+	for i := range conns {
+		c, err := grpc.NewClient(cfg.grpcAddr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("benchgrpc: %w", err)
+		}
+		conns[i] = c
+	}
+	return conns, nil
+}
+
+// callContext returns the context of one gRPC call: ctx with -grpc-timeout
+// as its deadline, when one is set.
+func callContext(ctx context.Context, cfg config) (context.Context, context.CancelFunc) {
+	if cfg.timeout > 0 {
+		return context.WithTimeout(ctx, cfg.timeout)
+	}
+	return ctx, func() {}
 }
 
 // envoyWindow is Envoy's default HTTP/2 stream and connection window
