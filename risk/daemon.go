@@ -594,9 +594,29 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 			}
 			return err
 		}
-		_ = m.Ack()
+		ackDone(m, len(actions) > 0)
 		d.countApplied(got)
 	}
+}
+
+// ackWait bounds how long a message whose actions were done waits for
+// the server to confirm its acknowledgement.
+const ackWait = 2 * time.Second
+
+// ackDone acknowledges a message once its actions are done. One that
+// acted (a lock written, an alert sent) waits for the server's
+// confirmation, within ackWait and past a cancelled run: a riskd that stops
+// or hands over leadership just after acting must not leave the message to
+// be redelivered to its successor, which would act, and alert, again.
+// The rest (most messages act on nothing) are acknowledged without waiting.
+func ackDone(m jetstream.Msg, acted bool) {
+	if !acted {
+		_ = m.Ack()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackWait)
+	defer cancel()
+	_ = m.DoubleAck(ctx)
 }
 
 // applied is what one message held: n events of type typ ("decision" or
