@@ -33,11 +33,16 @@
 -- Reply: one entry per decision, in order:
 -- {3, message} when it failed (a key holding the wrong type), else
 -- {2, now, kind, until_us, rule, lock_index} when a lock is in force, else
--- a string of little-endian float64s: allowed, now, then per limit: ok,
---  tokens, eff_burst, reset_us, retry_us, then per subject: read (1 when
---  read from its hash, 0 when the caller's cache knew it), mult, pen,
---  then, when no > 0, 1 if the device was trusted (it took from its own
---  buckets), else 0.
+-- a string of little-endian float64s: allowed, now, then per limit its
+--  tokens t (what is left after the decision), sent as t when the limit
+--  allowed and as -1 - t when not (t is never below 0), followed for a
+--  quota or concurrency limit by eff_burst, reset_us and retry_us; then
+--  per subject read from its hash (not cached) its mult and pen; then,
+--  when no > 0, 1 if the device was trusted (it took from its own
+--  buckets), else 0. A bucket's eff_burst, reset and retry follow from its
+--  tokens, the limit's numbers and its subjects' multipliers, which the
+--  caller has: it computes them (parsePacked in redis.go), so the script
+--  neither computes nor packs them.
 --
 -- Tokens are counted in micro-tokens (U = 10^6 per token), whole numbers
 -- held exactly in Lua's doubles, stored as tokens and last_us packed as
@@ -201,7 +206,8 @@ local vals = {}
 -- Space every decision of the batch reuses, overwritten in place (a
 -- table costs Redis an allocation and its growth): per subject its
 -- multiplier, penalty end and whether it was read; per limit i, at
--- 6i-5 .. 6i, tokens, last, effb, per, ok, retry; the reply's numbers.
+-- 6i-5 .. 6i, tokens, last, effb, per, ok and (a quota's or a
+-- concurrency limit's) retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
 
 -- isTrusted reports whether device is among the trusted devices at key at
@@ -454,23 +460,25 @@ local function decide(kb, lk, a, device)
     local nsub = a[argi + 4]
     argi = argi + 5
     local m = 1
-    local pend = 0
-    local unknown = false
-    for s = 1, nsub do
-      local j = a[argi]
-      argi = argi + 1
-      m = m * mults[j]
-      if mults[j] < 1 then
-        if pens[j] == 0 then unknown = true elseif pens[j] > pend then pend = pens[j] end
-      end
-    end
+    for s = argi, argi + nsub - 1 do m = m * mults[a[s]] end
     local o = 6 * i
     kinds[i] = kind
     if kind ~= 0 then
+      -- when the penalties end, for the retry of a limit no wait can pass
+      -- (a bucket's is the caller's to compute)
+      local pend, unknown = 0, false
+      for s = argi, argi + nsub - 1 do
+        local j = a[s]
+        if mults[j] < 1 then
+          if pens[j] == 0 then unknown = true elseif pens[j] > pend then pend = pens[j] end
+        end
+      end
+      argi = argi + nsub
       if not special(i, kind, lkeys[i], burst * m, rate, period, pend, unknown, cost, now) and not shadow then
         allowed = 0
       end
     else
+      argi = argi + nsub
       local effb = floor(burst * m * U)
       local per = rate * m * U / period
       local tokens = effb
@@ -500,21 +508,12 @@ local function decide(kb, lk, a, device)
         if tokens > effb then tokens = effb end
       end
       local ok = tokens >= cost
-      local retry = 0
-      if not ok then
-        if not shadow then allowed = 0 end
-        if cost > effb then
-          if pend > now and not unknown then retry = pend - now else retry = 3600000000 end
-        else
-          retry = ceil((cost - tokens) / per)
-        end
-      end
-    st[o - 5] = tokens
-    st[o - 4] = last
-    st[o - 3] = effb
-    st[o - 2] = per
-    st[o - 1] = ok
-    st[o] = retry
+      if not ok and not shadow then allowed = 0 end
+      st[o - 5] = tokens
+      st[o - 4] = last
+      st[o - 3] = effb
+      st[o - 2] = per
+      st[o - 1] = ok
     end
   end
 
@@ -538,28 +537,23 @@ local function decide(kb, lk, a, device)
       wttl[w] = ceil((effb - tokens) / per / 1000) + slack
       wrote = true
     end
-    local reset = now
+    if st[o - 1] then reply[r + 1] = tokens else reply[r + 1] = -1 - tokens end
+    r = r + 1
     if kinds[i] ~= 0 then
-      reset = xreset[i]
-    elseif effb > tokens and per > 0 then
-      reset = now + ceil((effb - tokens) / per)
+      reply[r + 1] = effb
+      reply[r + 2] = xreset[i]
+      reply[r + 3] = st[o]
+      r = r + 3
     end
-    local ok = 0
-    if st[o - 1] then ok = 1 end
-    reply[r + 1] = ok
-    reply[r + 2] = tokens
-    reply[r + 3] = effb
-    reply[r + 4] = reset
-    reply[r + 5] = st[o]
-    r = r + 5
   end
-  -- then per subject: read from its hash (1, else 0: the caller's cache
-  -- knew it), its multiplier and penalty end, for the caller's cache
+  -- then the multiplier and penalty end of each subject read from its
+  -- hash, for the caller's cache (it knows the others')
   for j = 1, ns do
-    if fresh[j] then reply[r + 1] = 1 else reply[r + 1] = 0 end
-    reply[r + 2] = mults[j]
-    reply[r + 3] = pens[j]
-    r = r + 3
+    if fresh[j] then
+      reply[r + 1] = mults[j]
+      reply[r + 2] = pens[j]
+      r = r + 2
+    end
   end
   if trusted then
     r = r + 1

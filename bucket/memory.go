@@ -504,8 +504,7 @@ func limitResultTo(lr *LimitResult, ok bool, tokens, effb, reset, retry float64,
 // in micro-tokens.
 func evaluate(ev *eval, now float64, l *Limit, m, pend float64, unknown bool, cost float64) {
 	b := ev.b
-	effb := math.Floor(l.Burst * m * unit)
-	per := l.Rate * m * unit / float64(l.Period.Microseconds())
+	effb, per := scaled(l, m)
 	tokens := effb
 	last := now
 	if b != nil {
@@ -523,17 +522,29 @@ func evaluate(ev *eval, now float64, l *Limit, m, pend float64, unknown bool, co
 	ok := tokens >= cost
 	retry := 0.0
 	if !ok {
-		if cost > effb {
-			if pend > now && !unknown {
-				retry = pend - now
-			} else {
-				retry = 3600000000
-			}
-		} else {
-			retry = math.Ceil((cost - tokens) / per)
-		}
+		retry = bucketRetry(tokens, cost, effb, per, pend, unknown, now)
 	}
 	ev.tokens, ev.last, ev.effb, ev.per, ev.retry, ev.ok = tokens, last, effb, per, retry, ok
+}
+
+// scaled returns limit l's effective burst in micro-tokens and its refill
+// in micro-tokens per µs under multiplier m.
+func scaled(l *Limit, m float64) (effb, per float64) {
+	return math.Floor(l.Burst * m * unit), l.Rate * m * unit / float64(l.Period.Microseconds())
+}
+
+// bucketRetry is how long (µs) a bucket holding tokens that refused cost
+// makes the caller wait: until it holds cost, or, when cost is beyond its
+// burst (a multiplier shrank it), until the penalties end (pend, when
+// known) or an hour.
+func bucketRetry(tokens, cost, effb, per, pend float64, unknown bool, now float64) float64 {
+	if cost <= effb {
+		return math.Ceil((cost - tokens) / per)
+	}
+	if pend > now && !unknown {
+		return pend - now
+	}
+	return 3600000000
 }
 
 // limitMultiplier multiplies the subjects' multipliers in index order and

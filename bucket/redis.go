@@ -622,10 +622,25 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 }
 
 // parsePacked reads decide.lua's reply of a decision that was evaluated:
-// little-endian float64s (see decide.lua).
+// little-endian float64s (see decide.lua). A bucket's reply is its tokens
+// and whether it allowed; its effective burst, reset and retry are
+// computed here, by the arithmetic evaluate() shares with the script, from
+// the limit's numbers and the subjects' multipliers (the script's for the
+// subjects it read, the request's for those the caller's cache knew).
 func parsePacked(b string, req *Request, res *Result) error {
 	nl, ns := len(req.Limits), len(req.Subjects)
-	n := 2 + 5*nl + 3*ns
+	n := 2
+	for i := range req.Limits {
+		n++
+		if req.Limits[i].Kind != KindBucket {
+			n += 3
+		}
+	}
+	for j := range req.Subjects {
+		if !req.Subjects[j].Cached {
+			n += 2
+		}
+	}
 	if ownLimits(req) > 0 {
 		n++ // whether the device was trusted
 	}
@@ -634,20 +649,52 @@ func parsePacked(b string, req *Request, res *Result) error {
 	}
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i : 8*i+8]))) }
 	res.Allowed = f(0) == 1
-	res.Now = time.UnixMicro(int64(f(1)))
-	for i := 0; i < nl; i++ {
-		k := 2 + 5*i
-		res.Limits = append(res.Limits, limitResult(f(k) == 1, f(k+1), f(k+2), f(k+3), f(k+4), &req.Limits[i]))
+	now := f(1)
+	res.Now = time.UnixMicro(int64(now))
+	var multsA, pensA [MaxSubjects]float64
+	mults, pens := multsA[:0], pensA[:0]
+	k := 2 + nl
+	for i := range req.Limits {
+		if req.Limits[i].Kind != KindBucket {
+			k += 3
+		}
 	}
-	for j := 0; j < ns; j++ {
-		k := 2 + 5*nl + 3*j
-		if f(k) != 1 {
+	for j := range req.Subjects {
+		sub := &req.Subjects[j]
+		if sub.Cached {
+			mults, pens = append(mults, sub.Mult), append(pens, sub.Pen)
 			res.Subjects = append(res.Subjects, SubjectResult{})
 			continue
 		}
-		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: f(k + 1), Pen: f(k + 2)})
+		mults, pens = append(mults, f(k)), append(pens, f(k+1))
+		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: f(k), Pen: f(k + 1)})
+		k += 2
 	}
-	res.Trusted = n > 2+5*nl+3*ns && f(n-1) == 1
+	cost := math.Floor(req.Cost * unit)
+	k = 2
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		tokens, ok := f(k), true
+		if tokens < 0 {
+			tokens, ok = -1-tokens, false
+		}
+		k++
+		var lr LimitResult
+		if l.Kind != KindBucket {
+			limitResultTo(&lr, ok, tokens, f(k), f(k+1), f(k+2), l)
+			k += 3
+		} else {
+			m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, ns)
+			effb, per := scaled(l, m)
+			retry := 0.0
+			if !ok {
+				retry = bucketRetry(tokens, cost, effb, per, pend, unknown, now)
+			}
+			limitResultTo(&lr, ok, tokens, effb, resetAt(now, tokens, effb, per), retry, l)
+		}
+		res.Limits = append(res.Limits, lr)
+	}
+	res.Trusted = ownLimits(req) > 0 && f(n-1) == 1
 	return nil
 }
 
