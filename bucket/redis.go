@@ -628,63 +628,31 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 // the limit's numbers and the subjects' multipliers (the script's for the
 // subjects it read, the request's for those the caller's cache knew).
 func parsePacked(b string, req *Request, res *Result) error {
-	nl, ns := len(req.Limits), len(req.Subjects)
-	n := 2
-	for i := range req.Limits {
-		n++
-		if req.Limits[i].Kind != KindBucket {
-			n += 3
-		}
-	}
-	for j := range req.Subjects {
-		if !req.Subjects[j].Cached {
-			n += 2
-		}
-	}
-	if ownLimits(req) > 0 {
-		n++ // whether the device was trusted
-	}
+	limitNums, n, own := replyLayout(req)
 	if len(b) != 8*n {
-		return fmt.Errorf("bucket: reply of %d bytes for %d limits and %d subjects", len(b), nl, ns)
+		return fmt.Errorf("bucket: reply of %d bytes for %d limits and %d subjects", len(b), len(req.Limits), len(req.Subjects))
 	}
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i : 8*i+8]))) }
-	res.Allowed = f(0) == 1
-	now := f(1)
+	r := packedReply(b)
+	res.Allowed = r.at(0) == 1
+	now := r.at(1)
 	res.Now = time.UnixMicro(int64(now))
 	var multsA, pensA [MaxSubjects]float64
-	mults, pens := multsA[:0], pensA[:0]
-	k := 2 + nl
-	for i := range req.Limits {
-		if req.Limits[i].Kind != KindBucket {
-			k += 3
-		}
-	}
-	for j := range req.Subjects {
-		sub := &req.Subjects[j]
-		if sub.Cached {
-			mults, pens = append(mults, sub.Mult), append(pens, sub.Pen)
-			res.Subjects = append(res.Subjects, SubjectResult{})
-			continue
-		}
-		mults, pens = append(mults, f(k)), append(pens, f(k+1))
-		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: f(k), Pen: f(k + 1)})
-		k += 2
-	}
+	mults, pens := r.subjects(2+limitNums, req, res, multsA[:0], pensA[:0])
 	cost := math.Floor(req.Cost * unit)
-	k = 2
+	k := 2
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		tokens, ok := f(k), true
+		tokens, ok := r.at(k), true
 		if tokens < 0 {
 			tokens, ok = -1-tokens, false
 		}
 		k++
 		var lr LimitResult
 		if l.Kind != KindBucket {
-			limitResultTo(&lr, ok, tokens, f(k), f(k+1), f(k+2), l)
+			limitResultTo(&lr, ok, tokens, r.at(k), r.at(k+1), r.at(k+2), l)
 			k += 3
 		} else {
-			m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, ns)
+			m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
 			effb, per := scaled(l, m)
 			retry := 0.0
 			if !ok {
@@ -694,8 +662,58 @@ func parsePacked(b string, req *Request, res *Result) error {
 		}
 		res.Limits = append(res.Limits, lr)
 	}
-	res.Trusted = ownLimits(req) > 0 && f(n-1) == 1
+	res.Trusted = own && r.at(n-1) == 1
 	return nil
+}
+
+// replyLayout returns how many numbers decide.lua's reply to req holds for
+// its limits and in all, and whether it ends with the device's trust.
+func replyLayout(req *Request) (limitNums, n int, own bool) {
+	for i := range req.Limits {
+		limitNums++
+		if req.Limits[i].Kind != KindBucket {
+			limitNums += 3 // burst, reset, retry
+		}
+	}
+	n = 2 + limitNums
+	for j := range req.Subjects {
+		if !req.Subjects[j].Cached {
+			n += 2 // mult, pen
+		}
+	}
+	own = ownLimits(req) > 0
+	if own {
+		n++
+	}
+	return limitNums, n, own
+}
+
+// packedReply is a reply of little-endian float64s.
+type packedReply string
+
+// at returns the reply's i-th number.
+func (r packedReply) at(i int) float64 {
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(r[8*i : 8*i+8])))
+}
+
+// subjects reads the multipliers of the subjects the script read, from the
+// reply's k-th number on, into res, and returns every subject's multiplier
+// and penalty end (the request's for a cached subject) appended to mults
+// and pens.
+func (r packedReply) subjects(k int, req *Request, res *Result, mults, pens []float64) ([]float64, []float64) {
+	for j := range req.Subjects {
+		sub := &req.Subjects[j]
+		if sub.Cached {
+			mults, pens = append(mults, sub.Mult), append(pens, sub.Pen)
+			res.Subjects = append(res.Subjects, SubjectResult{})
+			continue
+		}
+		m, p := r.at(k), r.at(k+1)
+		mults, pens = append(mults, m), append(pens, p)
+		res.Subjects = append(res.Subjects, SubjectResult{Read: true, Mult: m, Pen: p})
+		k += 2
+	}
+	return mults, pens
 }
 
 func usAt(v interface{}) (time.Time, error) {
