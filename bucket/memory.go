@@ -479,16 +479,9 @@ func resetAt(now, tokens, effb, per float64) float64 {
 	return now
 }
 
-// limitResult converts a limit's integer outcome to a LimitResult; both
-// stores build their results here.
-func limitResult(ok bool, tokens, effb, reset, retry float64, l *Limit) LimitResult {
-	var lr LimitResult
-	limitResultTo(&lr, ok, tokens, effb, reset, retry, l)
-	return lr
-}
-
-// limitResultTo is limitResult into lr, field by field (assigning a whole
-// struct that holds a pointer goes through a copy on the stack).
+// limitResultTo converts a limit's integer outcome to a LimitResult in lr,
+// field by field (assigning a whole struct that holds a pointer goes
+// through a copy on the stack); both stores build their results here.
 func limitResultTo(lr *LimitResult, ok bool, tokens, effb, reset, retry float64, l *Limit) {
 	lr.Allowed = ok
 	lr.Remaining = tokens / unit

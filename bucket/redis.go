@@ -624,7 +624,8 @@ func parseDecision(reply interface{}, req *Request, res *Result) error {
 // parsePacked reads decide.lua's reply of a decision that was evaluated:
 // little-endian float64s (see decide.lua). A bucket's reply is its tokens
 // and whether it allowed; its effective burst, reset and retry are
-// computed here, by the arithmetic evaluate() shares with the script, from
+// computed here, by the arithmetic evaluate() shares with the script and
+// into a result as the memory store's (eval.resultTo), from
 // the limit's numbers and the subjects' multipliers (the script's for the
 // subjects it read, the request's for those the caller's cache knew).
 func parsePacked(b string, req *Request, res *Result) error {
@@ -647,20 +648,19 @@ func parsePacked(b string, req *Request, res *Result) error {
 			tokens, ok = -1-tokens, false
 		}
 		k++
-		var lr LimitResult
+		ev := eval{kind: l.Kind, tokens: tokens, ok: ok}
 		if l.Kind != KindBucket {
-			limitResultTo(&lr, ok, tokens, r.at(k), r.at(k+1), r.at(k+2), l)
+			ev.effb, ev.reset, ev.retry = r.at(k), r.at(k+1), r.at(k+2)
 			k += 3
 		} else {
 			m, pend, unknown := limitMultiplier(l.Subjects, mults, pens, len(req.Subjects))
-			effb, per := scaled(l, m)
-			retry := 0.0
+			ev.effb, ev.per = scaled(l, m)
 			if !ok {
-				retry = bucketRetry(tokens, cost, effb, per, pend, unknown, now)
+				ev.retry = bucketRetry(tokens, cost, ev.effb, ev.per, pend, unknown, now)
 			}
-			limitResultTo(&lr, ok, tokens, effb, resetAt(now, tokens, effb, per), retry, l)
 		}
-		res.Limits = append(res.Limits, lr)
+		res.Limits = append(res.Limits, LimitResult{})
+		ev.resultTo(&res.Limits[len(res.Limits)-1], now, l) // as the memory store's results
 	}
 	res.Trusted = own && r.at(n-1) == 1
 	return nil
