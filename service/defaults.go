@@ -102,6 +102,12 @@ const (
 	// grpcMaxRecvMsgSize bounds one call's message: a RateLimitRequest of
 	// a few descriptors is under 1 KiB, so 64 KiB refuses abuse, not use.
 	grpcMaxRecvMsgSize = 64 << 10
+	// grpcStreamWorkers is how many goroutines grpc-go keeps to run calls
+	// (grpc.NumStreamWorkers): a call runs on a worker whose stack has
+	// already grown instead of a new goroutine's; when all are busy grpc-go
+	// starts a goroutine for the call as without workers, so it bounds
+	// nothing and refuses nothing.
+	grpcStreamWorkers = 64
 	// grpcKeepaliveMinTime is the shortest ping interval a client may use,
 	// with or without a call open (Envoy pings idle connections): a client
 	// pinging faster is flooding, and grpc-go ends its connection.

@@ -128,6 +128,8 @@ func grpcOptions(rs *rls.Server, c grpcConfig) []grpc.ServerOption {
 		// a connection's write buffer is taken from a pool per write instead
 		// of held (32 KiB) by every idle connection.
 		grpc.SharedWriteBuffer(true),
+		// calls on reused goroutines (docs/benchmarks.md: own CPU per call)
+		grpc.NumStreamWorkers(grpcStreamWorkers),
 	}
 	if c.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS.config())))
