@@ -121,3 +121,42 @@ func TestGRPCHealthAndDrain(t *testing.T) {
 		t.Fatalf("call past the drain timeout: %v", err)
 	}
 }
+
+// TestGRPCCallsBeyondStreamWorkers: with every stream worker busy, a call
+// still reaches the decider at once (grpc-go gives it a goroutine of its
+// own), so grpcStreamWorkers bounds nothing: twice as many calls as
+// workers, over two connections, are all inside the decider together
+// before any is answered, and all are answered.
+func TestGRPCCallsBeyondStreamWorkers(t *testing.T) {
+	t.Parallel()
+	const n = 2 * grpcStreamWorkers
+	d := blockingDecider{started: make(chan struct{}, n), release: make(chan struct{})}
+	addr, _ := startGRPC(t, d, 10*time.Second)
+	c1, _ := rlsClient(t, addr)
+	c2, _ := rlsClient(t, addr)
+	answered := make(chan error, n)
+	for i := 0; i < n; i++ {
+		c := c1
+		if i%2 == 1 {
+			c = c2
+		}
+		go func() {
+			_, err := c.ShouldRateLimit(context.Background(), envoyRequest("mobile-api", "GET", "/feed", 1, "user_id", "u_1"))
+			answered <- err
+		}()
+	}
+	timeout := time.After(30 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case <-d.started:
+		case <-timeout:
+			t.Fatalf("%d of %d calls reached the decider while the others were held", i, n)
+		}
+	}
+	close(d.release)
+	for i := 0; i < n; i++ {
+		if err := <-answered; err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
