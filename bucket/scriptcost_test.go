@@ -370,3 +370,35 @@ func benchKinds(b *testing.B, kind string) {
 	}
 	m.stop(b, c)
 }
+
+// BenchmarkRedisEnvoyShape is envoyproxy/ratelimit's Redis work for one
+// request of scripts/bench-peers' four descriptors (ip, user, device over
+// 1,000 keys, and the route's one key): INCRBY and EXPIRE per descriptor,
+// the eight pipelined in one round trip, as its fixed-window cache sends
+// them; pipe16 sends 16 requests per round trip. It prices, on the Redis
+// at hand, the denominator of issue 26's Redis ratio without the peer's
+// load generator (compare BenchmarkRedisScriptCost/bench-policy-batch8).
+func BenchmarkRedisEnvoyShape(b *testing.B) {
+	for _, depth := range []int{1, 16} {
+		b.Run("pipe"+strconv.Itoa(depth), func(b *testing.B) {
+			c, p := testenv.Redis(b)
+			ctx := context.Background()
+			m := startCost(b, c)
+			for i := 0; i < b.N; i += depth {
+				pipe := c.Pipeline()
+				for j := i; j < min(i+depth, b.N); j++ {
+					id := strconv.Itoa(j % 1000)
+					for _, k := range []string{"ip_" + id, "user_" + id, "device_" + id, "route"} {
+						key := p + "bench_" + k + "_1764750000"
+						pipe.IncrBy(ctx, key, 1)
+						pipe.Expire(ctx, key, time.Second)
+					}
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m.stop(b, c)
+		})
+	}
+}
