@@ -75,13 +75,14 @@ func main() {
 	addr := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback)")
 	redisAddr := flag.String("redis", "", "run -script on this Redis (host:port) once per request")
 	scriptFile := flag.String("script", "", "the Lua script -redis runs (one key, ARGV rate and burst)")
+	redisDB := flag.Int("redis-db", 0, "the database of -redis its keys go to")
 	flag.Parse()
 	if *redisAddr != "" {
 		src, err := os.ReadFile(*scriptFile)
 		if err != nil {
 			log.Fatalf("noop: -script: %v", err)
 		}
-		rdb, script = redis.NewClient(&redis.Options{Addr: *redisAddr}), redis.NewScript(string(src))
+		rdb, script = redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB}), redis.NewScript(string(src))
 		if err := script.Load(context.Background(), rdb).Err(); err != nil {
 			log.Fatalf("noop: load script: %v", err)
 		}
