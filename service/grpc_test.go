@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,6 +133,11 @@ func TestGRPCCallsBeyondStreamWorkers(t *testing.T) {
 	const n = 2 * grpcStreamWorkers
 	d := blockingDecider{started: make(chan struct{}, n), release: make(chan struct{})}
 	addr, _ := startGRPC(t, d, 10*time.Second)
+	// the held calls are let go however the test ends, before the server
+	// (registered first, so stopped after) drains
+	var once sync.Once
+	release := func() { once.Do(func() { close(d.release) }) }
+	t.Cleanup(release)
 	c1, _ := rlsClient(t, addr)
 	c2, _ := rlsClient(t, addr)
 	answered := make(chan error, n)
@@ -153,7 +159,7 @@ func TestGRPCCallsBeyondStreamWorkers(t *testing.T) {
 			t.Fatalf("%d of %d calls reached the decider while the others were held", i, n)
 		}
 	}
-	close(d.release)
+	release()
 	for i := 0; i < n; i++ {
 		if err := <-answered; err != nil {
 			t.Fatalf("call %d: %v", i, err)
