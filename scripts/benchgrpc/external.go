@@ -69,7 +69,7 @@ func runExternal(cfg config, p string, hot *rlsv3.RateLimitRequest) (string, err
 	if err != nil {
 		return "", err
 	}
-	scr0 := redisScripts(cfg.redis)
+	red0 := redisUse(cfg.redis)
 	cpu0 := cpuTime(cfg.pid)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -77,7 +77,7 @@ func runExternal(cfg config, p string, hot *rlsv3.RateLimitRequest) (string, err
 		return "", fmt.Errorf("benchgrpc: %s: %w\n%s", p, err, out)
 	}
 	took := time.Since(start)
-	cpu, scripts := cpuTime(cfg.pid)-cpu0, redisScripts(cfg.redis)-scr0
+	cpu, red := cpuTime(cfg.pid)-cpu0, redisUse(cfg.redis).since(red0)
 	var r extResult
 	if p == "wrk" {
 		r, err = parseWrk(string(out))
@@ -95,7 +95,7 @@ func runExternal(cfg config, p string, hot *rlsv3.RateLimitRequest) (string, err
 	if err != nil {
 		return "", fmt.Errorf("benchgrpc: %s: %w\n%s", p, err, out)
 	}
-	return summary(cfg, r, took, cpu, scripts), nil
+	return summary(cfg, r, took, cpu, red), nil
 }
 
 // extResult is what an external load generator reported.
@@ -107,19 +107,16 @@ type extResult struct {
 
 // summary formats a run as run does; the rate is over the tool's own
 // duration when it reports one.
-func summary(cfg config, r extResult, took, cpu time.Duration, scripts int64) string {
+func summary(cfg config, r extResult, took, cpu time.Duration, red redisUsage) string {
 	if r.took > 0 {
 		took = r.took
 	}
-	cpuPer, scriptsPer := "n/a", "n/a"
+	cpuPer := "n/a"
 	if cfg.pid > 0 && r.n > 0 {
 		cpuPer = strconv.FormatFloat(float64(cpu.Microseconds())/float64(r.n), 'f', 1, 64)
 	}
-	if cfg.redis != "" && r.n > 0 {
-		scriptsPer = strconv.FormatFloat(float64(scripts)/float64(r.n), 'f', 3, 64)
-	}
-	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=n/a redis_scripts_per_req=%s",
-		r.n, float64(r.n)/took.Seconds(), r.p50, r.p99, r.errors, r.denied, cpuPer, scriptsPer)
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=n/a %s",
+		r.n, float64(r.n)/took.Seconds(), r.p50, r.p99, r.errors, r.denied, cpuPer, red.per(cfg.redis, r.n))
 }
 
 var wrkResult = regexp.MustCompile(`BENCH_RESULT requests=(\d+) duration_us=(\d+) rps=\S+ p50_us=(\S+) p99_us=(\S+) non2xx=(\d+) connect_err=(\d+) read_err=(\d+) write_err=(\d+) timeout_err=(\d+)`)

@@ -9,7 +9,7 @@
 // generators: wrk and h2load, in C, see external.go), and prints one line
 // per run:
 //
-//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X
+//	BENCH_GW path=grpc round=1 requests=N rps=X p50_us=X p99_us=X errors=N denied=N cpu_us_per_req=X client_cpu_us_per_req=X redis_scripts_per_req=X redis_cpu_us_per_req=X
 //
 // cpu_us_per_req is the limiter's own CPU time (user + system, from
 // /proc/PID/stat of -pid) per request: on a shared machine it is the
@@ -19,6 +19,10 @@
 // calls of INFO commandstats) the limiter's Redis ran per request: the
 // limiter batches concurrent decisions into one EVALSHA, so it is one over
 // the batches' mean size, which moves the CPU per request.
+// redis_cpu_us_per_req (with -redis) is that Redis's CPU (INFO cpu, user +
+// system) over the run per request: all of it, so a Redis shared with
+// another busy client says nothing (scripts/bench-side runs its two builds
+// in turn, the idle one costing Redis a command a second).
 //
 // In spread mode each request's key is drawn uniformly at random from
 // -pool, as scripts/bench.lua draws it for wrk, so every path carries the
@@ -84,7 +88,7 @@ func main() {
 	flag.DurationVar(&cfg.d, "d", 5*time.Second, "length of each run")
 	flag.Float64Var(&cfg.rate, "rate", 0, "requests per second to send, paced (0: each of -c sends its next when answered)")
 	flag.DurationVar(&cfg.timeout, "grpc-timeout", 0, "deadline of each gRPC call, sent as grpc-timeout (0: none)")
-	flag.StringVar(&cfg.redis, "redis", "", "the limiter's Redis (host:port), for its scripts per request (empty: not measured)")
+	flag.StringVar(&cfg.redis, "redis", "", "the limiter's Redis (host:port), for its scripts and its CPU per request (empty: not measured)")
 	flag.Parse()
 	if cfg.httpURL == "" || cfg.grpcAddr == "" || cfg.c < 1 || cfg.pool < 1 {
 		log.Fatal("benchgrpc: -http and -grpc are required; -c and -pool must be positive")
@@ -237,7 +241,7 @@ func run(cfg config, do doFunc) string {
 	// No context deadline: gRPC fails calls at once when it thinks a
 	// deadline passed, before ctx.Err() says so, and a worker would spin.
 	ctx := context.Background()
-	scr0 := redisScripts(cfg.redis)
+	red0 := redisUse(cfg.redis)
 	cpu0, self0 := cpuTime(cfg.pid), cpuTime(os.Getpid())
 	start := time.Now()
 	end := start.Add(cfg.d)
@@ -283,7 +287,7 @@ func run(cfg config, do doFunc) string {
 	wg.Wait()
 	took := time.Since(start)
 	cpu, self := cpuTime(cfg.pid)-cpu0, cpuTime(os.Getpid())-self0
-	scripts := redisScripts(cfg.redis) - scr0
+	red := redisUse(cfg.redis).since(red0)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) float64 {
 		if len(lat) == 0 {
@@ -299,37 +303,62 @@ func run(cfg config, do doFunc) string {
 	if n > 0 {
 		selfPer = strconv.FormatFloat(float64(self.Microseconds())/float64(n), 'f', 1, 64)
 	}
-	scriptsPer := "n/a"
-	if cfg.redis != "" && n > 0 {
-		scriptsPer = strconv.FormatFloat(float64(scripts)/float64(n), 'f', 3, 64)
-	}
-	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=%s redis_scripts_per_req=%s",
-		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, selfPer, scriptsPer)
+	return fmt.Sprintf("requests=%d rps=%.0f p50_us=%.0f p99_us=%.0f errors=%d denied=%d cpu_us_per_req=%s client_cpu_us_per_req=%s %s",
+		n, float64(n)/took.Seconds(), pct(0.50), pct(0.99), errs.Load(), denied.Load(), cpuPer, selfPer, red.per(cfg.redis, int64(n)))
 }
 
-// redisScripts is the number of scripts Redis at addr has run (the calls
-// of EVALSHA and EVAL in INFO commandstats; 0 when addr is empty).
-func redisScripts(addr string) int64 {
+// redisUsage is what the limiter's Redis has done: the scripts it has
+// run (the calls of EVALSHA and EVAL in INFO commandstats) and its CPU
+// time (used_cpu_user + used_cpu_sys in INFO cpu).
+type redisUsage struct {
+	scripts int64
+	cpu     time.Duration
+}
+
+// redisUse reads Redis at addr's usage (zero when addr is empty).
+func redisUse(addr string) redisUsage {
 	if addr == "" {
-		return 0
+		return redisUsage{}
 	}
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	info, err := rc.Info(context.Background(), "commandstats").Result()
+	info, err := rc.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
 		log.Fatalf("benchgrpc: redis %s: %v", addr, err)
 	}
-	var total int64
+	var u redisUsage
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+		if !ok {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		total += n
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_eval":
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			u.scripts += n
+		case "used_cpu_user", "used_cpu_sys":
+			secs, _ := strconv.ParseFloat(rest, 64)
+			u.cpu += time.Duration(secs * float64(time.Second))
+		}
 	}
-	return total
+	return u
+}
+
+// since is the usage between before and u.
+func (u redisUsage) since(before redisUsage) redisUsage {
+	return redisUsage{u.scripts - before.scripts, u.cpu - before.cpu}
+}
+
+// per formats u per request of n as the BENCH_GW line's two Redis fields
+// (n/a when addr is empty: not measured).
+func (u redisUsage) per(addr string, n int64) string {
+	scripts, cpu := "n/a", "n/a"
+	if addr != "" && n > 0 {
+		scripts = strconv.FormatFloat(float64(u.scripts)/float64(n), 'f', 3, 64)
+		cpu = strconv.FormatFloat(float64(u.cpu.Microseconds())/float64(n), 'f', 1, 64)
+	}
+	return "redis_scripts_per_req=" + scripts + " redis_cpu_us_per_req=" + cpu
 }
 
 // cpuTime is the user + system CPU time of process pid (0 when pid is 0
