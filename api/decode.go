@@ -42,7 +42,14 @@ type checkRequest struct {
 	DeviceToken *string `json:"device_token"`
 	// Attributes are the request's attributes (CONTRACT 6.9).
 	Attributes map[string]string `json:"attributes"`
+	// vals holds the string fields' values when scanCheck read them: the
+	// fields point here instead of at a string each of their own.
+	vals [checkStrings]string
 }
+
+// checkStrings counts checkRequest's string fields: endpoint, ip, user_id,
+// device_id, account and device_token, in this order in vals.
+const checkStrings = 6
 
 // decodeCheck parses and validates a check body into in. Every failure is
 // a 400 whose message names the field.
@@ -67,7 +74,7 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	if err != nil || ip.Zone() != "" {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
-	*in = engine.Input{Endpoint: *req.Endpoint, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+	*in = engine.Input{Endpoint: *req.Endpoint, IP: ipText(*req.IP, ip.Unmap()), Addr: ip.Unmap(), Cost: 1}
 	normalizeAccount(&req.Account)
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
@@ -100,6 +107,16 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	return nil
 }
 
+// ipText returns addr's canonical text, which is sent (the text addr was
+// parsed from) as most clients send it: then without formatting it anew.
+func ipText(sent string, addr netip.Addr) string {
+	var buf [64]byte // the longest IPv6 text is 45 bytes (no zone: refused)
+	if string(addr.AppendTo(buf[:0])) == sent {
+		return sent
+	}
+	return addr.String()
+}
+
 // unmarshalCheck decodes a check body with encoding/json: unknown fields
 // and data after the object are errors.
 func unmarshalCheck(body []byte, req *checkRequest) *apiError {
@@ -121,28 +138,26 @@ func unmarshalCheck(body []byte, req *checkRequest) *apiError {
 // means the same either way (FuzzScanCheck checks).
 func scanCheck(body []byte, req *checkRequest) bool {
 	s := jsonscan.New(body)
-	str := func(dst **string) bool {
+	var found [checkStrings][]byte // the string fields' values, in body; nil: absent
+	str := func(i int) bool {
 		v, ok := s.String()
-		if ok {
-			x := string(v)
-			*dst = &x
-		}
+		found[i] = v
 		return ok
 	}
-	return s.Object(func(key []byte) bool {
+	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "endpoint":
-			return str(&req.Endpoint)
+			return str(0)
 		case "ip":
-			return str(&req.IP)
+			return str(1)
 		case "user_id":
-			return str(&req.UserID)
+			return str(2)
 		case "device_id":
-			return str(&req.DeviceID)
+			return str(3)
 		case "account":
-			return str(&req.Account)
+			return str(4)
 		case "device_token":
-			return str(&req.DeviceToken)
+			return str(5)
 		case "cost":
 			_, text, ok := s.Integer()
 			req.Cost = json.RawMessage(text)
@@ -152,6 +167,34 @@ func scanCheck(body []byte, req *checkRequest) bool {
 		}
 		return false
 	}) && s.End()
+	if ok {
+		req.setStrings(&found)
+	}
+	return ok
+}
+
+// setStrings points req's string fields at the values found (in the order
+// of checkStrings), copied out of the body together: one allocation for all of
+// them instead of two for each (the bytes and the field's string).
+func (req *checkRequest) setStrings(found *[checkStrings][]byte) {
+	n := 0
+	for _, v := range found {
+		n += len(v)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, v := range found {
+		b.Write(v)
+	}
+	all := b.String()
+	fields := [checkStrings]**string{&req.Endpoint, &req.IP, &req.UserID, &req.DeviceID, &req.Account, &req.DeviceToken}
+	for i, v := range found {
+		if v == nil {
+			continue
+		}
+		req.vals[i], all = all[:len(v)], all[len(v):]
+		*fields[i] = &req.vals[i]
+	}
 }
 
 // scanAttributes reads an object of plain strings into a new map, as
