@@ -107,8 +107,9 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	return nil
 }
 
-// ipText returns addr's canonical text, which is sent (the text addr was
-// parsed from) as most clients send it: then without formatting it anew.
+// ipText returns addr's canonical text: sent itself (the text addr was
+// parsed from) when it already is that, as most clients send it, so only
+// the other forms are formatted anew.
 func ipText(sent string, addr netip.Addr) string {
 	var buf [64]byte // the longest IPv6 text is 45 bytes (no zone: refused)
 	if string(addr.AppendTo(buf[:0])) == sent {
@@ -174,28 +175,43 @@ func scanCheck(body []byte, req *checkRequest) bool {
 }
 
 // setStrings points req's string fields at the values found (in the order
-// of checkStrings), copied out of the body together: one allocation for all of
-// them instead of two for each (the bytes and the field's string).
+// of checkStrings). Those within their field's bound are copied out of the
+// body together, one allocation for all of them instead of two for each
+// (the bytes and the field's string); a longer one, which the check refuses
+// or (a device token) ignores, gets its own, so the identifiers a decision
+// keeps (its event waits in the publisher's queue) never hold it in memory.
 func (req *checkRequest) setStrings(found *[checkStrings][]byte) {
 	n := 0
-	for _, v := range found {
-		n += len(v)
+	for i, v := range found {
+		if len(v) <= checkBounds[i] {
+			n += len(v)
+		}
 	}
 	var b strings.Builder
 	b.Grow(n)
-	for _, v := range found {
-		b.Write(v)
+	for i, v := range found {
+		if len(v) <= checkBounds[i] {
+			b.Write(v)
+		}
 	}
-	all := b.String()
+	shared := b.String()
 	fields := [checkStrings]**string{&req.Endpoint, &req.IP, &req.UserID, &req.DeviceID, &req.Account, &req.DeviceToken}
 	for i, v := range found {
-		if v == nil {
+		switch {
+		case v == nil:
 			continue
+		case len(v) <= checkBounds[i]:
+			req.vals[i], shared = shared[:len(v)], shared[len(v):]
+		default:
+			req.vals[i] = string(v)
 		}
-		req.vals[i], all = all[:len(v)], all[len(v):]
 		*fields[i] = &req.vals[i]
 	}
 }
+
+// checkBounds is the longest valid value of each string field, in the
+// order of checkStrings (an IP address's text is at most 45 bytes).
+var checkBounds = [checkStrings]int{MaxEndpointLen, 64, MaxIDLen, MaxIDLen, MaxIDLen, MaxIDLen}
 
 // scanAttributes reads an object of plain strings into a new map, as
 // encoding/json would (a repeated name keeps its last value).
