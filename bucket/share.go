@@ -14,18 +14,24 @@ import (
 // celebrity user) would cap a deployment at one Redis shard's rate for one
 // key, and costs every decision a key in that shard. A limit marked
 // Limit.Share is served instead from a share: tokens this process took
-// from the store ahead of use, Share's worth at the limit's effective rate,
-// held for Share at most. A decision whose shared limits all hold enough
-// tokens takes them locally and sends the store only its other limits and
-// locks (none at all when there are none).
+// from the store ahead of use, up to twice what this process asked of the
+// key in the last Share (at most Share's worth at the limit's effective
+// rate), held for Share from their last refill. A decision whose shared
+// limits all hold enough tokens takes them locally and sends the store
+// only its other limits and locks (none at all when there are none).
 //
 // The bound: the tokens of a share are taken from the store before they
 // are handed out, so a shared limit never admits more than its bucket
-// does. It may refuse early: a share is L = rate × multiplier × Share
-// tokens (a quarter of the effective burst at most) and a process holds at
-// most 1.5 L per key (a refill starts below L/2), so the store may refuse
-// up to 1.5 N L tokens that N processes hold and have not used; a share
-// that lapses unused loses its remainder. A multiplier or a lock written on the limit's
+// does. It may refuse early: a share is at most L = rate × multiplier ×
+// Share tokens (a quarter of the effective burst at most) and a process
+// holds at most 1.5 L per key (a refill takes a share when one is below
+// half of it, and tops it up to a share once it has lived half of Share),
+// so the store may refuse up to 1.5 N L tokens that N processes hold and
+// have not used; a share that lapses unused loses its remainder. Sizing a
+// share by what the process asks, rather than by the limit's rate, keeps
+// what N processes take near what they use (N shares of L each per Share
+// would be N times the rate), and refilling at half its life replaces a
+// share before it lapses. A multiplier or a lock written on the limit's
 // subjects applies to its shares from their next refill: within Share.
 // Denials always come from the store: a decision whose share is short
 // takes from the bucket as any other limit does, exactly, and a
@@ -34,8 +40,7 @@ import (
 //
 // A key gets a share once it is hot: a second decision on it within Share
 // of the first. Refills run in the background, one per key at a time,
-// when a share is below half of L, so a hot key's decisions do not wait
-// for them.
+// so a hot key's decisions do not wait for them.
 
 // ShareOptions configures Shares.
 type ShareOptions struct {
@@ -71,6 +76,8 @@ type share struct {
 	until     time.Time // when the held tokens lapse
 	gen       uint64    // lapses so far: a refund goes only to the share it came from
 	seen      time.Time // the last decision on the key
+	asked     float64   // tokens the key's decisions asked for since from
+	from      time.Time // since when asked counts (the last refill's start)
 	refilling bool
 	dry       time.Time // no refill before (the store refused the last one)
 	// What the last refill's store answer said, for the results of the
@@ -97,6 +104,7 @@ type localTake struct {
 // refillJob is a refill to start once the decision is done.
 type refillJob struct {
 	sh   *share
+	n    float64          // the tokens it takes
 	lim  Limit            // sent as is: its Share cleared
 	dur  time.Duration    // its Share
 	subs []RequestSubject // the subjects lim names, its Subjects renumbered
@@ -175,6 +183,7 @@ func (s *Shares) takeLocal(req *Request, sc *shareScratch, now time.Time) int {
 		}
 		hot := now.Sub(sh.seen) <= l.Share
 		sh.seen = now
+		sh.asked += req.Cost
 		if now.Before(sh.until) && sh.tokens >= req.Cost {
 			sh.tokens -= req.Cost
 			sc.local[i] = localTake{sh: sh, gen: sh.gen}
@@ -183,10 +192,22 @@ func (s *Shares) takeLocal(req *Request, sc *shareScratch, now time.Time) int {
 			sh.tokens = 0 // lapsed
 			sh.gen++
 		}
-		if hot && !sh.refilling && !now.Before(sh.dry) && sh.tokens < s.size(l.Rate/l.Period.Seconds(), l.Burst, l.Share, sh)/2 {
-			sh.refilling = true
-			sc.refill = append(sc.refill, refillJob{sh: sh, lim: *l, now: req.Now})
+		if !hot || sh.refilling || now.Before(sh.dry) {
+			continue
 		}
+		// below half a share a refill takes a whole one; a share past half
+		// its life is topped up to its size (what it holds lives on with it)
+		size := s.size(l.Rate/l.Period.Seconds(), l.Burst, l.Share, sh, now)
+		take := size
+		if sh.tokens >= size/2 {
+			take = math.Floor(size - sh.tokens)
+			if take < 1 || now.Before(sh.until.Add(-l.Share/2)) {
+				continue
+			}
+		}
+		sh.refilling = true
+		sh.asked, sh.from = 0, now
+		sc.refill = append(sc.refill, refillJob{sh: sh, n: take, lim: *l, now: req.Now})
 	}
 	return n
 }
@@ -210,18 +231,23 @@ func (s *Shares) track(key string, now time.Time) {
 			return
 		}
 	}
-	s.keys[strings.Clone(key)] = &share{seen: now}
+	s.keys[strings.Clone(key)] = &share{seen: now, from: now}
 }
 
-// size is the tokens a refill of a share takes: share's worth at the
-// effective rate the last refill saw (rate and burst, the limit's own,
-// before the first),
-// at most a quarter of the effective burst, at least one token.
-func (s *Shares) size(rate, burst float64, share time.Duration, sh *share) float64 {
+// size is the tokens a refill of sh's share takes at now: twice what the
+// key's decisions asked for in the last share's time (the rate they asked
+// at since the last refill began, over share), so that a share outlasts
+// the refill that replaces it; at most share's worth at the effective rate
+// the last refill saw (rate and burst, the limit's own, before the first)
+// and a quarter of the effective burst; at least one token.
+func (s *Shares) size(rate, burst float64, share time.Duration, sh *share, now time.Time) float64 {
 	if sh.rate != 0 {
 		rate, burst = sh.rate, sh.burst
 	}
 	n := math.Floor(math.Min(rate*share.Seconds(), burst/4))
+	if since := now.Sub(sh.from); since > 0 {
+		n = math.Min(n, math.Ceil(2*sh.asked*share.Seconds()/since.Seconds()))
+	}
 	return math.Max(n, 1)
 }
 
@@ -324,10 +350,7 @@ func (s *Shares) startRefills(jobs []refillJob, req *Request) {
 // time. A refused refill leaves the key to the store for Share.
 func (s *Shares) refill(j refillJob) {
 	defer s.wg.Done()
-	share := j.dur
-	s.mu.Lock()
-	n := s.size(j.lim.Rate/j.lim.Period.Seconds(), j.lim.Burst, share, j.sh)
-	s.mu.Unlock()
+	share, n := j.dur, j.n
 	req := Request{Now: j.now, Cost: n, Limits: []Limit{j.lim}, Subjects: j.subs}
 	var res Result
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)

@@ -201,3 +201,79 @@ func TestShareConcurrentRedis(t *testing.T) {
 		t.Fatalf("admitted %d of capacity %d (bound: %d..%d)", got, capacity, capacity-3*share*3/2, capacity)
 	}
 }
+
+// costCounter counts what reaches the store: the decisions themselves
+// (cost 1) apart from the shares' refills (more than one token).
+type costCounter struct {
+	bucket.Decider
+	decisions, refills atomic.Int64
+}
+
+func (c *costCounter) Decide(ctx context.Context, req *bucket.Request, res *bucket.Result) error {
+	if req.Cost == 1 {
+		c.decisions.Add(1)
+	} else {
+		c.refills.Add(1)
+	}
+	return c.Decider.Decide(ctx, req, res)
+}
+
+// hotRun has each of procs limiters (Shares over one store) decide one
+// request on lim every step of injected time for d, and returns how many
+// were admitted.
+func hotRun(t *testing.T, procs []*bucket.Shares, lim bucket.Limit, step, d time.Duration) int {
+	t.Helper()
+	admitted := 0
+	for at := shareT0; at.Before(shareT0.Add(d)); at = at.Add(step) {
+		for _, s := range procs {
+			if decideAt(t, s, at, lim).Allowed {
+				admitted++
+			}
+			s.Wait()
+		}
+	}
+	return admitted
+}
+
+// A key's share is sized by what its limiter asks of it, not by the
+// limit's rate: four limiters asking 10,000 tokens a second each of a
+// 100,000/s global limit each take about what they use, so the bucket
+// keeps enough for all of them and nearly every decision is served from a
+// share. Shares of the limit's rate (1,000 tokens per 10 ms each, four
+// times what the bucket refills) left the bucket empty: refills were
+// refused and 22,576 of the decisions went to the store.
+func TestShareLeasesWhatItUses(t *testing.T) {
+	store := &costCounter{Decider: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+	var procs []*bucket.Shares
+	for range 4 {
+		procs = append(procs, bucket.NewShares(store, bucket.ShareOptions{}))
+	}
+	lim := hotLimit("{global}:b:all", 100000, 100000) // at most 1,000 tokens a share
+	if got := hotRun(t, procs, lim, 100*time.Microsecond, time.Second); got != 40000 {
+		t.Fatalf("admitted %d of 40,000 decisions at 40%% of the limit's rate", got)
+	}
+	d, r := store.decisions.Load(), store.refills.Load()
+	t.Logf("%d decisions and %d refills reached the store", d, r)
+	// each limiter: its key's first decision and the one that made it hot,
+	// then a refill every half share (5 ms)
+	if d != 8 || r > 4*201 {
+		t.Fatalf("%d decisions and %d refills reached the store for 40,000 decisions, want 8 and at most 804", d, r)
+	}
+}
+
+// A share is refilled before it lapses: at half its life the next refill
+// starts, so a key asked for steadily reaches the store only through its
+// refills, not with the decisions that find a share lapsed (one per
+// share's life before).
+func TestShareRefillsBeforeItLapses(t *testing.T) {
+	store := &costCounter{Decider: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+	s := bucket.NewShares(store, bucket.ShareOptions{})
+	lim := hotLimit("{global}:b:all", 1e7, 1e7) // shares of up to 100,000 tokens
+	if got := hotRun(t, []*bucket.Shares{s}, lim, 100*time.Microsecond, time.Second); got != 10000 {
+		t.Fatalf("admitted %d of 10,000", got)
+	}
+	t.Logf("%d decisions and %d refills reached the store", store.decisions.Load(), store.refills.Load())
+	if d := store.decisions.Load(); d > 2 {
+		t.Fatalf("%d decisions reached the store past the first two (the key's first and the one that made it hot)", d-2)
+	}
+}
