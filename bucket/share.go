@@ -183,7 +183,11 @@ func (s *Shares) takeLocal(req *Request, sc *shareScratch, now time.Time) int {
 		}
 		hot := now.Sub(sh.seen) <= l.Share
 		sh.seen = now
-		sh.asked += req.Cost
+		if hot {
+			sh.asked += req.Cost
+		} else { // what it asks is measured afresh from here, as track does
+			sh.asked, sh.from = 0, now
+		}
 		if now.Before(sh.until) && sh.tokens >= req.Cost {
 			sh.tokens -= req.Cost
 			sc.local[i] = localTake{sh: sh, gen: sh.gen}

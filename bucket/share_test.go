@@ -277,3 +277,28 @@ func TestShareRefillsBeforeItLapses(t *testing.T) {
 		t.Fatalf("%d decisions reached the store past the first two (the key's first and the one that made it hot)", d-2)
 	}
 }
+
+// A key that went cold is measured afresh when it is hot again: what it
+// asked for before its silence does not shrink its next share. Averaged
+// over a minute of silence, a key asked for 10,000 times a second came
+// back with a share of one token, and a third decision went to the store
+// before a refill of the right size came back.
+func TestShareAfterSilence(t *testing.T) {
+	store := &costCounter{Decider: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+	s := bucket.NewShares(store, bucket.ShareOptions{})
+	lim := hotLimit("{global}:b:all", 1e7, 1e7)
+	burst := func(from time.Time) {
+		for at := from; at.Before(from.Add(50 * time.Millisecond)); at = at.Add(100 * time.Microsecond) {
+			if !decideAt(t, s, at, lim).Allowed {
+				t.Fatalf("refused at %v", at.Sub(shareT0))
+			}
+			s.Wait()
+		}
+	}
+	burst(shareT0)
+	before := store.decisions.Load()
+	burst(shareT0.Add(time.Minute))
+	if d := store.decisions.Load() - before; d > 2 {
+		t.Fatalf("%d decisions reached the store after a minute's silence, want the 2 that make the key hot again", d)
+	}
+}

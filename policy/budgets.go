@@ -94,7 +94,7 @@ func (p *Policy) writeShared(bw *bufio.Writer) {
 	for i := range p.Limits {
 		if p.Limits[i].LocalShare > 0 {
 			bw.WriteString("\nA limit marked \"(local share D)\" is served by each limiter from tokens it takes from Redis ")
-			bw.WriteString("ahead of use once its key is hot (what it asks for in D, twice, at most D's worth): it never admits more than its budget, and may refuse early ")
+			bw.WriteString("ahead of use once its key is hot (twice what it asked for in the last D, at most D's worth): it never admits more than its budget, and may refuse early ")
 			bw.WriteString("by what the limiters hold (1.5 shares each at most).\n")
 			return
 		}
