@@ -209,6 +209,7 @@ local vals = {}
 -- 6i-5 .. 6i, tokens, last, effb, per, ok and (a quota's or a
 -- concurrency limit's) retry; the reply's numbers.
 local mults, pens, fresh, st, reply = {}, {}, {}, {}, {}
+local skeys = {} -- per limit, the key of the bucket it takes from
 
 -- isTrusted reports whether device is among the trusted devices at key at
 -- now (µs): a sorted set scored by each device's end in µs, so each
@@ -225,16 +226,17 @@ end
 -- its key, or its own bucket (the limit's key plus the device) when the
 -- decision's device is in the trust set of the own section (a trusted
 -- device of the request's account keeps a budget an attacker cannot
--- spend). ownKeys sets them and returns 1 when the device is trusted,
--- 0 when not, nil when the decision has no own section.
+-- spend). ownKeys returns 1 when the device is trusted (and then sets
+-- lkeys for every limit), 0 when not, nil when the decision has no own
+-- section: unless it returns 1, limit i takes from KEYS[kb + i].
 local lkeys = {}
 local function ownKeys(kb, a, device, now)
-  local nl, nv = a[3], #a - 1 -- struct.unpack's last value is its next position
-  for i = 1, nl do lkeys[i] = KEYS[kb + i] end
+  local nv = #a - 1 -- struct.unpack's last value is its next position
   local no = a[nv]
   if no == 0 then return nil end
   local ob = kb + a[1] - no - 1 -- the own buckets follow KEYS[ob]
   if device == "" or not isTrusted(KEYS[ob + no + 1], device, now) then return 0 end
+  for i = 1, a[3] do lkeys[i] = KEYS[kb + i] end
   for k = 1, no do lkeys[a[nv - no + k - 1]] = KEYS[ob + k] end
   return 1
 end
@@ -449,21 +451,29 @@ local function decide(kb, lk, a, device)
   end
 
   local trusted = ownKeys(kb, a, device, now)
+  local own = trusted == 1
   local allowed = 1
+  -- xk: some limit is a quota or a concurrency limit (most decisions
+  -- have token buckets only, and skip the lease and their bookkeeping)
+  local xk = false
   cost = floor(cost * U)
   for i = 1, nl do
     local burst = a[argi]
     local rate = a[argi + 1]
     local period = a[argi + 2]
-    local shadow = a[argi + 3] % 2 == 1
-    local kind = floor(a[argi + 3] / 2)
+    local fl = a[argi + 3] -- shadow 1 or 0, plus 2 times the kind
     local nsub = a[argi + 4]
     argi = argi + 5
     local m = 1
     for s = argi, argi + nsub - 1 do m = m * mults[a[s]] end
     local o = 6 * i
-    kinds[i] = kind
-    if kind ~= 0 then
+    local key
+    if own then key = lkeys[i] else key = KEYS[kb + i] end
+    skeys[i] = key
+    if fl >= 2 then
+      local kind = floor(fl / 2)
+      kinds[i] = kind
+      xk = true
       -- when the penalties end, for the retry of a limit no wait can pass
       -- (a bucket's is the caller's to compute)
       local pend, unknown = 0, false
@@ -474,16 +484,16 @@ local function decide(kb, lk, a, device)
         end
       end
       argi = argi + nsub
-      if not special(i, kind, lkeys[i], burst * m, rate, period, pend, unknown, cost, now) and not shadow then
+      if not special(i, kind, key, burst * m, rate, period, pend, unknown, cost, now) and fl % 2 == 0 then
         allowed = 0
       end
     else
+      kinds[i] = 0
       argi = argi + nsub
       local effb = floor(burst * m * U)
       local per = rate * m * U / period
       local tokens = effb
       local last = now
-      local key = lkeys[i]
       local t, l
       local w = widx[key]
       if w then
@@ -508,7 +518,7 @@ local function decide(kb, lk, a, device)
         if tokens > effb then tokens = effb end
       end
       local ok = tokens >= cost
-      if not ok and not shadow then allowed = 0 end
+      if not ok and fl == 0 then allowed = 0 end
       st[o - 5] = tokens
       st[o - 4] = last
       st[o - 3] = effb
@@ -518,32 +528,47 @@ local function decide(kb, lk, a, device)
   end
 
   local wrote = false
-  if allowed == 1 and cost > 0 then wrote = lease(kb, nl, a, now, slack) end
+  local takes = allowed == 1 and cost > 0
+  if takes and xk then wrote = lease(kb, nl, a, now, slack) end
   reply[1] = allowed
   reply[2] = now
   local r = 2
   for i = 1, nl do
     local o = 6 * i
-    local tokens, effb, per = st[o - 5], st[o - 3], st[o - 2]
-    if allowed == 1 and st[o - 1] and cost > 0 and kinds[i] ~= 0 then
-      tokens = take(i, lkeys[i], tokens, cost, now, slack)
-      wrote = true
-    elseif allowed == 1 and st[o - 1] and cost > 0 then
-      tokens = tokens - cost
-      -- written once, after the batch (see the header)
-      local w = slot(lkeys[i])
-      wtok[w] = tokens
-      wlast[w] = st[o - 4]
-      wttl[w] = ceil((effb - tokens) / per / 1000) + slack
-      wrote = true
-    end
-    if st[o - 1] then reply[r + 1] = tokens else reply[r + 1] = -1 - tokens end
-    r = r + 1
-    if kinds[i] ~= 0 then
-      reply[r + 1] = effb
-      reply[r + 2] = xreset[i]
-      reply[r + 3] = st[o]
-      r = r + 3
+    local tokens, ok = st[o - 5], st[o - 1]
+    if xk and kinds[i] ~= 0 then
+      if takes and ok then
+        tokens = take(i, skeys[i], tokens, cost, now, slack)
+        wrote = true
+      end
+      if ok then reply[r + 1] = tokens else reply[r + 1] = -1 - tokens end
+      reply[r + 2] = st[o - 3]
+      reply[r + 3] = xreset[i]
+      reply[r + 4] = st[o]
+      r = r + 4
+    else
+      if ok then
+        if takes then
+          tokens = tokens - cost
+          -- written once, after the batch (see the header)
+          local key = skeys[i]
+          local w = widx[key]
+          if not w then
+            nw = nw + 1
+            w = nw
+            widx[key] = w
+            wkey[w] = key
+          end
+          wtok[w] = tokens
+          wlast[w] = st[o - 4]
+          wttl[w] = ceil((st[o - 3] - tokens) / st[o - 2] / 1000) + slack
+          wrote = true
+        end
+        reply[r + 1] = tokens
+      else
+        reply[r + 1] = -1 - tokens
+      end
+      r = r + 1
     end
   end
   -- then the multiplier and penalty end of each subject read from its
