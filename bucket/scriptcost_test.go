@@ -3,7 +3,9 @@ package bucket
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +25,14 @@ var rawBucketSource string
 // decide.lua against: one HMGET, one HSET and a PEXPIRE, no multipliers,
 // no locks (the ratio's denominator; also used by package bucket_test).
 var RawBucketScript = redis.NewScript(rawBucketSource)
+
+// floorBatchSource is testdata/floor_batch.lua: decide.lua's commands and
+// a token bucket's arithmetic alone, BenchmarkRedisScriptCost's floor.
+//
+//go:embed testdata/floor_batch.lua
+var floorBatchSource string
+
+var floorBatchScript = redis.NewScript(floorBatchSource)
 
 // evalshaUsec reads the server's total microseconds spent in EVALSHA
 // (INFO commandstats), the Redis CPU a script costs.
@@ -95,9 +105,13 @@ func (m costMeter) stop(b *testing.B, c *redis.Client) {
 // EVALSHA, with no multiplier in force and with one on every subject,
 // against the one-key raw token bucket script of BenchmarkRawEvalSha, one
 // call at a time and pipelined 16 deep (the denominator of scripts/bench's
-// ratio). Redis is single-threaded, so this bounds the decisions one Redis
-// can serve whatever the number of limiter hosts. Run it alone, on a Redis
-// of its own (TOLLGATE_TEST_REDIS): the counters are the server's.
+// ratio). floor-batch8 runs bench-policy-batch8's calls through
+// testdata/floor_batch.lua, the same commands with a token bucket's
+// arithmetic alone: what decide.lua costs beyond it is the price of
+// multipliers, locks, shadow limits and the other kinds. Redis is
+// single-threaded, so this bounds the decisions one Redis can serve
+// whatever the number of limiter hosts. Run it alone, on a Redis of its
+// own (TOLLGATE_TEST_REDIS): the counters are the server's.
 func BenchmarkRedisScriptCost(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
@@ -106,7 +120,8 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 		route bool
 	}{{"decide4-batch1", 1, false, false}, {"decide4-batch8", 8, false, false}, {"decide4-batch8-mult", 8, true, false},
 		{"bench-policy-batch8", 8, false, true}, {"bench-policy-batch8-mult", 8, true, true},
-		{"bench-policy-batch8-mult-nosummary", 8, true, true}, {"bench-policy-batch8-mult-sparse", 8, true, true}} {
+		{"bench-policy-batch8-mult-nosummary", 8, true, true}, {"bench-policy-batch8-mult-sparse", 8, true, true},
+		{"floor-batch8", 8, false, true}} {
 		mode := multAll
 		switch {
 		case !bc.mult:
@@ -116,7 +131,11 @@ func BenchmarkRedisScriptCost(b *testing.B) {
 		case strings.HasSuffix(bc.name, "-sparse"):
 			mode = multSparse
 		}
-		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, bc.n, mode, bc.route) })
+		s := decideScript
+		if strings.HasPrefix(bc.name, "floor") {
+			s = floorBatchScript
+		}
+		b.Run(bc.name, func(b *testing.B) { benchScriptCost(b, s, bc.n, mode, bc.route) })
 	}
 	b.Run("raw1", func(b *testing.B) {
 		c, p := testenv.Redis(b)
@@ -165,15 +184,15 @@ const (
 	multSparse          // the user of one decision in 10
 )
 
-// benchScriptCost runs decide.lua in batches of n, with the multipliers
+// benchScriptCost runs s (decide.lua or its floor) in batches of n, with the multipliers
 // mode says. Without route,
 // 4 subjects each with a bucket of its own; with route, the layout of
 // scripts/bench's policy: 3 subjects each with its bucket and a fourth
 // bucket, the route's, shared by every decision.
-func benchScriptCost(b *testing.B, n int, mode multMode, route bool) {
+func benchScriptCost(b *testing.B, s *redis.Script, n int, mode multMode, route bool) {
 	c, p := testenv.Redis(b)
 	ctx := context.Background()
-	if err := decideScript.Load(ctx, c).Err(); err != nil {
+	if err := s.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
 	}
 	parts := []string{"ip", "user", "device", "account"}
@@ -213,7 +232,7 @@ func benchScriptCost(b *testing.B, n int, mode multMode, route bool) {
 			batch[j] = calls[(from+j)%len(calls)]
 		}
 		keys, args := buf.fill(batch)
-		if err := c.EvalSha(ctx, decideScript.Hash(), keys, args...).Err(); err != nil {
+		if err := c.EvalSha(ctx, s.Hash(), keys, args...).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -402,5 +421,54 @@ func BenchmarkRedisEnvoyShape(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric((redisCPUUsec(b, c)-cpu0)/float64(b.N), "redis-cpu-µs/decision")
 		})
+	}
+}
+
+// TestFloorBatchAnswersAsDecide checks that floor_batch.lua is a faithful
+// denominator: on token buckets without multipliers it answers every
+// decision as decide.lua does (allowed, now, each bucket's tokens), over
+// batches that allow, deny and refill, so the benchmark compares two
+// scripts doing the same work.
+func TestFloorBatchAnswersAsDecide(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	ctx := context.Background()
+	start := time.Unix(1_800_000_000, 0)
+	run := func(s *redis.Script, prefix string, now time.Time, users ...string) [][]float64 {
+		t.Helper()
+		calls := make([]*call, len(users))
+		for i, u := range users {
+			req := Request{Now: now, Cost: 1, Limits: []Limit{
+				{Key: prefix + "{route:r}:b:route", Burst: 5, Rate: 1, Period: time.Second},
+				{Key: prefix + "{user:" + u + "}:b:user", Burst: 2, Rate: 1, Period: time.Second, Subjects: 1},
+			}, Subjects: []RequestSubject{{Key: MultiplierKey(prefix, "user", u), Static: 1, Unverified: 1}}}
+			calls[i] = &call{}
+			calls[i].build(&req, 1000)
+		}
+		var buf batchBuf
+		keys, args := buf.fill(calls)
+		out, err := s.Run(ctx, c, keys, args...).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([][]float64, len(out))
+		for i, o := range out {
+			b := []byte(o.(string))
+			for k := 0; k < 4; k++ { // allowed, now, the route's tokens, the user's
+				got[i] = append(got[i], math.Float64frombits(binary.LittleEndian.Uint64(b[8*k:])))
+			}
+		}
+		return got
+	}
+	for _, step := range []struct {
+		after time.Duration
+		users []string
+	}{{0, []string{"a", "a", "a", "b"}}, {500 * time.Millisecond, []string{"a", "b", "b", "c"}}, {3 * time.Second, []string{"a", "a"}}} {
+		now := start.Add(step.after)
+		want := run(decideScript, p+"d:", now, step.users...)
+		got := run(floorBatchScript, p+"f:", now, step.users...)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("at +%v: floor answered %v, decide.lua %v", step.after, got, want)
+		}
 	}
 }
