@@ -551,14 +551,7 @@ local function decide(kb, lk, a, device)
         if takes then
           tokens = tokens - cost
           -- written once, after the batch (see the header)
-          local key = skeys[i]
-          local w = widx[key]
-          if not w then
-            nw = nw + 1
-            w = nw
-            widx[key] = w
-            wkey[w] = key
-          end
+          local w = slot(skeys[i])
           wtok[w] = tokens
           wlast[w] = st[o - 4]
           wttl[w] = ceil((st[o - 3] - tokens) / st[o - 2] / 1000) + slack
