@@ -1,8 +1,11 @@
 -- floor_batch.lua: the least a batch of decide.lua's decisions can ask of
 -- Redis, for BenchmarkRedisScriptCost's floor (a denominator, never a
--- store). It takes decide.lua's keys and arguments unchanged, sends the
--- same commands (one MGET of the buckets, one EXISTS of the multiplier
--- hashes, TIME, a SET ... PX per bucket written) and the same replies, and
+-- store). It takes decide.lua's keys and arguments unchanged (for
+-- decisions of token buckets with no lock and no own bucket, whose keys
+-- past the buckets are multiplier hashes), sends the same commands (one
+-- MGET of the buckets, one EXISTS of the hashes, TIME, a SET ... PX per
+-- bucket written) and answers each decision as decide.lua's reply begins
+-- (allowed, now, each bucket's tokens; not the subjects' multipliers), and
 -- does only a token bucket's arithmetic: no multiplier applied, no lock,
 -- no shadow limit, no quota, concurrency or own bucket, no error of one
 -- decision kept from the others. What decide.lua costs beyond it is the
