@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -226,24 +227,42 @@ func benchScriptCost(b *testing.B, s *redis.Script, n int, mode multMode, route 
 		calls[i].build(&req, 1000)
 	}
 	var buf batchBuf
-	run := func(from, k int) {
+	run := func(s *redis.Script, from, k int) {
 		batch := make([]*call, k)
 		for j := range batch {
 			batch[j] = calls[(from+j)%len(calls)]
 		}
 		keys, args := buf.fill(batch)
-		if err := c.EvalSha(ctx, s.Hash(), keys, args...).Err(); err != nil {
+		if err := s.Run(ctx, c, keys, args...).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for i := 0; i < len(calls); i += n {
-		run(i, n) // every bucket exists, as under load
+		// every bucket exists, as under load, whatever s writes
+		run(decideScript, i, n)
 	}
 	m := startCost(b, c)
 	for done := 0; done < b.N; done += n {
-		run(done, min(n, b.N-done))
+		run(s, done, min(n, b.N-done))
 	}
 	m.stop(b, c)
+}
+
+// BenchmarkRedisScriptVariant is bench-policy-batch8 through the script
+// in the file TOLLGATE_SCRIPT_VARIANT names (decide.lua when unset): a
+// changed decide.lua, or one cut short, measured on the calls the store
+// sends. scripts/bench-script runs it for several files in turn, each on
+// a Redis of its own, and compares them pair by pair.
+func BenchmarkRedisScriptVariant(b *testing.B) {
+	s := decideScript
+	if f := os.Getenv("TOLLGATE_SCRIPT_VARIANT"); f != "" {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s = redis.NewScript(string(src))
+	}
+	benchScriptCost(b, s, 8, multNone, true)
 }
 
 // BenchmarkRedisScriptKeyLiveness measures Redis CPU per decision of
