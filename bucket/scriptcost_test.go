@@ -185,11 +185,11 @@ const (
 	multSparse          // the user of one decision in 10
 )
 
-// benchScriptCost runs s (decide.lua or its floor) in batches of n, with the multipliers
-// mode says. Without route,
-// 4 subjects each with a bucket of its own; with route, the layout of
-// scripts/bench's policy: 3 subjects each with its bucket and a fourth
-// bucket, the route's, shared by every decision.
+// benchScriptCost runs s (decide.lua, its floor or a variant) in batches
+// of n, with the multipliers mode says, after decide.lua has written every
+// bucket once. Without route, 4 subjects each with a bucket of its own;
+// with route, the layout of scripts/bench's policy: 3 subjects each with
+// its bucket and a fourth bucket, the route's, shared by every decision.
 func benchScriptCost(b *testing.B, s *redis.Script, n int, mode multMode, route bool) {
 	c, p := testenv.Redis(b)
 	ctx := context.Background()
