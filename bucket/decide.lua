@@ -454,7 +454,7 @@ local function decide(kb, lk, a, device)
   local own = trusted == 1
   local allowed = 1
   -- xk: some limit is a quota or a concurrency limit (most decisions
-  -- have token buckets only, and skip the lease and their bookkeeping)
+  -- have token buckets only, and skip the lease)
   local xk = false
   cost = floor(cost * U)
   for i = 1, nl do
@@ -536,32 +536,26 @@ local function decide(kb, lk, a, device)
   for i = 1, nl do
     local o = 6 * i
     local tokens, ok = st[o - 5], st[o - 1]
-    if xk and kinds[i] ~= 0 then
-      if takes and ok then
+    if takes and ok then
+      if kinds[i] ~= 0 then
         tokens = take(i, skeys[i], tokens, cost, now, slack)
-        wrote = true
-      end
-      if ok then reply[r + 1] = tokens else reply[r + 1] = -1 - tokens end
-      reply[r + 2] = st[o - 3]
-      reply[r + 3] = xreset[i]
-      reply[r + 4] = st[o]
-      r = r + 4
-    else
-      if ok then
-        if takes then
-          tokens = tokens - cost
-          -- written once, after the batch (see the header)
-          local w = slot(skeys[i])
-          wtok[w] = tokens
-          wlast[w] = st[o - 4]
-          wttl[w] = ceil((st[o - 3] - tokens) / st[o - 2] / 1000) + slack
-          wrote = true
-        end
-        reply[r + 1] = tokens
       else
-        reply[r + 1] = -1 - tokens
+        tokens = tokens - cost
+        -- written once, after the batch (see the header)
+        local w = slot(skeys[i])
+        wtok[w] = tokens
+        wlast[w] = st[o - 4]
+        wttl[w] = ceil((st[o - 3] - tokens) / st[o - 2] / 1000) + slack
       end
-      r = r + 1
+      wrote = true
+    end
+    if ok then reply[r + 1] = tokens else reply[r + 1] = -1 - tokens end
+    r = r + 1
+    if kinds[i] ~= 0 then
+      reply[r + 1] = st[o - 3]
+      reply[r + 2] = xreset[i]
+      reply[r + 3] = st[o]
+      r = r + 3
     end
   end
   -- then the multiplier and penalty end of each subject read from its
