@@ -60,8 +60,8 @@ func wellFormedChallenge(s string) bool {
 	if len(s) != challengeLen {
 		return false
 	}
-	_, err := base64.RawURLEncoding.DecodeString(s)
-	return err == nil
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil && len(b) == challengeBytes // CR and LF are skipped, not refused
 }
 
 // RedisChallenges keeps challenges in Redis, shared by every limiter

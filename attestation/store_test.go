@@ -54,6 +54,7 @@ func TestChallenges(t *testing.T) {
 				{"unknown", "d:{1}", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},
 				{"malformed", "d:{1}", "not a challenge}:x"},
 				{"empty", "d:{1}", ""},
+				{"CR for a character", "d:{1}", c[:20] + "\r" + c[21:]}, // base64 skips it
 			} {
 				if err := ch.Consume(ctx, s.device, s.challenge, genNow); stepOf(err) != attestation.StepChallenge {
 					t.Errorf("%s: err = %v, want step challenge", s.name, err)

@@ -98,6 +98,11 @@ func (t *Tokens) Verify(token, deviceID string, now time.Time) bool {
 	if err != nil || secs <= 0 || strconv.FormatInt(secs, 10) != exp || now.Unix() >= secs {
 		return false
 	}
+	// one spelling per token: the decoder skips CR and LF even when
+	// strict, so a MAC's length is what rules them out
+	if len(sig) != base64.RawURLEncoding.EncodedLen(sha256.Size) {
+		return false
+	}
 	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil {
 		return false

@@ -42,6 +42,9 @@ func TestDeviceTokens(t *testing.T) {
 		{"truncated", a, tok[:len(tok)-1], "d1", now, false},
 		{"garbage", a, "dt1.x.y", "d1", now, false},
 		{"leading zero", a, strings.Replace(tok, "dt1.", "dt1.0", 1), "d1", now, false},
+		// base64's decoder skips CR and LF: one token, one spelling
+		{"CR in the MAC", a, tok[:len(tok)-10] + "\r" + tok[len(tok)-10:], "d1", now, false},
+		{"LF at the end", a, tok + "\n", "d1", now, false},
 	} {
 		if got := c.tk.Verify(c.token, c.dev, c.at); got != c.want {
 			t.Errorf("%s: Verify = %v, want %v (token %q)", c.name, got, c.want, c.token)
