@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,5 +492,126 @@ func TestFloorBatchAnswersAsDecide(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("at +%v: floor answered %v, decide.lua %v", step.after, got, want)
 		}
+	}
+}
+
+// BenchmarkRedisOptimisticShape prices the one design that would take the
+// script out of a decision: optimistic transactions. Per batch of 8
+// decisions of scripts/bench's policy as the limiter sends it (ip, user
+// and device buckets, the route's served by its local lease; the three
+// subjects' multiplier hashes): WATCH of the buckets, one round trip of
+// MGET (buckets) and EXISTS (hashes), then MULTI, a SET ... PX per bucket
+// and EXEC, the arithmetic done in Go; an EXEC aborted because another
+// batch wrote a watched bucket first is run again. lanes1 is one batch at
+// a time (never aborted: the design's floor), lanes2 two at once, as the
+// limiter's two Redis lanes send them, lanes8 eight (four limiter hosts),
+// over 1,000 IPs, 10,000 users and devices at random; nat is lanes2 with
+// the users behind 10 IPs (carrier NAT); users1000 has the key count of
+// bench-policy-batch8, the like-for-like comparison.
+// aborts/batch is the share of EXECs run again. Compare
+// BenchmarkRedisScriptCost/bench-policy-batch8 (docs/benchmarks.md,
+// session 17).
+func BenchmarkRedisOptimisticShape(b *testing.B) {
+	for _, bc := range []struct {
+		name              string
+		lanes, ips, users int
+	}{{"lanes1-users1000", 1, 1000, 1000}, {"lanes1", 1, 1000, 10_000}, {"lanes2", 2, 1000, 10_000},
+		{"lanes8", 8, 1000, 10_000}, {"lanes2-nat", 2, 10, 10_000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c, p := testenv.Redis(b)
+			o := optimistic{c: c, p: p, ips: bc.ips, users: bc.users}
+			o.fill(b) // every bucket exists, as under load
+			o.aborts.Store(0)
+			cpu0 := redisCPUUsec(b, c)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := (b.N + 8*bc.lanes - 1) / (8 * bc.lanes)
+			for l := range bc.lanes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := rand.New(rand.NewPCG(uint64(l), 17))
+					for range per {
+						o.batch(b, r)
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric((redisCPUUsec(b, c)-cpu0)/float64(per*bc.lanes*8), "redis-cpu-µs/decision")
+			b.ReportMetric(float64(o.aborts.Load())/float64(per*bc.lanes), "aborts/batch")
+		})
+	}
+}
+
+// optimistic runs BenchmarkRedisOptimisticShape's batches.
+type optimistic struct {
+	c          *redis.Client
+	p          string
+	ips, users int
+	aborts     atomic.Int64
+}
+
+// fill writes every bucket once.
+func (o *optimistic) fill(b *testing.B) {
+	for u := 0; u < o.users; u += 8 {
+		o.decide(b, []int{u, u + 1, u + 2, u + 3, u + 4, u + 5, u + 6, u + 7}, []int{u, u + 1, u + 2, u + 3, u + 4, u + 5, u + 6, u + 7})
+	}
+}
+
+// batch decides 8 users at random, each with its device, from an IP at
+// random.
+func (o *optimistic) batch(b *testing.B, r *rand.Rand) {
+	users, ips := make([]int, 8), make([]int, 8)
+	for j := range users {
+		users[j], ips[j] = r.IntN(o.users), r.IntN(o.ips)
+	}
+	o.decide(b, users, ips)
+}
+
+// decide decides users[j] from ips[j] in one transaction, again until
+// EXEC is not aborted.
+func (o *optimistic) decide(b *testing.B, users, ips []int) {
+	ctx := context.Background()
+	var buckets, hashes []string
+	for j, u := range users {
+		for _, s := range [][2]string{{"ip", strconv.Itoa(ips[j] % o.ips)}, {"user", strconv.Itoa(u)}, {"device", strconv.Itoa(u)}} {
+			buckets = append(buckets, o.p+"{"+s[0]+":"+s[1]+"}:b:"+s[0])
+			hashes = append(hashes, MultiplierKey(o.p, s[0], s[1]))
+		}
+	}
+	now := time.Now().UnixMicro()
+	for {
+		err := o.c.Watch(ctx, func(tx *redis.Tx) error {
+			var mget *redis.SliceCmd
+			if _, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				mget = pipe.MGet(ctx, buckets...)
+				pipe.Exists(ctx, hashes...)
+				return nil
+			}); err != nil {
+				return err
+			}
+			vals := mget.Val()
+			_, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				for i, k := range buckets {
+					tokens := 1e9
+					if s, ok := vals[i].(string); ok {
+						if f, _, ok := strings.Cut(s, " "); ok {
+							tokens, _ = strconv.ParseFloat(f, 64)
+						}
+					}
+					pipe.Set(ctx, k, strconv.FormatFloat(tokens-1, 'f', -1, 64)+" "+strconv.FormatInt(now, 10), 2*time.Second)
+				}
+				return nil
+			})
+			return err
+		}, buckets...)
+		if err != redis.TxFailedErr {
+			if err != nil {
+				b.Error(err)
+			}
+			return
+		}
+		o.aborts.Add(1)
 	}
 }
