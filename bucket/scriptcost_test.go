@@ -498,19 +498,19 @@ func TestFloorBatchAnswersAsDecide(t *testing.T) {
 // BenchmarkRedisOptimisticShape prices the one design that would take the
 // script out of a decision: optimistic transactions. Per batch of 8
 // decisions of scripts/bench's policy as the limiter sends it (ip, user
-// and device buckets, the route's served by its local lease; the three
+// and device buckets, the route's served by its local share; the three
 // subjects' multiplier hashes): WATCH of the buckets, one round trip of
 // MGET (buckets) and EXISTS (hashes), then MULTI, a SET ... PX per bucket
 // and EXEC, the arithmetic done in Go; an EXEC aborted because another
-// batch wrote a watched bucket first is run again. lanes1 is one batch at
-// a time (never aborted: the design's floor), lanes2 two at once, as the
-// limiter's two Redis lanes send them, lanes8 eight (four limiter hosts),
-// over 1,000 IPs, 10,000 users and devices at random; nat is lanes2 with
-// the users behind 10 IPs (carrier NAT); users1000 has the key count of
-// bench-policy-batch8, the like-for-like comparison.
-// aborts/batch is the share of EXECs run again. Compare
-// BenchmarkRedisScriptCost/bench-policy-batch8 (docs/benchmarks.md,
-// session 17).
+// batch wrote a watched bucket first is run again (aborts/batch).
+//
+// lanes1 sends one batch at a time (never aborted: the design's floor),
+// lanes2 two at once as the limiter's two Redis lanes do, lanes8 eight
+// (four limiter hosts), over 10,000 users and devices from 1,000 IPs at
+// random; nat is lanes2 with the users behind 10 IPs (carrier NAT), and
+// users1000 is lanes1 over bench-policy-batch8's 1,000 keys, the
+// like-for-like comparison with BenchmarkRedisScriptCost
+// (docs/benchmarks.md, session 17).
 func BenchmarkRedisOptimisticShape(b *testing.B) {
 	for _, bc := range []struct {
 		name              string
@@ -552,10 +552,14 @@ type optimistic struct {
 	aborts     atomic.Int64
 }
 
-// fill writes every bucket once.
+// fill writes every bucket once, user u from IP u.
 func (o *optimistic) fill(b *testing.B) {
 	for u := 0; u < o.users; u += 8 {
-		o.decide(b, []int{u, u + 1, u + 2, u + 3, u + 4, u + 5, u + 6, u + 7}, []int{u, u + 1, u + 2, u + 3, u + 4, u + 5, u + 6, u + 7})
+		ids := make([]int, 8)
+		for j := range ids {
+			ids[j] = u + j
+		}
+		o.decide(b, ids, ids)
 	}
 }
 
