@@ -87,7 +87,8 @@ func (e *Engine) parseLeaseID(id string) (string, []string, error) {
 	keys := make([]string, 0, len(parts)-1)
 	for _, p := range parts[1:] {
 		k, err := base64.RawURLEncoding.DecodeString(p)
-		if err != nil || len(k) == 0 || !strings.Contains(string(k), ":b:") {
+		// the decoder skips CR and LF: an id is refused unless it is spelt as issued
+		if err != nil || len(k) == 0 || !strings.Contains(string(k), ":b:") || base64.RawURLEncoding.EncodeToString(k) != p {
 			return "", nil, ErrBadLeaseID
 		}
 		keys = append(keys, e.o.Prefix+string(k))

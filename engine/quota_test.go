@@ -101,7 +101,7 @@ func TestConcurrencyDecision(t *testing.T) {
 	if err := e.Decide(ctx, &in, &d); err != nil || d.Outcome != Allowed || d.LeaseID() == "" || d.Window != 30*time.Second {
 		t.Fatalf("after release: %+v %v", d, err)
 	}
-	for _, bad := range []string{"", "x", ids[1][:24], ids[1][:24] + ".!!", "ABCDEF" + ids[1][6:]} {
+	for _, bad := range []string{"", "x", ids[1][:24], ids[1][:24] + ".!!", "ABCDEF" + ids[1][6:], ids[1] + "\n", ids[1][:30] + "\r" + ids[1][30:]} {
 		if _, err := e.Release(ctx, bad); !errors.Is(err, ErrBadLeaseID) {
 			t.Errorf("release %q: %v, want ErrBadLeaseID", bad, err)
 		}
