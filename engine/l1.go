@@ -59,7 +59,7 @@ const l1Shards = 32
 type l1Shard struct {
 	mu   sync.RWMutex
 	m    map[string]l1Entry
-	subs map[string]l1Subject // subjects' multipliers (l1subjects.go)
+	subs map[uint64]l1Subject // subjects' multipliers by their keys' hashes (l1subjects.go)
 }
 
 // l1Entry is a cached denial.
@@ -84,14 +84,17 @@ func NewL1(o L1Options) *L1 {
 	c := &L1{maxPerShard: max(o.MaxEntries/l1Shards, 1), ttl: o.TTL, noSubjects: o.NoMultipliers, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]l1Entry)
-		c.shards[i].subs = make(map[string]l1Subject)
+		c.shards[i].subs = make(map[uint64]l1Subject)
 	}
 	return c
 }
 
-func (c *L1) shard(key string) *l1Shard {
-	return &c.shards[maphash.String(c.seed, key)%l1Shards]
-}
+func (c *L1) shard(key string) *l1Shard { return c.shardOf(c.hash(key)) }
+
+// hash is key's seeded hash: it picks the shard, and keys the subjects.
+func (c *L1) hash(key string) uint64 { return maphash.String(c.seed, key) }
+
+func (c *L1) shardOf(h uint64) *l1Shard { return &c.shards[h%l1Shards] }
 
 // get returns the unexpired entry for key.
 func (c *L1) get(key string, now time.Time) (l1Entry, bool) {
@@ -139,10 +142,11 @@ func (c *L1) put(key string, e l1Entry, now time.Time) {
 // forget drops the entries of key (a lock or multiplier key), so a change
 // made through this limiter (Wrap) is seen at once.
 func (c *L1) forget(key string) {
-	sh := c.shard(key)
+	h := c.hash(key)
+	sh := c.shardOf(h)
 	sh.mu.Lock()
 	delete(sh.m, key)
-	delete(sh.subs, key)
+	delete(sh.subs, h)
 	sh.mu.Unlock()
 }
 
