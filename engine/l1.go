@@ -94,6 +94,7 @@ func (c *L1) shard(key string) *l1Shard { return c.shardOf(c.hash(key)) }
 // hash is key's seeded hash: it picks the shard, and keys the subjects.
 func (c *L1) hash(key string) uint64 { return maphash.String(c.seed, key) }
 
+// shardOf is the shard of the keys that hash to h.
 func (c *L1) shardOf(h uint64) *l1Shard { return &c.shards[h%l1Shards] }
 
 // get returns the unexpired entry for key.
