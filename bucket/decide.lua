@@ -222,13 +222,13 @@ local function isTrusted(key, device, now)
   return s ~= false and tonumber(s) > now
 end
 
--- trusted_devices: own (7.1). lkeys[i] is the bucket limit i takes from:
--- its key, or its own bucket (the limit's key plus the device) when the
--- decision's device is in the trust set of the own section (a trusted
--- device of the request's account keeps a budget an attacker cannot
--- spend). ownKeys returns 1 when the device is trusted (and then sets
--- lkeys for every limit), 0 when not, nil when the decision has no own
--- section: unless it returns 1, limit i takes from KEYS[kb + i].
+-- trusted_devices: own (7.1). A limit takes from its key, KEYS[kb + i],
+-- unless the decision's device is in the trust set of the own section: a
+-- trusted device of the request's account then takes from its own bucket
+-- (the limit's key plus the device), a budget an attacker cannot spend.
+-- ownKeys returns 1 when the device is trusted, and then lkeys[i] is the
+-- bucket limit i takes from, for every limit; 0 when it is not, nil when
+-- the decision has no own section (lkeys is left as it was).
 local lkeys = {}
 local function ownKeys(kb, a, device, now)
   local nv = #a - 1 -- struct.unpack's last value is its next position
