@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -241,9 +242,7 @@ func TestProxyLoginOutcomes(t *testing.T) {
 func TestProxyUpstreamDown(t *testing.T) {
 	t.Parallel()
 	f := newProxyFixture(t, nil)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testenv.RefusedAddr(t)
 	u, _ := url.Parse("http://" + dead)
 	_ = f.srv.EnableProxy(ProxyOptions{Upstream: u})
 	resp, body := f.do(t, "GET", "/x", "")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/middleware"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
@@ -493,12 +494,7 @@ func TestRemoteRelaysDenials(t *testing.T) {
 // TestRemoteDown: when the limiter cannot answer, FailOpen decides.
 func TestRemoteDown(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedURL := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	closedURL := "http://" + testenv.RefusedAddr(t)
 
 	cases := []struct {
 		name string

@@ -20,13 +20,7 @@ import (
 // unreachable is an address nothing listens on.
 func unreachable(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testenv.RefusedAddr(t)
 }
 
 // touch asks url once without keeping the connection.

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
 // streamCfg is proxy mode in front of up with deadlines short enough to
@@ -99,12 +100,7 @@ func TestProxyUpstreamTimeoutAndUnreachable(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now: connection refused
+	gone := "http://" + testenv.RefusedAddr(t) // connection refused
 	for _, c := range []struct {
 		up   string
 		code int

@@ -1,7 +1,6 @@
 package streams
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,13 +13,8 @@ import (
 // lead to, "outbound buffer limit exceeded").
 func TestDialRealCause(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	err = Dial("nats://"+addr, time.Second)
+	addr := testenv.RefusedAddr(t)
+	err := Dial("nats://"+addr, time.Second)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Dial(closed port) = %v, want the refused dial", err)
 	}

@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -31,6 +33,7 @@ type NATSServer struct {
 	dir  string
 	// extra arguments (a -c config file) and environment of the process
 	extra, env []string
+	exited     chan struct{} // closed once the process has exited and been reaped
 }
 
 // StartNATS starts nats-server (JetStream, loopback, free port) as a child
@@ -38,14 +41,31 @@ type NATSServer struct {
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
 	s := &NATSServer{dir: t.TempDir()}
-	s.Port = FreePort(t)
-	s.URL = fmt.Sprintf("nats://127.0.0.1:%d", s.Port)
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s.startOnFreePort(t)
 	return s
 }
+
+// startOnFreePort starts s on a free port, trying another when the server
+// exits at once (a port free a moment ago can be taken by a parallel
+// test's server before this one binds it), and stops it at cleanup.
+func (s *NATSServer) startOnFreePort(t testing.TB) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		s.Port = FreePort(t)
+		s.URL = fmt.Sprintf("nats://127.0.0.1:%d", s.Port)
+		err := s.start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errExited) || attempt == 4 {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(s.Stop)
+}
+
+// errExited is a server that exited before it answered.
+var errExited = errors.New("exited before it answered")
 
 func (s *NATSServer) start() error {
 	bin, err := exec.LookPath("nats-server")
@@ -64,17 +84,47 @@ func (s *NATSServer) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("testenv: start nats-server: %w", err)
 	}
-	s.Cmd = cmd
+	s.Cmd, s.exited = cmd, make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.exited)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), 100*time.Millisecond); err == nil {
-			c.Close()
+		select {
+		case <-s.exited:
+			s.Cmd = nil
+			return fmt.Errorf("testenv: nats-server on port %d %w; its log:\n%s", s.Port, errExited, s.log())
+		default:
+		}
+		if s.answers() {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Stop()
-	return fmt.Errorf("testenv: nats-server on port %d did not answer", s.Port)
+	return fmt.Errorf("testenv: nats-server on port %d did not answer within 10s; its log:\n%s", s.Port, s.log())
+}
+
+// answers reports whether a NATS server answers on s's port: it greets a
+// connection with its INFO line (a port that another process took accepts
+// and says nothing, or something else).
+func (s *NATSServer) answers() bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 5)
+	n, _ := io.ReadFull(c, buf)
+	return string(buf[:n]) == "INFO "
+}
+
+// log returns the server's log file.
+func (s *NATSServer) log() []byte {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "nats.log"))
+	return b
 }
 
 // Stop kills the server by PID; calling it twice is fine.
@@ -83,7 +133,7 @@ func (s *NATSServer) Stop() {
 		return
 	}
 	_ = s.Cmd.Process.Kill()
-	_, _ = s.Cmd.Process.Wait()
+	<-s.exited
 	s.Cmd = nil
 }
 
@@ -95,12 +145,7 @@ func (s *NATSServer) Stop() {
 func StartNATSConfig(t testing.TB, conf string, env ...string) *NATSServer {
 	t.Helper()
 	s := &NATSServer{dir: t.TempDir(), extra: []string{"-c", conf}, env: env}
-	s.Port = FreePort(t)
-	s.URL = fmt.Sprintf("nats://127.0.0.1:%d", s.Port)
-	if err := s.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s.startOnFreePort(t)
 	return s
 }
 
