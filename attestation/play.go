@@ -162,24 +162,9 @@ func (p *Play) Verify(token, nonce string, now time.Time) (*PlayVerdict, error) 
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if len(token) > maxToken {
-		return nil, fail(StepDecrypt, fmt.Sprintf("token is %d bytes, at most %d", len(token), maxToken))
-	}
-	jwe, err := jose.ParseEncryptedCompact(strings.TrimSpace(token), []jose.KeyAlgorithm{jose.A256KW}, []jose.ContentEncryption{jose.A256GCM})
+	payload, err := p.open(token)
 	if err != nil {
-		return nil, failErr(StepDecrypt, fmt.Errorf("not a compact JWE with A256KW and A256GCM: %w", err))
-	}
-	inner, err := jwe.Decrypt(p.DecryptionKey)
-	if err != nil {
-		return nil, failErr(StepDecrypt, fmt.Errorf("with the configured decryption key: %w", err))
-	}
-	jws, err := jose.ParseSignedCompact(string(inner), []jose.SignatureAlgorithm{jose.ES256})
-	if err != nil {
-		return nil, failErr(StepVerifySignature, fmt.Errorf("not a compact JWS with ES256: %w", err))
-	}
-	payload, err := jws.Verify(p.VerificationKey)
-	if err != nil {
-		return nil, failErr(StepVerifySignature, fmt.Errorf("with the configured verification key: %w", err))
+		return nil, err
 	}
 	var pl playPayload
 	dec := json.NewDecoder(bytes.NewReader(payload))
@@ -205,9 +190,47 @@ func (p *Play) Verify(token, nonce string, now time.Time) (*PlayVerdict, error) 
 	if rd.Nonce != nonce || nonce == "" {
 		return nil, fail(StepNonce, "requestDetails.nonce is not the challenge")
 	}
-	ms, err := parseMillis(rd.TimestampMillis)
+	if err := p.checkTime(v, rd.TimestampMillis, now); err != nil {
+		return nil, err
+	}
+	if err := p.checkVerdicts(v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// open decrypts token (a compact JWE, A256KW and A256GCM) with the
+// decryption key and verifies the JWS inside it (ES256) with the
+// verification key, returning its payload.
+func (p *Play) open(token string) ([]byte, error) {
+	if len(token) > maxToken {
+		return nil, fail(StepDecrypt, fmt.Sprintf("token is %d bytes, at most %d", len(token), maxToken))
+	}
+	jwe, err := jose.ParseEncryptedCompact(strings.TrimSpace(token), []jose.KeyAlgorithm{jose.A256KW}, []jose.ContentEncryption{jose.A256GCM})
 	if err != nil {
-		return nil, failErr(StepTimestamp, err)
+		return nil, failErr(StepDecrypt, fmt.Errorf("not a compact JWE with A256KW and A256GCM: %w", err))
+	}
+	inner, err := jwe.Decrypt(p.DecryptionKey)
+	if err != nil {
+		return nil, failErr(StepDecrypt, fmt.Errorf("with the configured decryption key: %w", err))
+	}
+	jws, err := jose.ParseSignedCompact(string(inner), []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		return nil, failErr(StepVerifySignature, fmt.Errorf("not a compact JWS with ES256: %w", err))
+	}
+	payload, err := jws.Verify(p.VerificationKey)
+	if err != nil {
+		return nil, failErr(StepVerifySignature, fmt.Errorf("with the configured verification key: %w", err))
+	}
+	return payload, nil
+}
+
+// checkTime sets v's timestamp from millis and checks it is at most
+// MaxAge old and not in the future (beyond maxFuture of clock skew).
+func (p *Play) checkTime(v *PlayVerdict, millis json.RawMessage, now time.Time) error {
+	ms, err := parseMillis(millis)
+	if err != nil {
+		return failErr(StepTimestamp, err)
 	}
 	v.Timestamp = time.UnixMilli(ms).UTC()
 	maxAge := p.MaxAge
@@ -216,22 +239,28 @@ func (p *Play) Verify(token, nonce string, now time.Time) (*PlayVerdict, error) 
 	}
 	switch age := now.Sub(v.Timestamp); {
 	case age > maxAge:
-		return nil, fail(StepTimestamp, fmt.Sprintf("the verdict is %v old, more than max_age %v", age.Round(time.Second), maxAge))
+		return fail(StepTimestamp, fmt.Sprintf("the verdict is %v old, more than max_age %v", age.Round(time.Second), maxAge))
 	case age < -maxFuture:
-		return nil, fail(StepTimestamp, fmt.Sprintf("the verdict is %v in the future", (-age).Round(time.Second)))
+		return fail(StepTimestamp, fmt.Sprintf("the verdict is %v in the future", (-age).Round(time.Second)))
 	}
+	return nil
+}
+
+// checkVerdicts requires a recognized app on a device meeting device
+// integrity, or strong integrity when RequireStrong.
+func (p *Play) checkVerdicts(v *PlayVerdict) error {
 	if v.AppRecognitionVerdict != PlayRecognized {
-		return nil, fail(StepAppVerdict, fmt.Sprintf("appRecognitionVerdict is %q, want %s", clipText(v.AppRecognitionVerdict), PlayRecognized))
+		return fail(StepAppVerdict, fmt.Sprintf("appRecognitionVerdict is %q, want %s", clipText(v.AppRecognitionVerdict), PlayRecognized))
 	}
 	strong := slices.Contains(v.DeviceRecognitionVerdict, MeetsStrongIntegrity)
 	basic := slices.Contains(v.DeviceRecognitionVerdict, MeetsDeviceIntegrity)
 	switch {
 	case p.RequireStrong && !strong:
-		return nil, fail(StepDeviceVerdict, fmt.Sprintf("deviceRecognitionVerdict %v lacks %s (required)", v.DeviceRecognitionVerdict, MeetsStrongIntegrity))
+		return fail(StepDeviceVerdict, fmt.Sprintf("deviceRecognitionVerdict %v lacks %s (required)", v.DeviceRecognitionVerdict, MeetsStrongIntegrity))
 	case !strong && !basic:
-		return nil, fail(StepDeviceVerdict, fmt.Sprintf("deviceRecognitionVerdict %v has neither %s nor %s", v.DeviceRecognitionVerdict, MeetsDeviceIntegrity, MeetsStrongIntegrity))
+		return fail(StepDeviceVerdict, fmt.Sprintf("deviceRecognitionVerdict %v has neither %s nor %s", v.DeviceRecognitionVerdict, MeetsDeviceIntegrity, MeetsStrongIntegrity))
 	}
-	return v, nil
+	return nil
 }
 
 // parseMillis reads timestampMillis: a JSON string of digits (as Play

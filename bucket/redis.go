@@ -242,30 +242,8 @@ func (s *RedisStore) enqueue(ctx context.Context, c *call) error {
 // layout): its keys, its numbers as one string of little-endian float64s
 // and its device.
 func (c *call) build(req *Request, slack float64) {
-	c.keys = c.keys[:0]
-	for i := range req.Limits {
-		c.keys = append(c.keys, req.Limits[i].Key)
-	}
-	for i := range req.Subjects {
-		if !req.Subjects[i].Cached {
-			c.keys = append(c.keys, req.Subjects[i].Key)
-		}
-	}
-	c.keys = append(c.keys, req.Locks...)
-	for _, k := range req.TrustKeys {
-		if k != "" {
-			c.keys = append(c.keys, k)
-		}
-	}
 	own := ownLimits(req)
-	if own > 0 {
-		for i := range req.Limits {
-			if req.Limits[i].OwnKey != "" {
-				c.keys = append(c.keys, req.Limits[i].OwnKey)
-			}
-		}
-		c.keys = append(c.keys, req.OwnTrust)
-	}
+	c.keys = appendKeys(c.keys[:0], req, own)
 	now := 0.0
 	if !req.Now.IsZero() {
 		now = float64(req.Now.UnixMicro())
@@ -291,30 +269,7 @@ func (c *call) build(req *Request, slack float64) {
 		}
 	}
 	for i := range req.Limits {
-		l := &req.Limits[i]
-		shadow := 0.0
-		if l.Shadow {
-			shadow = 1
-		}
-		n := 0
-		for j := range req.Subjects {
-			if l.Subjects&(1<<uint(j)) != 0 {
-				n++
-			}
-		}
-		rate, period := l.Rate, float64(l.Period.Microseconds())
-		switch l.Kind {
-		case KindQuota:
-			rate, period = float64(l.Calendar), 0
-		case KindConcurrency:
-			rate, period = 0, float64(l.LeaseTTL.Microseconds())
-		}
-		b = appendF64(b, l.Burst, rate, period, shadow+2*float64(l.Kind), float64(n))
-		for j := range req.Subjects {
-			if l.Subjects&(1<<uint(j)) != 0 {
-				b = appendF64(b, float64(j+1))
-			}
-		}
+		b = appendLimit(b, &req.Limits[i], len(req.Subjects))
 	}
 	if req.hasConcurrency() {
 		hi, lo := 0.0, 0.0
@@ -333,6 +288,67 @@ func (c *call) build(req *Request, slack float64) {
 	b = appendF64(b, float64(own))
 	c.nums = b
 	c.blob, c.device = b, req.Device
+}
+
+// appendKeys appends req's keys in decide.lua's order: the buckets, the
+// multiplier hashes of the subjects not cached, the locks, the trust sets
+// of the locks that have one and, when own > 0, the own buckets and their
+// trust set.
+func appendKeys(keys []string, req *Request, own int) []string {
+	for i := range req.Limits {
+		keys = append(keys, req.Limits[i].Key)
+	}
+	for i := range req.Subjects {
+		if !req.Subjects[i].Cached {
+			keys = append(keys, req.Subjects[i].Key)
+		}
+	}
+	keys = append(keys, req.Locks...)
+	for _, k := range req.TrustKeys {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if own > 0 {
+		for i := range req.Limits {
+			if req.Limits[i].OwnKey != "" {
+				keys = append(keys, req.Limits[i].OwnKey)
+			}
+		}
+		keys = append(keys, req.OwnTrust)
+	}
+	return keys
+}
+
+// appendLimit appends one limit's numbers (burst, rate, period_us, flags,
+// nsub, then its subjects' 1-based indexes among nsub subjects): a
+// quota's rate is its calendar period, a concurrency limit's period its
+// lease TTL.
+func appendLimit(b []byte, l *Limit, nsub int) []byte {
+	shadow := 0.0
+	if l.Shadow {
+		shadow = 1
+	}
+	n := 0
+	for j := 0; j < nsub; j++ {
+		if l.Subjects&(1<<uint(j)) != 0 {
+			n++
+		}
+	}
+	rate, period := l.Rate, float64(l.Period.Microseconds())
+	switch l.Kind {
+	case KindQuota:
+		rate, period = float64(l.Calendar), 0
+	case KindConcurrency:
+		rate, period = 0, float64(l.LeaseTTL.Microseconds())
+	}
+	b = appendF64(b, l.Burst, rate, period, shadow+2*float64(l.Kind), float64(n))
+	for j := 0; j < nsub; j++ {
+		if l.Subjects&(1<<uint(j)) != 0 {
+			b = appendF64(b, float64(j+1))
+		}
+	}
+	return b
 }
 
 // ownLimits counts the limits of req that decide.lua gives a device

@@ -48,20 +48,10 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 		if len(d.applied) == bucket.MaxLimits {
 			break
 		}
-		var mask uint32
-		applies := len(l.IfAttr) == 0 || l.AttrsMatch(in.Attributes)
-		for i, part := range l.By {
-			if !applies {
-				break
-			}
-			v := partValue(in, l, i, routeVal)
-			if part != policy.PartGlobal && v == "" {
-				applies = false
-			}
-		}
-		if !applies {
+		if !limitApplies(in, l, routeVal) {
 			continue
 		}
+		var mask uint32
 		d.keybuf = e.appendBucketKey(d.keybuf, bk, l, in, routeVal, claim)
 		d.spans = append(d.spans, span{len(d.keybuf), spanBucket})
 		if l.TrustedOwn && verifiedDevice && in.Account != "" {
@@ -74,20 +64,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 			if subjOf[part] == 0 {
 				d.keybuf = e.multKeys[part].Append(d.keybuf, value(in, part, routeVal))
 				d.spans = append(d.spans, span{len(d.keybuf), spanSubject})
-				static := 1.0
-				if in.StaticSet[part] {
-					static = in.Static[part]
-				}
-				if part == policy.PartDevice && verified != 1 {
-					static = bucket.Combine(static, verified)
-				}
-				unverified := 1.0
-				if part == policy.PartDevice && in.UnverifiedSet {
-					unverified = in.Unverified
-				}
 				req.Subjects = append(req.Subjects, bucket.RequestSubject{})
 				sub := &req.Subjects[len(req.Subjects)-1]
-				sub.Static, sub.Unverified = static, unverified
+				sub.Static, sub.Unverified = callerMultipliers(in, part, verified)
 				subjOf[part] = int8(len(req.Subjects))
 			}
 			mask |= 1 << uint(subjOf[part]-1)
@@ -151,6 +130,39 @@ func handOutKeys(d *Decision, req *bucket.Request, borrow bool) {
 			li++
 		}
 	}
+}
+
+// limitApplies reports whether l applies to in: its attributes match and
+// every part of its key but global has a value.
+func limitApplies(in *Input, l *policy.Limit, routeVal string) bool {
+	if len(l.IfAttr) != 0 && !l.AttrsMatch(in.Attributes) {
+		return false
+	}
+	for i, part := range l.By {
+		if part != policy.PartGlobal && partValue(in, l, i, routeVal) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// callerMultipliers returns a subject's multipliers the caller knows: its
+// static one (the request's, and for a device its attestation's verified
+// multiplier combined in) and, for a device, the unverified one.
+func callerMultipliers(in *Input, part policy.KeyPart, verified float64) (static, unverified float64) {
+	static, unverified = 1, 1
+	if in.StaticSet[part] {
+		static = in.Static[part]
+	}
+	if part == policy.PartDevice {
+		if verified != 1 {
+			static = bucket.Combine(static, verified)
+		}
+		if in.UnverifiedSet {
+			unverified = in.Unverified
+		}
+	}
+	return static, unverified
 }
 
 // partValue returns the request's value of l's i-th key part ("" when

@@ -122,20 +122,10 @@ func parse(name, baseDir string, data []byte) (p *Policy, err error) {
 // policy walks the document.
 func (ps *parser) policy(doc *yaml.Node) *Policy {
 	p := &Policy{}
-	root := doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = root.Content[0]
-	}
-	root = deref(root)
-	if root.Kind != yaml.MappingNode {
-		ps.errorf(root, "want a mapping with at least version and limits at the top, got %s", kindName(root))
-		return p
-	}
-	top := ps.mapping(root, "policy", topFields)
+	top := ps.top(doc)
 	if top == nil {
 		return p
 	}
-	ps.require(top, "", "version", "limits")
 
 	if f, ok := top.get("version"); ok {
 		if v, ok := ps.integer(f); ok {
@@ -178,21 +168,42 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 	if f, ok := top.get("alerting"); ok && !isNull(f.val) {
 		p.Alerting = ps.alerting(f)
 	}
+	ps.allowDeny(top, p)
+	return p
+}
+
+// top returns the document's top-level mapping, nil (with the error) when
+// it is not one.
+func (ps *parser) top(doc *yaml.Node) *mapping {
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	root = deref(root)
+	if root.Kind != yaml.MappingNode {
+		ps.errorf(root, "want a mapping with at least version and limits at the top, got %s", kindName(root))
+		return nil
+	}
+	top := ps.mapping(root, "policy", topFields)
+	if top != nil {
+		ps.require(top, "", "version", "limits")
+	}
+	return top
+}
+
+// allowDeny reads lists, allow and deny into p: allow and deny name lists
+// the lists section defines.
+func (ps *parser) allowDeny(top *mapping, p *Policy) {
 	var listNames []string
 	if f, ok := top.get("lists"); ok {
 		p.Lists, listNames = ps.lists(f)
 	}
-	for _, name := range []string{"allow", "deny"} {
-		if f, ok := top.get(name); ok {
-			l := ps.listNames(f, p.Lists, listNames)
-			if name == "allow" {
-				p.Allow = l
-			} else {
-				p.Deny = l
-			}
-		}
+	if f, ok := top.get("allow"); ok {
+		p.Allow = ps.listNames(f, p.Lists, listNames)
 	}
-	return p
+	if f, ok := top.get("deny"); ok {
+		p.Deny = ps.listNames(f, p.Lists, listNames)
+	}
 }
 
 // identity parses the `identity` section.
@@ -404,53 +415,16 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 	for _, g := range m.fields {
 		switch g.name {
 		case "name":
-			s, good := ps.str(g)
-			switch {
-			case !good:
-				ok = false
-			case !validName(s):
-				ps.errorf(g.val, "name %q: want 1-%d characters of A-Z a-z 0-9 _ . -", s, maxName)
-				ok = false
-			default:
-				if first, dup := seen[s]; dup {
-					ps.errorf(g.val, "duplicate limit name %q (first at line %d)", s, first)
-					ok = false
-				} else {
-					seen[s] = g.val.Line
-				}
-				lim.Name = s
-			}
+			ok = ps.limitName(g, seen, &lim) && ok
 		case "by":
 			by, attrs, good := ps.keyParts(g)
 			ok = ok && good
 			lim.By, lim.ByAttr = by, attrs
 		case "rate":
-			s, good := ps.scalar(g.val, g.name)
-			if !good {
-				ok = false
-				continue
-			}
-			n, period, err := parseRate(s)
-			if err != nil {
-				ps.errorf(g.val, "rate %q: %v", s, err)
-				ok = false
-				continue
-			}
-			lim.Rate, lim.Period, lim.RateText = n, period, s
+			ok = ps.limitRate(g, &lim) && ok
 		case "burst":
-			x, good := ps.number(g)
-			switch {
-			case !good:
-				ok = false
-			case x < 1:
-				ps.errorf(g.val, "burst %s: must be at least 1 (a smaller bucket never holds a whole request)", g.val.Value)
-				ok = false
-			case x > MaxRate:
-				ps.errorf(g.val, "burst %s: must be at most %g", g.val.Value, MaxRate)
-				ok = false
-			default:
-				lim.Burst, burstSet = x, true
-			}
+			good := ps.limitBurst(g, &lim)
+			ok, burstSet = ok && good, burstSet || good
 		case "shadow":
 			b, good := ps.boolean(g)
 			ok = ok && good
@@ -476,6 +450,58 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 		lim.Burst = max(lim.Rate, 1)
 	}
 	return lim, ok && ps.checkLimit(m, &lim)
+}
+
+// limitName sets lim's name from g: a valid name not used by an earlier
+// limit (seen maps names to the lines that gave them).
+func (ps *parser) limitName(g field, seen map[string]int, lim *Limit) bool {
+	s, good := ps.str(g)
+	switch {
+	case !good:
+		return false
+	case !validName(s):
+		ps.errorf(g.val, "name %q: want 1-%d characters of A-Z a-z 0-9 _ . -", s, maxName)
+		return false
+	}
+	lim.Name = s
+	if first, dup := seen[s]; dup {
+		ps.errorf(g.val, "duplicate limit name %q (first at line %d)", s, first)
+		return false
+	}
+	seen[s] = g.val.Line
+	return true
+}
+
+// limitRate sets lim's rate and period from g ("100/s", "5/min", ...).
+func (ps *parser) limitRate(g field, lim *Limit) bool {
+	s, good := ps.scalar(g.val, g.name)
+	if !good {
+		return false
+	}
+	n, period, err := parseRate(s)
+	if err != nil {
+		ps.errorf(g.val, "rate %q: %v", s, err)
+		return false
+	}
+	lim.Rate, lim.Period, lim.RateText = n, period, s
+	return true
+}
+
+// limitBurst sets lim's burst from g: 1 to MaxRate tokens.
+func (ps *parser) limitBurst(g field, lim *Limit) bool {
+	x, good := ps.number(g)
+	switch {
+	case !good:
+		return false
+	case x < 1:
+		ps.errorf(g.val, "burst %s: must be at least 1 (a smaller bucket never holds a whole request)", g.val.Value)
+		return false
+	case x > MaxRate:
+		ps.errorf(g.val, "burst %s: must be at most %g", g.val.Value, MaxRate)
+		return false
+	}
+	lim.Burst = x
+	return true
 }
 
 // checkLimit checks what a limit's fields say together, once each is

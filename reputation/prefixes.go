@@ -91,40 +91,7 @@ type prefixTable struct {
 // open on a stack: its range gets the open ones' combination plus its own,
 // and when it closes the range after it goes back to its parent's.
 func newPrefixTable(entries []cidrEntry, bits int) prefixTable {
-	type span struct {
-		first, last u128
-		c           combo
-	}
-	spans := make([]span, 0, len(entries))
-	for _, e := range entries {
-		first, last := prefixRange(e.prefix)
-		spans = append(spans, span{first: first, last: last, c: none.add(e.mult, e.rule)})
-	}
-	slices.SortFunc(spans, func(a, b span) int {
-		if c := a.first.cmp(b.first); c != 0 {
-			return c
-		}
-		return b.last.cmp(a.last) // wider first
-	})
-	// Merge the same CIDR named by several rules.
-	merged := spans[:0]
-	for _, s := range spans {
-		if n := len(merged); n > 0 && merged[n-1].first == s.first && merged[n-1].last == s.last {
-			merged[n-1].c = merged[n-1].c.merge(s.c)
-			continue
-		}
-		merged = append(merged, s)
-	}
-
 	var t prefixTable
-	emit := func(start u128, c combo) {
-		if n := len(t.starts); n > 0 && t.starts[n-1] == start {
-			t.combos[n-1] = c
-			return
-		}
-		t.starts = append(t.starts, start)
-		t.combos = append(t.combos, c)
-	}
 	end := maxKey(bits)
 	var stack []span // open CIDRs; c is the accumulated combination
 	pop := func() {
@@ -137,9 +104,9 @@ func newPrefixTable(entries []cidrEntry, bits int) prefixTable {
 		if len(stack) > 0 {
 			parent = stack[len(stack)-1].c
 		}
-		emit(top.last.next(), parent)
+		t.emit(top.last.next(), parent)
 	}
-	for _, s := range merged {
+	for _, s := range sortedSpans(entries) {
 		for len(stack) > 0 && stack[len(stack)-1].last.less(s.first) {
 			pop()
 		}
@@ -147,13 +114,62 @@ func newPrefixTable(entries []cidrEntry, bits int) prefixTable {
 		if len(stack) > 0 {
 			acc = stack[len(stack)-1].c.merge(s.c)
 		}
-		emit(s.first, acc)
+		t.emit(s.first, acc)
 		stack = append(stack, span{first: s.first, last: s.last, c: acc})
 	}
 	for len(stack) > 0 {
 		pop()
 	}
-	// Drop ranges that repeat the previous one's combination.
+	t.compact()
+	return t
+}
+
+// span is one CIDR's addresses and its combination.
+type span struct {
+	first, last u128
+	c           combo
+}
+
+// sortedSpans returns the entries' CIDRs as spans sorted by first address,
+// widest first among equal ones, the same CIDR named by several rules
+// merged into one.
+func sortedSpans(entries []cidrEntry) []span {
+	spans := make([]span, 0, len(entries))
+	for _, e := range entries {
+		first, last := prefixRange(e.prefix)
+		spans = append(spans, span{first: first, last: last, c: none.add(e.mult, e.rule)})
+	}
+	slices.SortFunc(spans, func(a, b span) int {
+		if c := a.first.cmp(b.first); c != 0 {
+			return c
+		}
+		return b.last.cmp(a.last) // wider first
+	})
+	merged := spans[:0]
+	for _, s := range spans {
+		if n := len(merged); n > 0 && merged[n-1].first == s.first && merged[n-1].last == s.last {
+			merged[n-1].c = merged[n-1].c.merge(s.c)
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
+}
+
+// emit starts a range at start with combination c (replacing the
+// combination of a range that starts there too).
+func (t *prefixTable) emit(start u128, c combo) {
+	if n := len(t.starts); n > 0 && t.starts[n-1] == start {
+		t.combos[n-1] = c
+		return
+	}
+	t.starts = append(t.starts, start)
+	t.combos = append(t.combos, c)
+}
+
+// compact drops the ranges that repeat the previous one's combination and
+// a leading gap.
+func (t *prefixTable) compact() {
 	n := 0
 	for i := range t.starts {
 		if n > 0 && t.combos[n-1] == t.combos[i] {
@@ -166,7 +182,6 @@ func newPrefixTable(entries []cidrEntry, bits int) prefixTable {
 		n++
 	}
 	t.starts, t.combos = slices.Clip(t.starts[:n]), slices.Clip(t.combos[:n])
-	return t
 }
 
 // lookup returns the combination of the CIDRs covering k.

@@ -162,8 +162,6 @@ func (d *decoder) batch(b *DecisionBatch, reuse []Decision) bool {
 
 // field reads the value of x's member key.
 func (d *decoder) field(x *Decision, key []byte) bool {
-	var dst *string
-	var f int
 	switch string(key) {
 	case "ts":
 		q, ok := d.s.Quoted()
@@ -194,34 +192,40 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 	case "attributes":
 		return d.attributes(x)
 	case "request_id":
-		dst, f = &x.RequestID, fRequestID
+		return d.stringValue(&x.RequestID, fRequestID)
 	case "endpoint":
-		dst, f = &x.Endpoint, fEndpoint
+		return d.stringValue(&x.Endpoint, fEndpoint)
 	case "class":
-		dst, f = &x.Class, fClass
+		return d.stringValue(&x.Class, fClass)
 	case "route":
-		dst, f = &x.Route, fRoute
+		return d.stringValue(&x.Route, fRoute)
 	case "limit":
-		dst, f = &x.Limit, fLimit
+		return d.stringValue(&x.Limit, fLimit)
 	case "kind":
-		dst, f = &x.Kind, fKind
+		return d.stringValue(&x.Kind, fKind)
 	case "result":
-		dst, f = &x.Result, fResult
+		return d.stringValue(&x.Result, fResult)
 	case "lease_id":
-		dst, f = &x.LeaseID, fLeaseID
+		return d.stringValue(&x.LeaseID, fLeaseID)
 	case "ip":
-		dst, f = &x.IP, fIP
+		return d.stringValue(&x.IP, fIP)
 	case "asn":
-		dst, f = &x.ASN, fASN
+		return d.stringValue(&x.ASN, fASN)
 	case "user_id":
-		dst, f = &x.UserID, fUserID
+		return d.stringValue(&x.UserID, fUserID)
 	case "device_id":
-		dst, f = &x.DeviceID, fDeviceID
+		return d.stringValue(&x.DeviceID, fDeviceID)
 	case "account":
-		dst, f = &x.Account, fAccount
-	default:
-		return false
+		return d.stringValue(&x.Account, fAccount)
 	}
+	return false
+}
+
+// stringValue reads a string into *dst, field f: the string of the
+// previous decision when equal (no allocation), else a new one or, for an
+// identity field of a replay, the interned one. A replay skips the
+// outcome fields.
+func (d *decoder) stringValue(dst *string, f int) bool {
 	v, ok := d.s.String()
 	if !ok {
 		return false
