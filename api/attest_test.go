@@ -38,7 +38,7 @@ type attEnv struct {
 	tokens  *attestation.Tokens
 }
 
-func newAttEnv(t *testing.T, ch attestation.Challenges, dev attestation.Devices) *attEnv {
+func newAttEnv(t testing.TB, ch attestation.Challenges, dev attestation.Devices) *attEnv {
 	t.Helper()
 	clock := func() time.Time { return attNow }
 	e := &attEnv{
@@ -123,7 +123,7 @@ func (e *attEnv) challenge(t *testing.T, device string) string {
 }
 
 // attest builds an attestation object over challenge with o.
-func (e *attEnv) attest(t *testing.T, challenge string, o attestationtest.Options) *attestationtest.Attested {
+func (e *attEnv) attest(t testing.TB, challenge string, o attestationtest.Options) *attestationtest.Attested {
 	t.Helper()
 	if o.AppID == "" {
 		o.AppID = attAppID
@@ -144,7 +144,7 @@ func attAssertionBody(t *testing.T, device string, att *attestationtest.Attested
 		"assertion", attB64(attestationtest.Assertion(t, att.Key, attAppID, counter, []byte(clientData))), "client_data", attB64([]byte(clientData)))
 }
 
-func (e *attEnv) playToken(t *testing.T, nonce string, change func(p map[string]any)) string {
+func (e *attEnv) playToken(t testing.TB, nonce string, change func(p map[string]any)) string {
 	t.Helper()
 	p := attestationtest.PlayPayload(attPackage, nonce, attNow.Add(-10*time.Second))
 	if change != nil {
