@@ -1,12 +1,9 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/netip"
@@ -107,20 +104,9 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, aerr)
 		return
 	}
-	body, aerr := readBody(r, nil)
-	if aerr != nil {
-		writeError(w, rid, aerr)
-		return
-	}
 	var req putMultiplier
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, rid, jsonError(err))
-		return
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, rid, badRequest("body: unexpected data after the JSON object"))
+	if aerr := decodeStrict(r, &req); aerr != nil {
+		writeError(w, rid, aerr)
 		return
 	}
 	if req.Multiplier == nil {

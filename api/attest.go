@@ -1,14 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -374,15 +371,7 @@ func decodeStrict(r *http.Request, v any) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("body: unexpected data after the JSON object")
-	}
-	return nil
+	return unmarshalStrict(body, v)
 }
 
 // requiredID checks a required identifier field.

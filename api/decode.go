@@ -120,10 +120,15 @@ func ipText(sent string, addr netip.Addr) string {
 
 // unmarshalCheck decodes a check body with encoding/json: unknown fields
 // and data after the object are errors.
-func unmarshalCheck(body []byte, req *checkRequest) *apiError {
+func unmarshalCheck(body []byte, req *checkRequest) *apiError { return unmarshalStrict(body, req) }
+
+// unmarshalStrict decodes one JSON object from body into v with
+// encoding/json, refusing unknown fields and trailing data: the body of
+// every JSON endpoint but release is read this way.
+func unmarshalStrict(body []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

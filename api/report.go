@@ -1,12 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -48,13 +44,8 @@ type reportRequest struct {
 // device token presented ("" when none).
 func decodeReport(body []byte, r *streams.Report, token *string) *apiError {
 	var req reportRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest("body: unexpected data after the JSON object")
+	if aerr := unmarshalStrict(body, &req); aerr != nil {
+		return aerr
 	}
 	switch {
 	case req.Type == "":
