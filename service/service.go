@@ -198,6 +198,32 @@ func (c *Config) defaults() {
 // Validate checks the configuration's values, without looking at the
 // policy or the network: cmd/limiter exits 2 (a usage error) on its errors.
 func (c *Config) Validate() error {
+	if err := c.validateAddrs(); err != nil {
+		return err
+	}
+	if err := c.validateNumbers(); err != nil {
+		return err
+	}
+	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
+	}
+	if c.RedisURL != "" {
+		if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
+			return err
+		}
+	} else if c.RedisCA != "" {
+		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
+	}
+	return c.validateTLS()
+}
+
+// validateAddrs checks the listeners' addresses, the upstream and the
+// attestation prefix, and that the API does not share the public listener
+// in proxy mode.
+func (c *Config) validateAddrs() error {
 	if err := checkAddr("listen address", c.Listen); err != nil {
 		return err
 	}
@@ -209,6 +235,24 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if c.GRPCListen != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
+		}
+	}
+	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
+		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {
+		return fmt.Errorf("service: attest prefix %q must be a clean path that starts and ends with a slash, such as /v1/attest/", c.AttestPrefix)
+	}
+	if c.Upstream != "" && c.APIListen != "" && c.APIListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		return fmt.Errorf("service: the API listener (%s) must not be the public listener: the limiter's API must not face the internet", c.APIListen)
+	}
+	return nil
+}
+
+// validateNumbers checks the sizes, counts and durations: none negative,
+// the NATS port a TCP port, the stream replicas at most MaxStreamReplicas.
+func (c *Config) validateNumbers() error {
 	for _, n := range []struct {
 		name string
 		v    int64
@@ -225,34 +269,6 @@ func (c *Config) Validate() error {
 	}
 	if c.NATSPort > 65535 {
 		return fmt.Errorf("service: nats port %d is not a TCP port", c.NATSPort)
-	}
-	if err := checkNATS(c.NATSURL, streams.Auth{CA: c.NATSCA, Creds: c.NATSCreds}); err != nil {
-		return err
-	}
-	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
-	}
-	if c.RedisURL != "" {
-		if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
-			return err
-		}
-	} else if c.RedisCA != "" {
-		return fmt.Errorf("service: redis CA file %s given without a redis URL", c.RedisCA)
-	}
-	if err := c.validateTLS(); err != nil {
-		return err
-	}
-	if c.GRPCListen != "" {
-		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
-			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
-		}
-	}
-	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
-		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {
-		return fmt.Errorf("service: attest prefix %q must be a clean path that starts and ends with a slash, such as /v1/attest/", c.AttestPrefix)
-	}
-	if c.Upstream != "" && c.APIListen != "" && c.APIListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-		return fmt.Errorf("service: the API listener (%s) must not be the public listener: the limiter's API must not face the internet", c.APIListen)
 	}
 	if c.BodyTimeout < 0 || c.StoreTimeout < 0 {
 		return errors.New("service: body and store timeouts must not be negative")
