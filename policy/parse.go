@@ -415,7 +415,9 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 	for _, g := range m.fields {
 		switch g.name {
 		case "name":
-			ok = ps.limitName(g, seen, &lim) && ok
+			var good bool
+			lim.Name, good = ps.uniqueName(g, "limit", seen)
+			ok = ok && good
 		case "by":
 			by, attrs, good := ps.keyParts(g)
 			ok = ok && good
@@ -452,24 +454,24 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 	return lim, ok && ps.checkLimit(m, &lim)
 }
 
-// limitName sets lim's name from g: a valid name not used by an earlier
-// limit (seen maps names to the lines that gave them).
-func (ps *parser) limitName(g field, seen map[string]int, lim *Limit) bool {
+// uniqueName reads the name of a what ("limit", "velocity rule") from g:
+// a valid name not used by an earlier one (seen maps names to the lines
+// that gave them). A duplicate is returned with false.
+func (ps *parser) uniqueName(g field, what string, seen map[string]int) (string, bool) {
 	s, good := ps.str(g)
 	switch {
 	case !good:
-		return false
+		return "", false
 	case !validName(s):
 		ps.errorf(g.val, "name %q: want 1-%d characters of A-Z a-z 0-9 _ . -", s, maxName)
-		return false
+		return "", false
 	}
-	lim.Name = s
 	if first, dup := seen[s]; dup {
-		ps.errorf(g.val, "duplicate limit name %q (first at line %d)", s, first)
-		return false
+		ps.errorf(g.val, "duplicate %s name %q (first at line %d)", what, s, first)
+		return s, false
 	}
 	seen[s] = g.val.Line
-	return true
+	return s, true
 }
 
 // limitRate sets lim's rate and period from g ("100/s", "5/min", ...).

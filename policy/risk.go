@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"strings"
 	"time"
 
@@ -96,20 +97,7 @@ func (ps *parser) velocityRule(n *yaml.Node, seen map[string]int) (VelocityRule,
 		good := true
 		switch g.name {
 		case "name":
-			var s string
-			if s, good = ps.str(g); !good {
-				break
-			}
-			if !validName(s) {
-				ps.errorf(g.val, "name %q: want 1-%d characters of A-Z a-z 0-9 _ . -", s, maxName)
-				good = false
-			} else if first, dup := seen[s]; dup {
-				ps.errorf(g.val, "duplicate velocity rule name %q (first at line %d)", s, first)
-				good = false
-			} else {
-				seen[s] = g.val.Line
-			}
-			rule.Name = s
+			rule.Name, good = ps.uniqueName(g, "velocity rule", seen)
 		case "event":
 			rule.Event, good = ps.velocityEvent(g)
 		case "by":
@@ -272,44 +260,11 @@ func (ps *parser) reputationRule(n *yaml.Node) (ReputationRule, bool) {
 	for _, g := range m.fields {
 		switch g.name {
 		case "asns":
-			l, good := ps.nonEmptyList(g)
-			if !good {
-				ok = false
-				continue
-			}
-			for _, e := range l {
-				x, good := ps.integer(field{name: "asns", key: g.key, val: e})
-				if !good {
-					ok = false
-					continue
-				}
-				if x < 1 || x > 4294967295 {
-					ps.errorf(e, "asns %d: want an AS number between 1 and 4294967295", x)
-					ok = false
-					continue
-				}
-				rule.ASNs = append(rule.ASNs, uint32(x))
-			}
+			asns, good := ps.asnList(g)
+			rule.ASNs, ok = asns, ok && good
 		case "cidrs":
-			l, good := ps.nonEmptyList(g)
-			if !good {
-				ok = false
-				continue
-			}
-			for _, e := range l {
-				s, good := ps.scalar(e, "cidrs")
-				if !good {
-					ok = false
-					continue
-				}
-				pfx, err := parsePrefixOrAddr(s)
-				if err != nil {
-					ps.errorf(e, "cidrs %q: %v", s, err)
-					ok = false
-					continue
-				}
-				rule.CIDRs = append(rule.CIDRs, pfx)
-			}
+			cidrs, good := ps.cidrList(g)
+			rule.CIDRs, ok = cidrs, ok && good
 		case "multiplier":
 			x, good := ps.number(g)
 			if good && x < 0 {
@@ -325,6 +280,54 @@ func (ps *parser) reputationRule(n *yaml.Node) (ReputationRule, bool) {
 		}
 	}
 	return rule, ok
+}
+
+// asnList reads a non-empty list of AS numbers (1 to 4294967295); the
+// valid ones are returned even when others are not.
+func (ps *parser) asnList(g field) ([]uint32, bool) {
+	l, ok := ps.nonEmptyList(g)
+	if !ok {
+		return nil, false
+	}
+	var asns []uint32
+	for _, e := range l {
+		x, good := ps.integer(field{name: "asns", key: g.key, val: e})
+		if !good {
+			ok = false
+			continue
+		}
+		if x < 1 || x > 4294967295 {
+			ps.errorf(e, "asns %d: want an AS number between 1 and 4294967295", x)
+			ok = false
+			continue
+		}
+		asns = append(asns, uint32(x))
+	}
+	return asns, ok
+}
+
+// cidrList reads a non-empty list of CIDRs or single addresses.
+func (ps *parser) cidrList(g field) ([]netip.Prefix, bool) {
+	l, ok := ps.nonEmptyList(g)
+	if !ok {
+		return nil, false
+	}
+	var cidrs []netip.Prefix
+	for _, e := range l {
+		s, good := ps.scalar(e, "cidrs")
+		if !good {
+			ok = false
+			continue
+		}
+		pfx, err := parsePrefixOrAddr(s)
+		if err != nil {
+			ps.errorf(e, "cidrs %q: %v", s, err)
+			ok = false
+			continue
+		}
+		cidrs = append(cidrs, pfx)
+	}
+	return cidrs, ok
 }
 
 // attestation parses `risk.attestation`.
