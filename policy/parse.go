@@ -219,43 +219,11 @@ func (ps *parser) identity(f field) Identity {
 			if isNull(g.val) {
 				continue
 			}
-			l, ok := ps.list(g)
-			if !ok {
-				continue
-			}
-			for _, n := range l {
-				s, ok := ps.scalar(n, g.name)
-				if !ok {
-					continue
-				}
-				pfx, err := parsePrefixOrAddr(s)
-				if err != nil {
-					ps.errorf(n, "trusted_proxies %q: %v", s, err)
-					continue
-				}
-				id.TrustedProxies = append(id.TrustedProxies, pfx)
+			if l, ok := ps.list(g); ok {
+				id.TrustedProxies, _ = ps.prefixes(g, l)
 			}
 		case "user_header", "user_signature_header", "device_header", "device_token_header", "account_header":
-			s, ok := ps.str(g)
-			if !ok {
-				continue
-			}
-			if !isToken(s) {
-				ps.errorf(g.val, "%s %q: not a valid HTTP header name", g.name, s)
-				continue
-			}
-			switch g.name {
-			case "user_header":
-				id.UserHeader = s
-			case "user_signature_header":
-				id.UserSignatureHeader = s
-			case "account_header":
-				id.AccountHeader = s
-			case "device_token_header":
-				id.DeviceTokenHeader = s
-			default:
-				id.DeviceHeader = s
-			}
+			ps.identityHeader(g, &id)
 		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
 			ps.userSignature(g, &id)
 		case "ipv6_prefix":
@@ -270,6 +238,32 @@ func (ps *parser) identity(f field) Identity {
 	}
 	ps.checkUserSignature(m, &id)
 	return id
+}
+
+// identityHeader sets the header of id that g names (user_header,
+// user_signature_header, device_header, device_token_header,
+// account_header): a valid HTTP header name.
+func (ps *parser) identityHeader(g field, id *Identity) {
+	s, ok := ps.str(g)
+	if !ok {
+		return
+	}
+	if !isToken(s) {
+		ps.errorf(g.val, "%s %q: not a valid HTTP header name", g.name, s)
+		return
+	}
+	switch g.name {
+	case "user_header":
+		id.UserHeader = s
+	case "user_signature_header":
+		id.UserSignatureHeader = s
+	case "account_header":
+		id.AccountHeader = s
+	case "device_token_header":
+		id.DeviceTokenHeader = s
+	default:
+		id.DeviceHeader = s
+	}
 }
 
 // parsePrefixOrAddr parses a CIDR prefix (masked) or a bare address (a /32

@@ -312,22 +312,29 @@ func (ps *parser) cidrList(g field) ([]netip.Prefix, bool) {
 	if !ok {
 		return nil, false
 	}
-	var cidrs []netip.Prefix
+	return ps.prefixes(g, l)
+}
+
+// prefixes reads the CIDRs or single addresses of g's list l; the valid
+// ones are returned even when others are not.
+func (ps *parser) prefixes(g field, l []*yaml.Node) ([]netip.Prefix, bool) {
+	ok := true
+	var out []netip.Prefix
 	for _, e := range l {
-		s, good := ps.scalar(e, "cidrs")
+		s, good := ps.scalar(e, g.name)
 		if !good {
 			ok = false
 			continue
 		}
 		pfx, err := parsePrefixOrAddr(s)
 		if err != nil {
-			ps.errorf(e, "cidrs %q: %v", s, err)
+			ps.errorf(e, "%s %q: %v", g.name, s, err)
 			ok = false
 			continue
 		}
-		cidrs = append(cidrs, pfx)
+		out = append(out, pfx)
 	}
-	return cidrs, ok
+	return out, ok
 }
 
 // attestation parses `risk.attestation`.
