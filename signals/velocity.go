@@ -334,33 +334,7 @@ func (e *Engine) fireVelocity(rule *velRule, subject string, st *velState, value
 	}
 	window := fmtDuration(rule.Window)
 	summary := strconv.Itoa(count) + " " + rule.Event + " in " + window
-	var kind, what string
-	multiplier := 1.0
-	switch rule.Action {
-	case actionLockout, actionStepUp:
-		kind = streams.AlertLockout
-		what = "locked out"
-		if rule.Action == actionStepUp {
-			kind = streams.AlertStepUp
-			what = "step-up required"
-		}
-		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
-		if !rule.Shadow && e.setLock(ns, subject, value, lock, rule.Name) {
-			out = append(out, Action{Kind: SetLock, Subject: subject, ID: value, Lock: lock})
-		}
-	case actionTighten, actionBlock:
-		kind = streams.AlertTighten
-		multiplier = rule.Multiplier
-		what = "limits tightened to x" + fmtFloat(rule.Multiplier)
-		if rule.Action == actionBlock {
-			kind, what = streams.AlertBlock, "blocked"
-		}
-		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
-			Reason: rule.Name + ": " + summary}
-		if !rule.Shadow && e.setMultiplier(ns, subject, value, m, rule.Name) {
-			out = append(out, Action{Kind: SetMultiplier, Subject: subject, ID: value, Multiplier: m})
-		}
-	}
+	kind, what, multiplier, out := e.enforceVelocity(rule, subject, value, ns, until, summary, out)
 	reason := subject + " " + value + ": " + summary + " (threshold " + strconv.Itoa(rule.Threshold) +
 		", rule " + rule.Name + "); " + what + " for " + fmtDuration(d)
 	if repeats > 0 {
@@ -387,6 +361,37 @@ func (e *Engine) fireVelocity(rule *velRule, subject string, st *velState, value
 		Shadow:     rule.Shadow,
 	}
 	return append(out, Action{Kind: Alert, Subject: subject, ID: value, Alert: a})
+}
+
+// enforceVelocity applies rule's action to the subject until until (a
+// lock or a multiplier, nothing for a shadow rule), appending the action
+// to out, and returns the alert's kind, what was done in words and the
+// multiplier set (1 for a lock).
+func (e *Engine) enforceVelocity(rule *velRule, subject, value string, ns int64, until time.Time, summary string, out []Action) (kind, what string, multiplier float64, _ []Action) {
+	multiplier = 1
+	switch rule.Action {
+	case actionLockout, actionStepUp:
+		kind, what = streams.AlertLockout, "locked out"
+		if rule.Action == actionStepUp {
+			kind, what = streams.AlertStepUp, "step-up required"
+		}
+		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
+		if !rule.Shadow && e.setLock(ns, subject, value, lock, rule.Name) {
+			out = append(out, Action{Kind: SetLock, Subject: subject, ID: value, Lock: lock})
+		}
+	case actionTighten, actionBlock:
+		kind, what = streams.AlertTighten, "limits tightened to x"+fmtFloat(rule.Multiplier)
+		multiplier = rule.Multiplier
+		if rule.Action == actionBlock {
+			kind, what = streams.AlertBlock, "blocked"
+		}
+		m := bucket.Multiplier{Source: "velocity", Value: rule.Multiplier, ExpiresAt: until,
+			Reason: rule.Name + ": " + summary}
+		if !rule.Shadow && e.setMultiplier(ns, subject, value, m, rule.Name) {
+			out = append(out, Action{Kind: SetMultiplier, Subject: subject, ID: value, Multiplier: m})
+		}
+	}
+	return kind, what, multiplier, out
 }
 
 // stepUpPassed lifts the step-up requirement in force on the report's
