@@ -79,50 +79,61 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 	}
 	p := &proxy{s: s, o: o}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(o.Upstream)
-			pr.Out.Host = pr.In.Host
-			// X-Forwarded-For: the client address we decided on, appended
-			// to a chain we trust (or alone when the peer is not trusted).
-			if id, ok := pr.In.Context().Value(identityKey{}).(*identity); ok {
-				if id.xff != "" {
-					pr.Out.Header.Set("X-Forwarded-For", id.xff+", "+peerHost(pr.In.RemoteAddr))
-				} else {
-					pr.Out.Header.Set("X-Forwarded-For", peerHost(pr.In.RemoteAddr))
-				}
-			}
-			pr.Out.Header.Set("X-Forwarded-Proto", scheme(pr.In))
-			pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
-		},
+		Rewrite:   p.rewrite,
 		Transport: o.Transport,
 		// 0: responses of unknown length (chunked, server-sent events) are
 		// flushed as they come; others are written in as few writes as possible.
-		FlushInterval: 0,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if id, ok := r.Context().Value(identityKey{}).(*identity); ok && id.body != nil && id.body.failed() != nil {
-				// The client's body failed (bad chunks, or it did not
-				// arrive in time): the client's fault, not the upstream's.
-				s.writeBodyError(w, w.Header().Get("X-Request-Id"), id.body.failed())
-				return
-			}
-			if o.OnUpstreamError != nil {
-				o.OnUpstreamError()
-			}
-			rid := w.Header().Get("X-Request-Id")
-			aerr := upstreamError(r, err)
-			s.o.Logger.Warn("proxy: upstream", "request_id", rid, "status", aerr.status, "err", err)
-			writeError(w, rid, aerr)
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			if id, ok := resp.Request.Context().Value(identityKey{}).(*identity); ok && id.wd != nil {
-				id.wd.started(resp)
-			}
-			return p.outcome(resp)
-		},
+		FlushInterval:  0,
+		ErrorHandler:   p.upstreamFailed,
+		ModifyResponse: p.modifyResponse,
 	}
 	s.proxy = p
 	s.fwd = p // forward auth reads identities with the proxy's options
 	return nil
+}
+
+// rewrite points the outgoing request at the upstream, keeping the
+// client's Host, and sets the X-Forwarded headers: X-Forwarded-For is
+// the client address decided on, appended to a chain we trust (or alone
+// when the peer is not trusted).
+func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.o.Upstream)
+	pr.Out.Host = pr.In.Host
+	if id, ok := pr.In.Context().Value(identityKey{}).(*identity); ok {
+		if id.xff != "" {
+			pr.Out.Header.Set("X-Forwarded-For", id.xff+", "+peerHost(pr.In.RemoteAddr))
+		} else {
+			pr.Out.Header.Set("X-Forwarded-For", peerHost(pr.In.RemoteAddr))
+		}
+	}
+	pr.Out.Header.Set("X-Forwarded-Proto", scheme(pr.In))
+	pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
+}
+
+// upstreamFailed answers a request the upstream did not: a 4xx when the
+// client's own body failed (bad chunks, or it did not arrive in time),
+// else the upstream's 502 or 504.
+func (p *proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if id, ok := r.Context().Value(identityKey{}).(*identity); ok && id.body != nil && id.body.failed() != nil {
+		p.s.writeBodyError(w, w.Header().Get("X-Request-Id"), id.body.failed())
+		return
+	}
+	if p.o.OnUpstreamError != nil {
+		p.o.OnUpstreamError()
+	}
+	rid := w.Header().Get("X-Request-Id")
+	aerr := upstreamError(r, err)
+	p.s.o.Logger.Warn("proxy: upstream", "request_id", rid, "status", aerr.status, "err", err)
+	writeError(w, rid, aerr)
+}
+
+// modifyResponse starts the request's idle deadline on the upstream's
+// answer (see watchdog.started) and records the upstream's outcome.
+func (p *proxy) modifyResponse(resp *http.Response) error {
+	if id, ok := resp.Request.Context().Value(identityKey{}).(*identity); ok && id.wd != nil {
+		id.wd.started(resp)
+	}
+	return p.outcome(resp)
 }
 
 func scheme(r *http.Request) string {
