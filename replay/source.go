@@ -182,21 +182,13 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 	}
 	dec = &streamReader{name: cfg.Stream(streams.DecisionsStream), filter: pfx + "decisions.>", rank: rankDecision, window: window}
 	rep = &streamReader{name: cfg.Stream(streams.EventsStream), filter: pfx + "reports.>", rank: rankReport, window: window}
-	ds, err := js.Stream(ctx, dec.name)
+	ds, dinfo, err := streamInfo(ctx, js, dec.name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: stream %s: %w", dec.name, err)
+		return nil, nil, err
 	}
-	dinfo, err := ds.Info(ctx)
+	_, einfo, err := streamInfo(ctx, js, rep.name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: stream %s: %w", dec.name, err)
-	}
-	es, err := js.Stream(ctx, rep.name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: stream %s: %w", rep.name, err)
-	}
-	einfo, err := es.Info(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: stream %s: %w", rep.name, err)
+		return nil, nil, err
 	}
 	dec.last, rep.last = dinfo.State.LastSeq, einfo.State.LastSeq
 	if dinfo.State.Msgs == 0 {
@@ -240,6 +232,19 @@ func openReaders(ctx context.Context, js jetstream.JetStream, cfg streams.Config
 		rep.last = 0
 	}
 	return dec, rep, nil
+}
+
+// streamInfo returns the stream named name and its current state.
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", name, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: stream %s: %w", name, err)
+	}
+	return st, info, nil
 }
 
 // idleWatch stops a message iterator that receives nothing at all while
