@@ -44,10 +44,10 @@ type Options struct {
 	// Policy returns the policy in force (required); its Alerting section
 	// is read for every alert, so reloads apply to the next delivery.
 	Policy func() *policy.Policy
-	// Leading, when set, is asked before each attempt whether this
-	// process may still act (riskd's lease, 7.5): once it says no, the
-	// deliverer stops attempting and hands its alerts back, as when its
-	// context ends. nil: always.
+	// Leading, when set, is asked before each pull and each attempt
+	// whether this process may act (riskd's lease, 7.5): while it says no,
+	// the deliverer takes no alert, and one it holds when it stops leading
+	// is handed back, as when its context ends. nil: always.
 	Leading func() bool
 	// Streams names the subjects and streams (must match the limiter's).
 	Streams streams.Config
@@ -197,11 +197,22 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // the server at any time.
 const fetchWait = time.Second
 
+// notLeadingPause is how often a deliverer that is not leading asks again
+// whether it leads.
+const notLeadingPause = 250 * time.Millisecond
+
 // intake fetches alerts and starts their deliveries (under dctx) until
 // ctx ends or the consumer is gone. It returns after its last pull
 // request has ended.
 func (d *Deliverer) intake(ctx, dctx context.Context, c jetstream.Consumer) error {
 	for ctx.Err() == nil {
+		if !d.o.Leading() {
+			// Another process delivers: a pull request of this one would
+			// take alerts only to hand them back, and, with both pulling,
+			// could take them again and again before the leader does.
+			pause(ctx, notLeadingPause)
+			continue
+		}
 		n := min(cap(d.sem)-len(d.sem), 256)
 		if n == 0 {
 			n = 1 // waits for a free slot below

@@ -415,6 +415,14 @@ func TestNotLeadingDeliversNothing(t *testing.T) {
 	if n := testutil.CollectAndCount(follower.Deliveries); n != 0 {
 		t.Errorf("the follower counted %d attempt series, want none", n)
 	}
+	c, err := e.js.Consumer(context.Background(), e.cfg.Stream(streams.EventsStream), DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The consumer sequence counts every delivery, redeliveries included.
+	if info, err := c.Info(context.Background()); err != nil || info.Delivered.Consumer != uint64(len(ids)) {
+		t.Errorf("consumer info %+v, %v: want %d deliveries, each alert once (the follower takes none)", info, err, len(ids))
+	}
 	got := r.ids()
 	for _, id := range ids {
 		if got[id] != 1 {
