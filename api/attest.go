@@ -364,16 +364,6 @@ func notConfigured(msg string) *apiError {
 	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: msg}
 }
 
-// decodeStrict reads r's body (at most MaxBody) into v, refusing unknown
-// fields and trailing data.
-func decodeStrict(r *http.Request, v any) *apiError {
-	body, aerr := readBody(r, nil)
-	if aerr != nil {
-		return aerr
-	}
-	return unmarshalStrict(body, v)
-}
-
 // requiredID checks a required identifier field.
 func requiredID(name string, v *string) (string, *apiError) {
 	if v == nil || *v == "" {

@@ -156,8 +156,9 @@ func TestCheckConcurrencyAndRelease(t *testing.T) {
 	leaseIn(t, serve(srv, "POST", "/v1/check", exp))
 	for body, msg := range map[string]string{
 		`{}`:                           "lease_id: required",
-		`{"lease_id": 5}`:              "body: want",
-		`{"lease_id": "x", "more": 1}`: "body: want",
+		`{"lease_id": 5}`:              `field \"lease_id\" must be a string`,
+		`{"lease_id": "x", "more": 1}`: `unknown field \"more\"`,
+		`{"lease_id": "` + b + `"}}`:   "body: unexpected data after the JSON object",
 		`{"lease_id": "nope"}`:         "lease_id: not a lease id",
 		`{"lease_id": "` + strings.ToUpper(b[:24]) + b[24:] + `"}`: "lease_id: not a lease id",
 	} {

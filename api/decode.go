@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	var req checkRequest
 	if !scanCheck(body, &req) {
 		req = checkRequest{}
-		if aerr := unmarshalCheck(body, &req); aerr != nil {
+		if aerr := unmarshalStrict(body, &req); aerr != nil {
 			return aerr
 		}
 	}
@@ -118,13 +119,20 @@ func ipText(sent string, addr netip.Addr) string {
 	return addr.String()
 }
 
-// unmarshalCheck decodes a check body with encoding/json: unknown fields
-// and data after the object are errors.
-func unmarshalCheck(body []byte, req *checkRequest) *apiError { return unmarshalStrict(body, req) }
+// decodeStrict reads r's body (at most MaxBody) into v with
+// unmarshalStrict.
+func decodeStrict(r *http.Request, v any) *apiError {
+	body, aerr := readBody(r, nil)
+	if aerr != nil {
+		return aerr
+	}
+	return unmarshalStrict(body, v)
+}
 
 // unmarshalStrict decodes one JSON object from body into v with
-// encoding/json, refusing unknown fields and trailing data: the body of
-// every JSON endpoint but release is read this way.
+// encoding/json, refusing unknown fields and trailing data: the bodies
+// of every JSON endpoint are read this way (check's when its fast path
+// declines).
 func unmarshalStrict(body []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -137,10 +145,10 @@ func unmarshalStrict(body []byte, v any) *apiError {
 	return nil
 }
 
-// scanCheck is unmarshalCheck's fast path, without reflection, for the
+// scanCheck is unmarshalStrict's fast path for a check body, without reflection, for the
 // plain form clients send: the contract's field names, strings without
 // escapes, an integer cost. It reports false on anything else (req is then
-// partly filled), and the caller decodes with unmarshalCheck, so a body
+// partly filled), and the caller decodes with unmarshalStrict, so a body
 // means the same either way (FuzzScanCheck checks).
 func scanCheck(body []byte, req *checkRequest) bool {
 	s := jsonscan.New(body)

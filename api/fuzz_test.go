@@ -143,7 +143,7 @@ func FuzzScanCheck(f *testing.F) {
 			return
 		}
 		var std checkRequest
-		if aerr := unmarshalCheck(body, &std); aerr != nil {
+		if aerr := unmarshalStrict(body, &std); aerr != nil {
 			t.Fatalf("%q: fast path accepted, encoding/json says %v", body, aerr.message)
 		}
 		if deref(fast.Endpoint) != deref(std.Endpoint) || deref(fast.IP) != deref(std.IP) || deref(fast.UserID) != deref(std.UserID) ||
@@ -155,7 +155,7 @@ func FuzzScanCheck(f *testing.F) {
 }
 
 // BenchmarkDecodeCheck decodes and validates a typical check body: the
-// fast path against encoding/json (unmarshalCheck) and the same checks.
+// fast path against encoding/json (unmarshalStrict) and the same checks.
 func BenchmarkDecodeCheck(b *testing.B) {
 	body := []byte(`{"endpoint":"POST /auth/login","ip":"198.51.100.7","user_id":"u_42","device_id":"d_1","account":"alice@example.com","cost":1}`)
 	b.Run("fast", func(b *testing.B) {
@@ -181,7 +181,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			var req checkRequest
-			if aerr := unmarshalCheck(body, &req); aerr != nil {
+			if aerr := unmarshalStrict(body, &req); aerr != nil {
 				b.Fatal(aerr.message)
 			}
 		}

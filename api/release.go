@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -18,13 +16,8 @@ func decodeRelease(body []byte) (string, *apiError) {
 	var req struct {
 		LeaseID *string `json:"lease_id"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return "", badRequest("body: want {\"lease_id\": \"...\"}: " + err.Error())
-	}
-	if dec.More() {
-		return "", badRequest("body: one JSON object, nothing after it")
+	if aerr := unmarshalStrict(body, &req); aerr != nil {
+		return "", aerr
 	}
 	if req.LeaseID == nil || *req.LeaseID == "" {
 		return "", badRequest("lease_id: required (the lease_id a check answered)")
