@@ -155,7 +155,7 @@ func Verify(keys [][]byte, user, header string, now time.Time, o Options) bool {
 		return false
 	}
 	if !h.Timestamped {
-		if o.RequireTimestamp {
+		if o.RequireTimestamp || ambiguous(user) {
 			return false
 		}
 		return anyKey(keys, []byte(user), [][]byte{h.Bare})
@@ -170,6 +170,19 @@ func Verify(keys [][]byte, user, header string, now time.Time, o Options) bool {
 		return false
 	}
 	return anyKey(keys, signed(h.T, user), h.V1)
+}
+
+// ambiguous reports whether user starts with digits and a dot: its bare
+// signature, HMAC(key, user), is then also the timestamped form's signature
+// of the rest of it ("<t>.<user>"), so a leaked timestamped header would
+// verify as a bare one, which never expires. Such ids need the
+// timestamped form.
+func ambiguous(user string) bool {
+	i := 0
+	for i < len(user) && user[i] >= '0' && user[i] <= '9' {
+		i++
+	}
+	return i > 0 && i < len(user) && user[i] == '.'
 }
 
 // anyKey reports whether one of macs is HMAC-SHA256(k, msg) for one of keys.

@@ -44,6 +44,12 @@ func TestVerify(t *testing.T) {
 		{"bare refused", [][]byte{key}, "u_42", SignBare(key, "u_42"), Options{RequireTimestamp: true}, false},
 		{"timestamped with bare refused", [][]byte{key}, "u_42", fresh, Options{RequireTimestamp: true}, true},
 		{"empty", [][]byte{key}, "u_42", "", Options{}, false},
+		{"timestamped v1 as bare of <t>.<user>", [][]byte{key}, "1800000000.u_42", strings.TrimPrefix(fresh, "t=1800000000,v1="), Options{MaxAge: time.Nanosecond}, false},
+		{"bare of digits-dot id refused", [][]byte{key}, "12.u_42", SignBare(key, "12.u_42"), Options{}, false},
+		{"timestamped of digits-dot id", [][]byte{key}, "12.u_42", Sign(key, "12.u_42", now), Options{}, true},
+		{"bare of digits id", [][]byte{key}, "1234", SignBare(key, "1234"), Options{}, true},
+		{"bare of id with dot after letters", [][]byte{key}, "a1.b", SignBare(key, "a1.b"), Options{}, true},
+		{"bare of dot-first id", [][]byte{key}, ".42", SignBare(key, ".42"), Options{}, true},
 	} {
 		if got := Verify(c.keys, c.user, c.header, now, c.o); got != c.want {
 			t.Errorf("%s: Verify(%q) = %v, want %v", c.name, c.header, got, c.want)
