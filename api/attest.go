@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -137,11 +138,13 @@ type (
 		KeyID             *string `json:"key_id"`
 		AttestationObject *string `json:"attestation_object"`
 		Challenge         *string `json:"challenge"`
+		DeviceToken       *string `json:"device_token"` // optional: proves the device id's attestation in force
 	}
 	androidBody struct {
-		DeviceID  *string `json:"device_id"`
-		Token     *string `json:"token"`
-		Challenge *string `json:"challenge"`
+		DeviceID    *string `json:"device_id"`
+		Token       *string `json:"token"`
+		Challenge   *string `json:"challenge"`
+		DeviceToken *string `json:"device_token"` // optional: proves the device id's attestation in force
 	}
 	assertionBody struct {
 		DeviceID   *string `json:"device_id"`
@@ -226,6 +229,9 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	}
 	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
+	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
+		return aerr
+	}
 	return h.verified(ctx, w, rid, id, st)
 }
 
@@ -257,7 +263,37 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	}
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
+	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
+		return aerr
+	}
 	return h.verified(ctx, w, rid, id, st)
+}
+
+// claim refuses a fresh attestation st of device id while the id holds
+// a valid attestation of another App Attest key, or of Play Integrity
+// (which has no key), unless the request presents the device token of
+// the attestation in force. A device id is no secret: without this, any
+// genuine device could attest under another's id and be handed a token
+// the engine takes as that device's, with the trust the owner earned on
+// its accounts (exempt_attested, its own budget), and the owner's key
+// would be forgotten.
+func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestation.Status, token *string) *apiError {
+	cur, ok, err := h.o.Devices.Get(ctx, id)
+	if err != nil {
+		return h.failure(ctx, rid, "device", id, err)
+	}
+	now := h.o.Now()
+	if !ok || !cur.Verified || !now.Before(cur.ExpiresAt) {
+		return nil
+	}
+	if cur.Platform == attestation.PlatformApple && st.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID {
+		return nil
+	}
+	if token != nil && h.o.Tokens.Verify(*token, id, now) {
+		return nil
+	}
+	return h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
+		Err: fmt.Errorf("device_id holds a valid %s attestation until %s; send its device_token to replace it", cur.Platform, rfc3339(cur.ExpiresAt))})
 }
 
 // verified records a fresh attestation of device id and answers 200.

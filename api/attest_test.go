@@ -496,3 +496,74 @@ type failingDevices struct{ attestation.Devices }
 func (failingDevices) Put(context.Context, string, attestation.Status) error {
 	return attestation.ErrUnavailable
 }
+
+// TestAttestClaimInForce: a device id whose attestation is in force is
+// not taken over by another key or by a Play Integrity verdict (a device
+// id is no secret), unless the request presents the id's device token;
+// the same key may attest again, and an expired attestation is no claim.
+func TestAttestClaimInForce(t *testing.T) {
+	t.Parallel()
+	for name, backend := range attBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ch0, dev0 := backend()
+			e := newAttEnv(t, ch0, dev0)
+			ch := e.challenge(t, "victim")
+			owner := e.attest(t, ch, attestationtest.Options{})
+			code, resp := attDo(t, e.h, "POST", "/v1/attest/apple", attAppleBody("victim", owner, ch))
+			if code != 200 {
+				t.Fatalf("owner: %d %+v", code, resp.Error)
+			}
+			ownerToken := resp.Token
+
+			ch = e.challenge(t, "victim")
+			other := e.attest(t, ch, attestationtest.Options{})
+			code, resp = attDo(t, e.h, "POST", "/v1/attest/apple", attAppleBody("victim", other, ch))
+			if code != 400 || resp.Error.Code != CodeAttestationInvalid || resp.Error.Details["step"] != "device" || resp.Token != "" ||
+				!strings.HasPrefix(resp.Error.Message, "device: device_id holds a valid apple attestation until 2025-06-02T12:00:00Z") {
+				t.Fatalf("another key over the owner's: %d %+v token %q", code, resp.Error, resp.Token)
+			}
+			ch = e.challenge(t, "victim")
+			code, resp = attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "victim", "token", e.playToken(t, ch, nil), "challenge", ch))
+			if code != 400 || resp.Error.Details["step"] != "device" || resp.Token != "" {
+				t.Fatalf("play verdict over the owner's: %d %+v", code, resp.Error)
+			}
+			// The owner's key still renews.
+			if code, resp := attDo(t, e.h, "POST", "/v1/attest/apple/assertion", attAssertionBody(t, "victim", owner, 1, "renew")); code != 200 {
+				t.Fatalf("owner's assertion after the refused takeovers: %d %+v", code, resp.Error)
+			}
+			// The same key attests again; another key with the owner's token replaces it.
+			ch = e.challenge(t, "victim")
+			if code, resp := attDo(t, e.h, "POST", "/v1/attest/apple", attAppleBody("victim", e.attest(t, ch, attestationtest.Options{Key: owner.Key}), ch)); code != 200 {
+				t.Fatalf("the owner's key again: %d %+v", code, resp.Error)
+			}
+			ch = e.challenge(t, "victim")
+			body := strings.TrimSuffix(attAppleBody("victim", e.attest(t, ch, attestationtest.Options{Key: other.Key}), ch), "}") + `,"device_token":"` + ownerToken + `"}`
+			if code, resp := attDo(t, e.h, "POST", "/v1/attest/apple", body); code != 200 {
+				t.Fatalf("another key with the owner's token: %d %+v", code, resp.Error)
+			}
+
+			// Play Integrity: a second verdict needs the first one's token.
+			ch = e.challenge(t, "a1")
+			code, resp = attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "a1", "token", e.playToken(t, ch, nil), "challenge", ch))
+			if code != 200 {
+				t.Fatalf("android: %d %+v", code, resp.Error)
+			}
+			androidToken := resp.Token
+			ch = e.challenge(t, "a1")
+			if code, resp := attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "a1", "token", e.playToken(t, ch, nil), "challenge", ch)); code != 400 || resp.Error.Details["step"] != "device" {
+				t.Fatalf("second android verdict without a token: %d %+v", code, resp.Error)
+			}
+			for _, tok := range []string{"", "forged", ownerToken} {
+				ch = e.challenge(t, "a1")
+				if code, _ := attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "a1", "token", e.playToken(t, ch, nil), "challenge", ch, "device_token", tok)); code != 400 {
+					t.Fatalf("android renewal with token %q: %d", tok, code)
+				}
+			}
+			ch = e.challenge(t, "a1")
+			if code, resp := attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "a1", "token", e.playToken(t, ch, nil), "challenge", ch, "device_token", androidToken)); code != 200 {
+				t.Fatalf("android renewal with its token: %d %+v", code, resp.Error)
+			}
+		})
+	}
+}

@@ -23,6 +23,7 @@ const (
 	StepTimestamp        = "timestamp"         // the verdict is too old or in the future
 	StepAppVerdict       = "app verdict"       // appRecognitionVerdict is not PLAY_RECOGNIZED
 	StepDeviceVerdict    = "device verdict"    // deviceRecognitionVerdict lacks the required integrity
+	StepDevice           = "device"            // the device id holds a valid attestation of another key, and no token of it came
 )
 
 // Error is a failed verification: Step names the check (one of the Step

@@ -166,6 +166,50 @@ func TestAttackCopiedDeviceIDIsUnverified(t *testing.T) {
 	}
 }
 
+// TestAttackReattestedDeviceIDGetsNoToken (6.3, 7.1): an attacker who
+// learnt the victim's attested, trusted device id attests it again with
+// a genuine device of his own (App Attest with another key): he used to
+// be handed a device token of that id, which made him the victim's trusted
+// device (exempt from alice's lockout) and evicted the victim's key. Now
+// the attestation in force holds the id: 400 ATTESTATION_INVALID, step
+// "device", no token; alice stays locked to him and open to the victim.
+func TestAttackReattestedDeviceIDGetsNoToken(t *testing.T) {
+	t.Parallel()
+	ca, root := testCA(t)
+	_, base := start(t, Config{ConfigPath: attackPolicy(t, root)})
+	token := attestApple(t, base, ca, "d-victim")
+	post(t, base+"/v1/report", `{"type":"login_succeeded","account":"alice","device_id":"d-victim","device_token":"`+token+`"}`)
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/report", `{"type":"login_failed","account":"alice"}`)
+	}
+
+	_, body := post(t, base+"/v1/attest/challenge", `{"device_id":"d-victim"}`)
+	var ch struct{ Challenge string }
+	if err := json.Unmarshal([]byte(body), &ch); err != nil || ch.Challenge == "" {
+		t.Fatalf("challenge: %s", body)
+	}
+	hash := sha256.Sum256([]byte(ch.Challenge))
+	att := ca.Attest(t, attestationtest.Options{AppID: attackAppID, ClientDataHash: hash[:]})
+	b64 := base64.StdEncoding.EncodeToString
+	resp, body := post(t, base+"/v1/attest/apple", `{"device_id":"d-victim","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
+	if resp.StatusCode != 400 || !strings.Contains(body, `"step":"device"`) || strings.Contains(body, `"device_token":`) {
+		t.Fatalf("the attacker's attestation of the victim's device id: %d %s", resp.StatusCode, body)
+	}
+	login := func(device, token string) int {
+		resp, _ := post(t, base+"/v1/check", checkBody("POST /auth/login", "alice", device, token))
+		return resp.StatusCode
+	}
+	eventually(t, 5*time.Second, func() string {
+		if c := login("d-victim", ""); c != 429 {
+			return "alice not locked"
+		}
+		return ""
+	})
+	if c := login("d-victim", token); c != 200 {
+		t.Errorf("the victim's trusted device was locked out of alice: %d", c)
+	}
+}
+
 // TestAttackL1KeepsAttestedDeviceExempt (6.3, issue 10 item 2): with
 // Redis and the default L1 cache, an attacker failing logins and hitting
 // the locked account at full speed never gets the victim's attested,
