@@ -89,34 +89,48 @@ func deleteHeader(h http.Header, name string) {
 	}
 }
 
-// accountFromBody reads the account field of a login body the way the
+// accountFromBody reads the account field of a login the way the
 // upstream would (6.4): a JSON object's top-level keys match field as
 // encoding/json matches struct fields, case-insensitively with Unicode
-// simple folding (escaped keys decoded), and an
-// application/x-www-form-urlencoded body's keys likewise. A body that
-// carries the field more than once, in any spelling, is a 400; a body of
-// neither kind, or whose field is not a string, has no account.
-func accountFromBody(body []byte, contentType, field string) (string, *apiError) {
+// simple folding (escaped keys decoded); an
+// application/x-www-form-urlencoded body's keys likewise, and the query
+// string's, which many frameworks merge with the body (Go's FormValue,
+// Rails' params, Laravel's input(), Spring's @RequestParam). A field
+// given more than once, in any spelling or place, is a 400; a login with
+// none, or whose field is not a string, has no account.
+func accountFromBody(body []byte, contentType, rawQuery, field string) (string, *apiError) {
 	var acct string
 	n := 0
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		n, acct = jsonField(t, field)
 	}
 	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
-		vals, _ := url.ParseQuery(string(body)) // what parsed, as net/http's ParseForm keeps it
-		for k, vs := range vals {
-			if strings.EqualFold(k, field) {
-				if n == 0 && len(vs) > 0 {
-					acct = vs[0]
-				}
-				n += len(vs)
-			}
-		}
+		n, acct = formField(string(body), field, n, acct)
 	}
+	n, acct = formField(rawQuery, field, n, acct)
 	if n > 1 {
-		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling); send it once", field))
+		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling, in the body or the query string); send it once", field))
 	}
 	return acct, nil
+}
+
+// formField adds the keys of the url-encoded form that match field
+// (case-insensitively) to n, and returns the account: acct when one was
+// found before, else the first value.
+func formField(form, field string, n int, acct string) (int, string) {
+	if form == "" {
+		return n, acct
+	}
+	vals, _ := url.ParseQuery(form) // what parsed, as net/http's ParseForm keeps it
+	for k, vs := range vals {
+		if strings.EqualFold(k, field) {
+			if n == 0 && len(vs) > 0 {
+				acct = vs[0]
+			}
+			n += len(vs)
+		}
+	}
+	return n, acct
 }
 
 // jsonField counts the top-level keys of a JSON object that match field

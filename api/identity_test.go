@@ -21,28 +21,34 @@ func TestAccountFromBody(t *testing.T) {
 	t.Parallel()
 	const form = "application/x-www-form-urlencoded"
 	for _, c := range []struct {
-		name, body, ctype, want, wantErr string
+		name, body, ctype, query, want, wantErr string
 	}{
-		{"exact", `{"username":"alice","password":"x"}`, "application/json", "alice", ""},
-		{"capital", `{"Username":"alice"}`, "application/json", "alice", ""},
-		{"another key, folding characters and all", `{"uſernam\u212a":"alice"}`, "", "", ""},
-		{"long s", `{"uſername":"alice"}`, "", "alice", ""},
-		{"escaped key", `{"\u0075sername":"alice"}`, "application/json", "alice", ""},
-		{"nested is not top-level", `{"user":{"username":"alice"}}`, "application/json", "", ""},
-		{"not a string", `{"username":42}`, "application/json", "", ""},
-		{"twice", `{"username":"a","username":"b"}`, "application/json", "", `body: field "username" is given more than once`},
-		{"twice spelled", `{"username":"a","USERNAME":"b"}`, "application/json", "", "more than once"},
-		{"form", "username=alice&password=x", form, "alice", ""},
-		{"form charset", "username=alice", form + "; charset=utf-8", "alice", ""},
-		{"form capital", "Username=alice", form, "alice", ""},
-		{"form twice", "username=a&username=b", form, "", "more than once"},
-		{"form without its content type", "username=alice", "text/plain", "", ""},
-		{"json under a form type", `{"username":"alice"}`, form, "alice", ""},
-		{"broken json", `{"username":"alice",`, "application/json", "alice", ""},
-		{"array", `[{"username":"alice"}]`, "application/json", "", ""},
-		{"empty", ``, "application/json", "", ""},
+		{"exact", `{"username":"alice","password":"x"}`, "application/json", "", "alice", ""},
+		{"capital", `{"Username":"alice"}`, "application/json", "", "alice", ""},
+		{"another key, folding characters and all", `{"uſernam\u212a":"alice"}`, "", "", "", ""},
+		{"long s", `{"uſername":"alice"}`, "", "", "alice", ""},
+		{"escaped key", `{"\u0075sername":"alice"}`, "application/json", "", "alice", ""},
+		{"nested is not top-level", `{"user":{"username":"alice"}}`, "application/json", "", "", ""},
+		{"not a string", `{"username":42}`, "application/json", "", "", ""},
+		{"twice", `{"username":"a","username":"b"}`, "application/json", "", "", `body: field "username" is given more than once`},
+		{"twice spelled", `{"username":"a","USERNAME":"b"}`, "application/json", "", "", "more than once"},
+		{"form", "username=alice&password=x", form, "", "alice", ""},
+		{"form charset", "username=alice", form + "; charset=utf-8", "", "alice", ""},
+		{"form capital", "Username=alice", form, "", "alice", ""},
+		{"form twice", "username=a&username=b", form, "", "", "more than once"},
+		{"form without its content type", "username=alice", "text/plain", "", "", ""},
+		{"json under a form type", `{"username":"alice"}`, form, "", "alice", ""},
+		{"broken json", `{"username":"alice",`, "application/json", "", "alice", ""},
+		{"array", `[{"username":"alice"}]`, "application/json", "", "", ""},
+		{"empty", ``, "application/json", "", "", ""},
+		{"query", "password=x", form, "username=alice", "alice", ""},
+		{"query, no body", "", "", "Username=alice&x=1", "alice", ""},
+		{"query beside json", `{"password":"x"}`, "application/json", "username=alice", "alice", ""},
+		{"query and form", "username=a", form, "username=b", "", "in the body or the query string"},
+		{"query and json", `{"username":"a"}`, "application/json", "USERNAME=b", "", "more than once"},
+		{"query twice", "", "", "username=a&username=b", "", "more than once"},
 	} {
-		got, aerr := accountFromBody([]byte(c.body), c.ctype, "username")
+		got, aerr := accountFromBody([]byte(c.body), c.ctype, c.query, "username")
 		switch {
 		case c.wantErr == "" && aerr != nil:
 			t.Errorf("%s: error %v", c.name, aerr)
@@ -62,7 +68,7 @@ func FuzzAccountFromBody(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		got, aerr := accountFromBody([]byte(body), "application/json", "username")
+		got, aerr := accountFromBody([]byte(body), "application/json", "", "username")
 		var login struct {
 			Username string `json:"username"`
 		}

@@ -256,15 +256,18 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 // account finds the account of an auth request: the body field, read as
 // the upstream reads it, else the account header; normalised (6.4).
 func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *apiError {
-	if ident.AccountBodyField != "" && hasBody(r) {
-		body, aerr := readBody(r, nil)
-		if aerr != nil {
-			return aerr
+	if ident.AccountBodyField != "" {
+		var body []byte
+		if hasBody(r) {
+			var aerr *apiError
+			if body, aerr = readBody(r, nil); aerr != nil {
+				return aerr
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
+			r.ContentLength = int64(len(body))
+			r.TransferEncoding = nil
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
-		r.ContentLength = int64(len(body))
-		r.TransferEncoding = nil
-		acct, aerr := accountFromBody(body, r.Header.Get("Content-Type"), ident.AccountBodyField)
+		acct, aerr := accountFromBody(body, r.Header.Get("Content-Type"), r.URL.RawQuery, ident.AccountBodyField)
 		if aerr != nil {
 			return aerr
 		}

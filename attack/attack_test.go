@@ -184,6 +184,32 @@ func TestAttackDuplicateAccountField(t *testing.T) {
 	}
 }
 
+// Attack: the account moves from the form body to the query string
+// (POST /auth/login?username=victim with the password alone in the
+// body): frameworks that merge the two (Go's FormValue, Rails' params,
+// Laravel's input(), Spring's @RequestParam) read the victim, the limiter
+// read no account, so login-account (5/min) never applied.
+// Defence (6.4): the query string is read as the body is, and a field
+// given in both is given twice: 400.
+func TestAttackAccountInQueryString(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	allowed := 0
+	for i := 0; i < 30; i++ {
+		if guess(t, tg, i, "/auth/login?username=victim-query", "application/x-www-form-urlencoded", "password=guess") == http.StatusUnauthorized {
+			allowed++
+		}
+	}
+	if allowed > 5 {
+		t.Errorf("%d of 30 guesses with the account in the query string were answered by the upstream; want at most 5 (login-account)", allowed)
+	}
+	code, resp := do(t, "POST", tg.public+"/auth/login?username=victim-query", "username=decoy&password=guess",
+		from("198.18.10.1", "Content-Type", "application/x-www-form-urlencoded"))
+	if code != http.StatusBadRequest {
+		t.Errorf("the field in the query and the body: %d %.120s; want 400", code, resp)
+	}
+}
+
 // Attack: POST /auth/login/ (trailing slash), //auth/./login or
 // /auth/%6cogin are classed "write", not "auth": no login limit applies,
 // and the framework behind routes them to the login handler all the same.

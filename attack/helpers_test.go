@@ -75,8 +75,9 @@ risk:
 `
 
 // upstream is the API behind the proxy: it reads logins the way a Go
-// service does (encoding/json into a struct, or r.PostFormValue for form
-// bodies) and routes leniently, like most frameworks (a trailing slash,
+// service does (encoding/json into a struct, or r.FormValue for form
+// bodies, which also reads the query string, as Rails' params, Laravel's
+// input() and Spring's @RequestParam do) and routes leniently, like most frameworks (a trailing slash,
 // repeated slashes and dot segments do not matter). It records what it saw.
 type upstream struct {
 	srv *httptest.Server
@@ -105,7 +106,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			Password string `json:"password"`
 		}
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-			login.Username, login.Password = r.PostFormValue("username"), r.PostFormValue("password")
+			login.Username, login.Password = r.FormValue("username"), r.FormValue("password")
 		} else if err := json.NewDecoder(r.Body).Decode(&login); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
