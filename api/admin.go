@@ -194,7 +194,7 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 func (s *Server) handleDeleteSubjectLockout(w http.ResponseWriter, r *http.Request, rid string) {
 	subject := r.PathValue("subject")
 	if !lockSubjects[subject] {
-		writeError(w, rid, badRequest(fmt.Sprintf("subject %q is not one of account, ip, user, device", clip(subject))))
+		writeError(w, rid, badRequest(fmt.Sprintf("subject %q is not one of account, ip, user, device, claim", clip(subject))))
 		return
 	}
 	id, aerr := canonicalID(subject, r.PathValue("id"))
@@ -207,18 +207,28 @@ func (s *Server) handleDeleteSubjectLockout(w http.ResponseWriter, r *http.Reque
 	}
 }
 
-// lockSubjects are the subject kinds velocity rules lock (7.1).
-var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "device": true}
+// lockSubjects are the subject kinds velocity rules lock (7.1); a claim
+// is a device id as sent without its token, whose reports count apart.
+var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "device": true, bucket.ClaimKind: true}
 
 // liftLock clears the lock of (subject, id) and records the lift; it
 // reports whether a lock was in force and false ok when it answered an
-// error. riskd learns of the lift from the audit event: it resets the
-// subject's velocity counts and never re-asserts the lock (6.5).
+// error. The lift of a device clears its claim's lock too: the limiter
+// answers both with scope "device". riskd learns of the lift from the
+// audit event: it resets the subject's velocity counts (a device's and
+// its claim's) and never re-asserts the lock (6.5).
 func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, id string) (was, ok bool) {
-	was, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: subject, ID: id})
-	if err != nil {
-		s.storeError(w, rid, err)
-		return false, false
+	kinds := []string{subject}
+	if subject == "device" {
+		kinds = append(kinds, bucket.ClaimKind)
+	}
+	for _, kind := range kinds {
+		cleared, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: kind, ID: id})
+		if err != nil {
+			s.storeError(w, rid, err)
+			return false, false
+		}
+		was = was || cleared
 	}
 	return was, s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: subject, ID: id, Cleared: &was})
 }
@@ -280,17 +290,42 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		}
 		v.Multipliers = append(v.Multipliers, mv)
 	}
-	if lockSubjects[subject] {
-		l, ok, err := s.o.Store.GetLock(ctx, bucket.Subject{Kind: subject, ID: id})
-		if err != nil {
-			s.storeError(w, rid, err)
-			return
-		}
-		if ok {
-			v.Lockout = &lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)}
-		}
+	if v.Lockout, err = s.lockout(r, subject, id); err != nil {
+		s.storeError(w, rid, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// lockout returns the view of the lock in force on the subject of the
+// admin path (nil when none): an ip's lock is kept under the whole
+// address, not the IPv6 prefix id names (a prefix holds no lock), and a
+// device's view shows its claim's lock when the device has none.
+func (s *Server) lockout(r *http.Request, subject, id string) (*lockView, error) {
+	if !lockSubjects[subject] {
+		return nil, nil
+	}
+	if subject == "ip" {
+		whole, aerr := canonicalID("ip", r.PathValue("id"))
+		if aerr != nil {
+			return nil, nil
+		}
+		id = whole
+	}
+	kinds := []string{subject}
+	if subject == "device" {
+		kinds = append(kinds, bucket.ClaimKind)
+	}
+	for _, kind := range kinds {
+		l, ok, err := s.o.Store.GetLock(r.Context(), bucket.Subject{Kind: kind, ID: id})
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)}, nil
+		}
+	}
+	return nil, nil
 }
 
 // storeError answers a failed admin store call with 503.

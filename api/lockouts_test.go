@@ -50,7 +50,7 @@ func TestAdminLockoutsOfEverySubject(t *testing.T) {
 		t.Errorf("lift: %+v", a)
 	}
 	for _, tt := range []struct{ path, msg string }{
-		{"/v1/admin/lockouts/asn/64500", `subject \"asn\" is not one of account, ip, user, device`},
+		{"/v1/admin/lockouts/asn/64500", `subject \"asn\" is not one of account, ip, user, device, claim`},
 		{"/v1/admin/lockouts/ip/nope", `id \"nope\" is not an IP address`},
 	} {
 		expect(t, f.do(t, "DELETE", tt.path, "", auth...), 400,
@@ -59,6 +59,56 @@ func TestAdminLockoutsOfEverySubject(t *testing.T) {
 }
 
 // TestReportAnyEventType (7.4): /v1/report takes any type matching
+
+// TestAdminClaimAndIPv6Lockouts (7.1): the lock of a claim (a device id
+// sent without its token) is shown in the device's view and in its own,
+// lifted by the claim's DELETE and by the device's (the limiter answers
+// it with scope "device"); an IPv6 address's lock, kept under the whole
+// address, is shown in the address's view (whose id is its prefix) and
+// lifted by the address.
+func TestAdminClaimAndIPv6Lockouts(t *testing.T) {
+	t.Parallel()
+	auth := []string{"Authorization", "Bearer tok"}
+	ctx := context.Background()
+	lock := bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Hour)}
+	const view = `"lockout":{"kind":"lockout","rule":"r","expires_at":"2024-04-19T11:30:00Z"}`
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	for _, id := range []string{"d1", "d2"} {
+		if err := f.store.SetLock(ctx, bucket.Subject{Kind: bucket.ClaimKind, ID: id}, lock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"/v1/admin/subjects/claim/d1", "/v1/admin/subjects/device/d1"} {
+		if w := f.do(t, "GET", path, "", auth...); w.Code != 200 || !strings.Contains(w.Body.String(), view) {
+			t.Errorf("GET %s = %d %s; want the claim's lock", path, w.Code, w.Body)
+		}
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/claim/d1", "", auth...), 200, `{"cleared":true,"id":"d1","request_id":"req-1","subject":"claim"}`)
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/device/d2", "", auth...), 200, `{"cleared":true,"id":"d2","request_id":"req-1","subject":"device"}`)
+	for _, id := range []string{"d1", "d2"} {
+		if _, ok, _ := f.store.GetLock(ctx, bucket.Subject{Kind: bucket.ClaimKind, ID: id}); ok {
+			t.Errorf("the claim lock of %s is still in force", id)
+		}
+	}
+	if len(audit.list) != 2 || audit.list[0].Subject != "claim" || audit.list[1].Subject != "device" {
+		t.Errorf("audit events %+v", audit.list)
+	}
+
+	if err := f.store.SetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::1"}, lock); err != nil {
+		t.Fatal(err)
+	}
+	w := f.do(t, "GET", "/v1/admin/subjects/ip/2001:db8::1", "", auth...)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"id":"2001:db8::/64"`) || !strings.Contains(w.Body.String(), view) {
+		t.Errorf("the IPv6 address's view = %d %s; want its prefix id and its lock", w.Code, w.Body)
+	}
+	if w := f.do(t, "GET", "/v1/admin/subjects/ip/2001:db8::2", "", auth...); !strings.Contains(w.Body.String(), `"lockout":null`) {
+		t.Errorf("another address of the prefix shows a lock: %s", w.Body)
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/2001:db8::1", "", auth...), 200, `{"cleared":true,"id":"2001:db8::1","request_id":"req-1","subject":"ip"}`)
+}
+
 // [a-z][a-z0-9_]{0,63}; others are refused naming the field.
 func TestReportAnyEventType(t *testing.T) {
 	t.Parallel()

@@ -125,6 +125,40 @@ func TestAttackIPLockoutSeenAndLifted(t *testing.T) {
 	}
 }
 
+// Attack: the attacker guesses from one IPv6 address. riskd locks the
+// address out (lockouts keep whole addresses), but the limiter looked the
+// lock up under the address's /64 (the key of its buckets), so the lock
+// never applied, and the admin's subject view and lift, which address the
+// prefix too, neither saw nor lifted it.
+// Defence (7.1): a lockout of an IPv6 address is checked, shown and lifted
+// under the whole address.
+func TestAttackIPv6LockoutEnforcedSeenAndLifted(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withLockoutPolicy(t))
+	const ip = "2001:db8:7::10"
+	tg.report(t, 3, `{"type":"login_failed","ip":"`+ip+`"}`)
+	tg.syncRisk(t)
+	if st, body := do(t, "POST", tg.public+"/auth/login", `{"username":"fresh-v6","password":"guess"}`, from(ip)); st != 429 || !strings.Contains(body, `"scope":"ip"`) {
+		t.Fatalf("a guess from the locked IPv6 address: %d %s; want 429 scope ip", st, body)
+	}
+	if n := tg.up.attemptsOn("fresh-v6"); n != 0 {
+		t.Errorf("%d guesses from the locked address reached the upstream", n)
+	}
+	admin := bearer(adminToken)
+	if st, body := do(t, "GET", tg.api+"/v1/admin/subjects/ip/"+ip, "", admin); st != 200 || !strings.Contains(body, `"lockout":{"kind":"lockout","rule":"ip-failures"`) {
+		t.Errorf("subject view of the locked IPv6 address: %d %s; want its lockout", st, body)
+	}
+	if st, body := do(t, "DELETE", tg.api+"/v1/admin/lockouts/ip/"+ip, "", admin); st != 200 || !strings.Contains(body, `"cleared":true`) {
+		t.Fatalf("lift: %d %s; want cleared true", st, body)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if st, body := do(t, "POST", tg.public+"/auth/login", `{"username":"office","password":"right"}`, from(ip)); st != 200 {
+			return "login from the lifted address: " + body
+		}
+		return ""
+	})
+}
+
 // Attack: the victim's account is on the staff allow list; the attacker
 // guesses its password without end: failed logins of an allow-listed
 // account counted for no velocity rule, so it was never locked.

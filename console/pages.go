@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -127,14 +128,14 @@ func formSubject(kind, attr string) string {
 		}
 		return ""
 	}
-	if slices.Contains(subjectKinds, kind) {
-		return kind
+	if slices.Contains(subjectKinds, kind) || kind == bucket.ClaimKind {
+		return kind // a claim (a device id sent without its token) is named by the lockouts page's rows
 	}
 	return ""
 }
 
 // errSubject is a form's answer to a subject it cannot name.
-var errSubject = errors.New("choose a subject kind and an id (for attr:, the attribute's name: 1-64 of a-z 0-9 _)")
+var errSubject = errors.New("choose a subject kind and an id (for attr:, the attribute's name: 1-" + strconv.Itoa(policy.MaxAttrName) + " of a-z 0-9 _)")
 
 // postedSubject reads a posted form's subject (formSubject) and id.
 func postedSubject(r *http.Request) (subject, id string, err error) {

@@ -47,6 +47,9 @@ func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, v
 	locks := false
 	for _, part := range e.lockPartsOf(p, ci) {
 		id := value(in, part, "")
+		if part == policy.PartIP {
+			id = in.IP // lockouts keep whole addresses, as riskd writes them (not the IPv6 prefix of the buckets)
+		}
 		if id == "" {
 			continue
 		}

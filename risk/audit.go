@@ -224,8 +224,14 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		lifted := d.eng.LiftSubjectLock(subject, a.ID, a.TS)
 		d.mu.Unlock()
 		if lifted {
-			if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: subject, ID: a.ID}); err != nil {
-				d.count("store")
+			kinds := []string{subject}
+			if subject == "device" {
+				kinds = append(kinds, bucket.ClaimKind) // a device's lift lifts its claim too (signals)
+			}
+			for _, kind := range kinds {
+				if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: kind, ID: a.ID}); err != nil {
+					d.count("store")
+				}
 			}
 			d.log.Info("lockout lifted by an admin; not re-asserted", "subject", subject, "id", a.ID, "request_id", a.RequestID)
 		}

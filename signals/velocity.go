@@ -423,7 +423,9 @@ func (e *Engine) LiftLock(account string, ts time.Time) bool {
 // the lock the engine set before ts is forgotten, so it is never
 // re-asserted (Active no longer lists it). It reports whether the engine
 // had such a lock in force. Events that arrive later with a time at or
-// before ts are not counted.
+// before ts are not counted. The lift of a device lifts its claim too
+// (the token-less reports of its id, counted apart: the limiter answers
+// both with scope "device"); a claim's lift is the claim's alone.
 func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	ns, ok := eventTime(ts)
 	if id == "" || subject == "" || !ok {
@@ -432,16 +434,31 @@ func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	e.lock()
 	defer e.unlock()
 	e.advanceClock(ns)
+	lifted := e.liftLocked(subject, id, ns)
+	if subject == "device" {
+		lifted = e.liftLocked(ClaimSubject, id, ns) || lifted
+	}
+	return lifted
+}
+
+// liftLocked is LiftSubjectLock's work for one subject kind. Callers
+// hold e.mu.
+func (e *Engine) liftLocked(subject, id string, ns int64) bool {
 	key := e.measureKey(subject, id, lockSource)
 	men := e.meas.peekBytes(key)
 	// the lock lifted: the one set at or before ts (not one that new
 	// events set after it, as when an old lift is replayed at start)
 	lifts := men != nil && men.val.set <= ns
 	for _, rule := range e.vrules {
-		if rule.subject != subject {
+		vkey := id
+		switch {
+		case rule.subject == subject:
+		case subject == ClaimSubject && rule.By == policy.PartDevice:
+			vkey = claimKey(id) // claims count apart (velocityReport)
+		default:
 			continue
 		}
-		st := e.velocity(rule, id)
+		st := e.velocity(rule, vkey)
 		if ns > st.lifted {
 			st.lifted = ns
 		}
