@@ -349,7 +349,8 @@ func (ps *parser) routes(f field) ([]Route, []string) {
 	return routes, classes
 }
 
-// routeMatch splits and checks "METHOD PATH".
+// routeMatch splits and checks "METHOD PATH" and returns the path folded
+// as FoldRoutePath folds request paths.
 func (ps *parser) routeMatch(g field, s string) (method, pattern string, ok bool) {
 	parts := strings.Fields(s)
 	if len(parts) != 2 {
@@ -371,7 +372,19 @@ func (ps *parser) routeMatch(g field, s string) (method, pattern string, ok bool
 			return "", "", false
 		}
 	}
-	return method, pattern, true
+	if pattern == "*" {
+		return method, pattern, true
+	}
+	// Requests are matched on their folded path, so a pattern is folded
+	// the same way, or a trailing slash, "//" or "/./" in it would never
+	// match. Folding that drops a * (a ";" or "#" before it, a ".." after
+	// it) would change what the glob means: refused.
+	folded := FoldRoutePath(pattern)
+	if strings.Count(folded, "*") != strings.Count(pattern, "*") {
+		ps.errorf(g.val, "match %q: path folds to %q, which drops a *; write the path requests are matched as", s, folded)
+		return "", "", false
+	}
+	return method, folded, true
 }
 
 // limits parses `limits`.

@@ -1,6 +1,9 @@
 package policy
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestFoldRoutePath(t *testing.T) {
 	t.Parallel()
@@ -94,5 +97,41 @@ func TestRouteFoldZeroAllocs(t *testing.T) {
 	p := Default()
 	if n := testing.AllocsPerRun(100, func() { p.Route("post", "/AUTH/Login.json") }); n != 0 {
 		t.Errorf("Route of a clean path allocates %v times", n)
+	}
+}
+
+// TestRoutePatternFolded: a route pattern is folded as request paths are,
+// so a pattern written with a trailing slash, "//" or "/./" matches the
+// paths it names; one whose glob folding would drop is refused with its
+// line.
+func TestRoutePatternFolded(t *testing.T) {
+	t.Parallel()
+	for _, pattern := range []string{"/auth/login/", "/auth//login", "/auth/./login", `/auth\login`, "/auth/x/../login"} {
+		p, err := Parse("r.yaml", []byte(`version: 1
+routes:
+  - {match: "POST `+strings.ReplaceAll(pattern, `\`, `\\`)+`", class: auth}
+limits: [{name: a, by: [ip], rate: 1/s, if: {class: auth}}]
+`))
+		if err != nil {
+			t.Fatalf("%s: %v", pattern, err)
+		}
+		for _, path := range []string{"/auth/login", "/auth/login/", "/AUTH//login"} {
+			if _, r := p.Route("POST", path); r == nil || r.Match != "POST /auth/login" {
+				t.Errorf("pattern %q: Route(POST %s) = %+v, want POST /auth/login", pattern, path, r)
+			}
+		}
+	}
+	for _, c := range []struct{ pattern, wantErr string }{
+		{"/auth/*/../login", `r.yaml:3: match "POST /auth/*/../login": path folds to "/auth/login", which drops a *; write the path requests are matched as`},
+		{"/auth;*", `r.yaml:3: match "POST /auth;*": path folds to "/auth", which drops a *; write the path requests are matched as`},
+	} {
+		_, err := Parse("r.yaml", []byte(`version: 1
+routes:
+  - {match: "POST `+c.pattern+`", class: auth}
+limits: [{name: a, by: [ip], rate: 1/s}]
+`))
+		if err == nil || err.Error() != c.wantErr {
+			t.Errorf("pattern %q: err = %v, want %s", c.pattern, err, c.wantErr)
+		}
 	}
 }

@@ -180,11 +180,13 @@ type AttrCondition struct {
 
 // Route is one entry of `routes`.
 type Route struct {
-	// Match is the route as written: "METHOD /path-glob".
+	// Match is the route as written, its path folded: "METHOD /path-glob".
 	Match string
 	// Method is the method part ("*" matches any method).
 	Method string
-	// Pattern is the path glob; `*` matches any run of characters, `/` included.
+	// Pattern is the path glob, folded as FoldRoutePath folds request
+	// paths ("/auth/login/" is "/auth/login"); `*` matches any run of
+	// characters, `/` included.
 	Pattern string
 	// Class is the route's class name; ClassIndex its index in Policy.Classes.
 	Class      string
