@@ -45,6 +45,9 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	claim := in.DeviceID != "" && !verifiedDevice
 	var attrs attrSubjects
 	for _, l := range p.Applicable(ci, in.UserID != "") {
+		// Unreachable for a policy from policy.Parse, which refuses one
+		// where more than policy.MaxApplicable (= bucket.MaxLimits) limits
+		// can apply; a policy built by hand is cut here.
 		if len(d.applied) == bucket.MaxLimits {
 			break
 		}

@@ -12,6 +12,12 @@ import (
 // MaxFileSize is the largest policy file Parse and Load accept, in bytes.
 const MaxFileSize = 1 << 20
 
+// MaxApplicable is the most limits that may apply to one request: the
+// most one decision checks (bucket.MaxLimits, which the engine's tests
+// hold it equal to). Parse refuses a policy where more can apply to a
+// request of some class and authentication state.
+const MaxApplicable = 32
+
 // maxErrors caps how many errors one Parse reports; the rest are summed up
 // in a last error.
 const maxErrors = 100

@@ -155,6 +155,7 @@ func (ps *parser) policy(doc *yaml.Node) *Policy {
 
 	if f, ok := top.get("limits"); ok {
 		p.Limits = ps.limits(f, classes)
+		ps.checkApplicable(p)
 	}
 	if f, ok := top.get("failure_mode"); ok {
 		p.FailureDefault, p.FailureByClass = ps.failureModes(f, classes)
@@ -407,6 +408,30 @@ func (ps *parser) limits(f field, classes []string) []Limit {
 		}
 	}
 	return limits
+}
+
+// checkApplicable refuses, at the limit past the cap, a policy where more
+// than MaxApplicable limits can apply to one request of some class and
+// authentication state. A limit's attribute conditions are taken as "may
+// apply". Each limit is reported once.
+func (ps *parser) checkApplicable(p *Policy) {
+	reported := map[int]bool{}
+	for c, class := range p.Classes {
+		for _, authenticated := range []bool{false, true} {
+			l := p.matching(c, authenticated)
+			if len(l) <= MaxApplicable || reported[l[MaxApplicable].Index] {
+				continue
+			}
+			over := l[MaxApplicable]
+			reported[over.Index] = true
+			state := "not authenticated"
+			if authenticated {
+				state = "authenticated"
+			}
+			ps.errorf(&yaml.Node{Line: over.Line}, "limit %q: more than %d limits (the most one request may be checked against) can apply to a request of class %s, %s",
+				over.Name, MaxApplicable, class, state)
+		}
+	}
 }
 
 // limit parses one entry of `limits`.
