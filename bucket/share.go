@@ -368,7 +368,9 @@ func (s *Shares) refill(j refillJob) {
 	if at.IsZero() {
 		at = s.now()
 	}
-	if err != nil || !res.Allowed || len(res.Limits) != 1 {
+	// Only tokens the bucket gave count: the limit's own answer, not the
+	// decision's, which a shadow limit never refuses.
+	if err != nil || !res.Allowed || len(res.Limits) != 1 || !res.Limits[0].Allowed {
 		sh.dry = at.Add(share)
 		return
 	}

@@ -302,3 +302,32 @@ func TestShareAfterSilence(t *testing.T) {
 		t.Fatalf("%d decisions reached the store after a minute's silence, want the 2 that make the key hot again", d)
 	}
 }
+
+// A shadow limit behind shares reports what the store alone reports,
+// within the share bound: a refill the shadow limit would refuse (it
+// never denies, so the decision is allowed) hands out no tokens.
+func TestShareShadowLimited(t *testing.T) {
+	alone := bucket.NewMemoryStore(bucket.MemoryOptions{})
+	s := bucket.NewShares(bucket.NewMemoryStore(bucket.MemoryOptions{}), bucket.ShareOptions{})
+	lim := hotLimit("{global}:b:all", 100, 1000) // share: 10 tokens
+	lim.Shadow = true
+	withinAlone, withinShares := 0, 0
+	for i := 0; i < 300; i++ {
+		at := shareT0.Add(time.Duration(i) * 100 * time.Microsecond) // 10,000/s against 1,000/s
+		ra, rs := decideAt(t, alone, at, lim), decideAt(t, s, at, lim)
+		s.Wait()
+		if !ra.Allowed || !rs.Allowed {
+			t.Fatalf("decision %d: a shadow limit denied (alone %+v, shares %+v)", i, ra, rs)
+		}
+		if ra.Limits[0].Allowed {
+			withinAlone++
+		}
+		if rs.Limits[0].Allowed {
+			withinShares++
+		}
+	}
+	// shares may refuse early by what one process holds: 1.5 shares
+	if withinShares > withinAlone || withinShares < withinAlone-15 {
+		t.Fatalf("shadow limit within its budget %d times behind shares, %d times alone", withinShares, withinAlone)
+	}
+}
