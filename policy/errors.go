@@ -1,12 +1,16 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // MaxFileSize is the largest policy file Parse and Load accept, in bytes.
@@ -107,6 +111,75 @@ var yamlParserErrors = []string{
 	"found duplicate %TAG directive",
 }
 
+// problemLine returns the line of the token a parser error is about, given
+// the line of the block around it (from), for data whose decoding fails
+// with the error text want. The library reports only the block's line
+// (its context mark) and keeps the token's (its problem mark) to itself,
+// so this finds the shortest run of data's first lines, from from on,
+// that fails as data does however it ends: cut off there, or followed
+// by a line closing a flow mapping, or one closing a flow sequence. Up to the token's line,
+// such a run either parses or fails at its end, differently; from it on,
+// the parser stops at the token, before the end. It returns from when no
+// run does (the token is data's end).
+func problemLine(data []byte, from int, want string) int {
+	var ends []int // the end of each line, past its newline
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(k int) bool { // whether the first k lines fail as data does
+		head := data[:ends[k-1]]
+		if decodeError(head) != want {
+			return false
+		}
+		for _, end := range []string{"\n}\n", "\n]\n"} {
+			if decodeError(append(append([]byte(nil), head...), end...)) != want {
+				return false
+			}
+		}
+		return true
+	}
+	n := len(ends)
+	if from < 1 || from > n {
+		return from
+	}
+	// The token is mostly near its block's start: gallop from there, then
+	// halve the last step.
+	lo, hi := from, from
+	for step := 1; !fails(hi); step *= 2 {
+		if hi == n {
+			return from
+		}
+		lo, hi = hi+1, min(from+step, n)
+	}
+	return lo + sort.Search(hi-lo, func(i int) bool { return fails(lo + i) })
+}
+
+// decodeError returns the text of the error parse's decoding of data
+// into at most one document meets, or "" for none.
+func decodeError(data []byte) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint("panic: ", r)
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for range 2 {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				return ""
+			}
+			return err.Error()
+		}
+	}
+	return ""
+}
+
 // syntaxError turns an error of the YAML library into an *Error with the best
 // line it can find.
 func syntaxError(file string, data []byte, err error) *Error {
@@ -117,7 +190,7 @@ func syntaxError(file string, data []byte, err error) *Error {
 		msg = msg[len(m[0]):]
 		for _, p := range yamlParserErrors {
 			if strings.HasPrefix(msg, p) {
-				line++
+				line = problemLine(data, line+1, err.Error())
 				break
 			}
 		}

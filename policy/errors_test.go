@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -232,6 +233,46 @@ func TestParseBrokenFiles(t *testing.T) {
 			}
 			if got := err.Error(); got != tt.want {
 				t.Errorf("error =\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSyntaxErrorLine: a YAML syntax error is reported at the offending
+// line, not at the start of the block around it.
+func TestSyntaxErrorLine(t *testing.T) {
+	t.Parallel()
+	// limits returns n limits of three lines each (the first on line 3),
+	// the last one's rate on line 3n+2 indented by indent spaces.
+	limits := func(n, indent int) string {
+		var b strings.Builder
+		b.WriteString("version: 1\nlimits:\n")
+		for i := 1; i <= n; i++ {
+			rateIndent := "    "
+			if i == n {
+				rateIndent = strings.Repeat(" ", indent)
+			}
+			fmt.Fprintf(&b, "  - name: l%d\n    by: [ip]\n%srate: 1/s\n", i, rateIndent)
+		}
+		b.WriteString("failure_mode: {default: open}\n")
+		return b.String()
+	}
+	for _, c := range []struct{ name, yaml, want string }{
+		{"rate indented 3 of 20", limits(20, 3), `p.yaml:62: invalid YAML: did not find expected '-' indicator`},
+		{"rate indented 3 of 1", limits(1, 3), `p.yaml:5: invalid YAML: did not find expected '-' indicator`},
+		{"rate indented 5 of 7", limits(7, 5), `p.yaml:23: invalid YAML: did not find expected key`},
+		{"in a block mapping", "version: 1\nidentity:\n  user_header: X-User\n  device_header: X-Device\n   account_header: X-Account\nlimits: [{name: a, by: [ip], rate: 1/s}]\n",
+			`p.yaml:5: invalid YAML: mapping values are not allowed in this context`},
+		{"in a flow mapping", "version: 1\nlimits:\n  - {name: a,\n     by: [ip],\n     rate: 1/s\n     burst: 2}\n",
+			`p.yaml:6: invalid YAML: did not find expected ',' or '}'`},
+		{"flow sequence unclosed at the end", "version: 1\nlimits: [\n  {name: a, by: [ip], rate: 1/s},\n  {name: b, by: [ip], rate: 1/s}\n",
+			`p.yaml:2: invalid YAML: did not find expected ',' or ']'`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse("p.yaml", []byte(c.yaml))
+			if err == nil || err.Error() != c.want {
+				t.Errorf("Parse = %v\nwant %s", err, c.want)
 			}
 		})
 	}
