@@ -508,3 +508,76 @@ func TestAttributeKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAfterAdmits: a bucket drained at some time admits, once nothing
+// else took from it, a decision at that time plus the RetryAfter it gave
+// (neither store's refill, rounded down to whole micro-tokens, falls
+// short of the wait it computed), and both stores give the same wait.
+// Buckets of random rates, bursts, multipliers and costs, drained once or
+// over a while.
+func TestRetryAfterAdmits(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	mem := bucket.NewMemoryStore(bucket.MemoryOptions{Prefix: p})
+	red := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, ExpirySlack: 24 * time.Hour, Prefix: p})
+	defer red.Close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	periods := []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	mults := []float64{0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3}
+	type trial struct {
+		rate, burst, mult, cost float64
+		period                  time.Duration
+		spread                  bool // drained over a while, not at once
+	}
+	trials := []trial{{rate: 11, period: time.Minute, burst: 9, mult: 2, cost: 2}, {rate: 15.0 / 7, period: time.Hour, burst: 13, mult: 0.5, cost: 2}}
+	for len(trials) < 1000 {
+		tr := trial{
+			rate:   float64(1+rng.IntN(97)) / float64(1+rng.IntN(7)),
+			period: periods[rng.IntN(len(periods))],
+			burst:  float64(1 + rng.IntN(20)),
+			mult:   mults[rng.IntN(len(mults))],
+			spread: rng.IntN(2) == 0,
+		}
+		effb := math.Floor(tr.burst * tr.mult)
+		if effb < 1 {
+			continue
+		}
+		tr.cost = float64(1 + rng.IntN(int(effb)))
+		trials = append(trials, tr)
+	}
+	var rm, rr bucket.Result
+	for i, tr := range trials {
+		sub := bucket.RequestSubject{Key: bucket.MultiplierKey(p, "ip", fmt.Sprint("retry-", i)), Static: tr.mult, Unverified: 1}
+		lim := bucket.Limit{Key: fmt.Sprintf("%s{ip:retry-%d}:b:r", p, i), Burst: tr.burst, Rate: tr.rate, Period: tr.period, Subjects: 1}
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Hour))))
+		decide := func(at time.Time) bool {
+			req := bucket.Request{Now: at, Cost: tr.cost, Limits: []bucket.Limit{lim}, Subjects: []bucket.RequestSubject{sub}}
+			if err := mem.Decide(ctx, &req, &rm); err != nil {
+				t.Fatal(err)
+			}
+			if err := red.Decide(ctx, &req, &rr); err != nil {
+				t.Fatal(err)
+			}
+			if d := diff(&rm, &rr); d != "" {
+				t.Fatalf("trial %d %+v at %v: stores disagree: %s\nmemory: %+v\nredis:  %+v", i, tr, at.Sub(t0), d, rm, rr)
+			}
+			return rm.Allowed
+		}
+		for n := 0; decide(now); n++ {
+			if n > 100 {
+				t.Fatalf("trial %d %+v: not drained after %d decisions", i, tr, n)
+			}
+			if tr.spread { // by up to a quarter of the time a cost takes to refill
+				now = now.Add(time.Duration(rng.Int64N(1 + int64(tr.cost/(tr.rate*tr.mult)*float64(tr.period)/4))))
+			}
+		}
+		retry := rm.Limits[0].RetryAfter
+		if retry <= 0 {
+			t.Fatalf("trial %d %+v: refused with RetryAfter %v", i, tr, retry)
+		}
+		if !decide(now.Add(retry)) {
+			t.Errorf("trial %d %+v: refused at %v, refused again at its RetryAfter %v later: %+v", i, tr, now.Sub(t0), retry, rm.Limits[0])
+		}
+	}
+}

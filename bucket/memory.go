@@ -529,10 +529,18 @@ func scaled(l *Limit, m float64) (effb, per float64) {
 // bucketRetry is how long (µs) a bucket holding tokens that refused cost
 // makes the caller wait: until it holds cost, or, when cost is beyond its
 // burst (a multiplier shrank it), until the penalties end (pend, when
-// known) or an hour.
+// known) or an hour. The wait is one the refill (floor(el * per), in
+// evaluate and decide.lua) fills: ceil(need / per) rounds apart from it
+// and may be a micro-token short, so it is lengthened, in steps doubling,
+// until floor(wait * per) holds need.
 func bucketRetry(tokens, cost, effb, per, pend float64, unknown bool, now float64) float64 {
 	if cost <= effb {
-		return math.Ceil((cost - tokens) / per)
+		need := cost - tokens
+		wait := math.Ceil(need / per)
+		for step := 1.0; math.Floor(wait*per) < need; step *= 2 {
+			wait += step
+		}
+		return wait
 	}
 	if pend > now && !unknown {
 		return pend - now
