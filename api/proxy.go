@@ -214,7 +214,11 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		return badRequest("cannot determine the client address")
 	}
 	id.xff = xff
-	id.in = engine.Input{Endpoint: r.Method + " " + policy.RoutePath(r.URL.EscapedPath()), IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+	ep := r.Method + " " + policy.RoutePath(r.URL.EscapedPath())
+	if aerr := checkProxyEndpoint(ep); aerr != nil {
+		return aerr
+	}
+	id.in = engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 	if ident.UserHeader != "" {
 		user, _ := headerValue(r.Header, ident.UserHeader)
 		deleteHeader(r.Header, ident.UserHeader) // set again below when verified
@@ -251,6 +255,20 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		return p.account(r, ident, id)
 	}
 	return nil
+}
+
+// checkProxyEndpoint refuses a request whose endpoint (method, a space
+// and the normalised path) is longer than MaxEndpointLen, as the check
+// API refuses such an endpoint: 400 naming the path. Deciding it would
+// publish a decision event as large as the path (up to the header limit),
+// and one such event can make the publisher drop a whole batch.
+func checkProxyEndpoint(ep string) *apiError {
+	if len(ep) <= MaxEndpointLen {
+		return nil
+	}
+	_, path, _ := strings.Cut(ep, " ")
+	return badRequest(fmt.Sprintf("the request path %q is too long: the endpoint (method, space, path) is %d bytes, at most %d",
+		clip(path), len(ep), MaxEndpointLen))
 }
 
 // account finds the account of an auth request: the body field, read as
@@ -411,7 +429,12 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 			writeError(w, rid, badRequest("cannot determine the client address"))
 			return
 		}
-		in := engine.Input{Endpoint: r.Method + " " + r.URL.Path, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+		ep := r.Method + " " + r.URL.Path
+		if aerr := checkProxyEndpoint(ep); aerr != nil {
+			writeError(w, rid, aerr)
+			return
+		}
+		in := engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
 		d := engine.GetDecision()
 		defer engine.PutDecision(d)
 		if err := s.o.Engine.Decide(r.Context(), &in, d); err != nil {

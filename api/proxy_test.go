@@ -62,12 +62,13 @@ type proxyFixture struct {
 	seen     chan *http.Request
 	bodies   chan string
 	reporter *fakeReporter
+	events   *sink
 	forged   atomic.Int64
 }
 
 func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
 	t.Helper()
-	f := &proxyFixture{seen: make(chan *http.Request, 100), bodies: make(chan string, 100), reporter: &fakeReporter{}}
+	f := &proxyFixture{seen: make(chan *http.Request, 100), bodies: make(chan string, 100), reporter: &fakeReporter{}, events: &sink{}}
 	if upstream == nil {
 		upstream = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
@@ -89,7 +90,7 @@ func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
 	}
 	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p },
 		Metrics: engine.NewMetrics(prometheus.NewRegistry())})
-	f.srv, _ = New(Options{Engine: eng, Reporter: f.reporter})
+	f.srv, _ = New(Options{Engine: eng, Reporter: f.reporter, Events: f.events})
 	u, _ := url.Parse(up.URL)
 	if err := f.srv.EnableProxy(ProxyOptions{Upstream: u, Getenv: func(string) string { return "k3y" }, OnForgedUser: func() { f.forged.Add(1) }}); err != nil {
 		t.Fatal(err)
@@ -331,4 +332,47 @@ func prefixes(ss []string) []netip.Prefix {
 		out[i] = netip.MustParsePrefix(s)
 	}
 	return out
+}
+
+// TestProxyEndpointTooLong: an endpoint over MaxEndpointLen is refused as
+// the check API refuses it (400 naming the path), neither decided nor
+// published nor forwarded; one of exactly MaxEndpointLen is decided.
+func TestProxyEndpointTooLong(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixture(t, nil)
+	ok := "/" + strings.Repeat("a", MaxEndpointLen-len("GET /"))
+	if resp, _ := f.do(t, "GET", ok, ""); resp.StatusCode != 200 {
+		t.Fatalf("endpoint of %d bytes: %d", MaxEndpointLen, resp.StatusCode)
+	}
+	<-f.seen
+	<-f.bodies
+	if ev := f.events.last(t); len(ev.Endpoint) != MaxEndpointLen {
+		t.Fatalf("event endpoint of %d bytes", len(ev.Endpoint))
+	}
+	// the route path is what counts: repeated slashes merged first
+	if resp, _ := f.do(t, "GET", "/"+ok, ""); resp.StatusCode != 200 {
+		t.Fatalf("endpoint of %d bytes after normalising: %d", MaxEndpointLen, resp.StatusCode)
+	}
+	<-f.seen
+	<-f.bodies
+	f.events.mu.Lock()
+	published := len(f.events.list)
+	f.events.mu.Unlock()
+	for _, path := range []string{ok + "b", "/" + strings.Repeat("x", 60<<10), "/%78" + strings.Repeat("x", MaxEndpointLen)} {
+		resp, body := f.do(t, "GET", path, "")
+		if resp.StatusCode != 400 || !strings.Contains(body, `"code":"BAD_REQUEST"`) ||
+			!strings.Contains(body, `the request path \"/`) || !strings.Contains(body, "is too long") || !strings.Contains(body, "at most 2048") {
+			t.Fatalf("path of %d bytes: %d %s", len(path), resp.StatusCode, body)
+		}
+	}
+	select {
+	case r := <-f.seen:
+		t.Fatalf("a too long path reached the upstream: %d bytes", len(r.URL.Path))
+	default:
+	}
+	f.events.mu.Lock()
+	defer f.events.mu.Unlock()
+	if len(f.events.list) != published {
+		t.Fatalf("%d decisions published for refused paths", len(f.events.list)-published)
+	}
 }
