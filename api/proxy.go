@@ -94,8 +94,9 @@ func (s *Server) EnableProxy(o ProxyOptions) error {
 
 // rewrite points the outgoing request at the upstream, keeping the
 // client's Host, and sets the X-Forwarded headers: X-Forwarded-For is
-// the client address decided on, appended to a chain we trust (or alone
-// when the peer is not trusted).
+// the client address decided on, the trusted hops after it and the peer
+// (the peer alone when it is not trusted), never the entries a client
+// could have written left of its own.
 func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.o.Upstream)
 	pr.Out.Host = pr.In.Host
@@ -147,7 +148,7 @@ func scheme(r *http.Request) string {
 type identity struct {
 	in       engine.Input
 	class    string
-	xff      string // the trusted part of the incoming X-Forwarded-For
+	xff      string // the client's entry and the trusted hops of the incoming X-Forwarded-For
 	rid      string
 	verified bool
 	body     *clientBody // the request's body as forwarded (nil: none)
@@ -332,8 +333,10 @@ func (p *proxy) userVerified(ident *policy.Identity, user, sig string) bool {
 
 // clientIP returns the client address: the peer, or, when the peer is a
 // trusted proxy, the right-most X-Forwarded-For address that is not a
-// trusted proxy. It also returns the part of the chain that was trusted
-// (to forward), "" when the peer is not trusted.
+// trusted proxy. It also returns the chain to forward: the client's entry
+// followed by the trusted hops after it, "" when the peer is not trusted
+// or is itself the client; the entries left of the client's, which the
+// client may have written, are dropped.
 func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 	peer, err := netip.ParseAddr(peerHost(r.RemoteAddr))
 	if err != nil {
@@ -351,18 +354,24 @@ func clientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, string) {
 			}
 		}
 	}
-	client := peer
+	client, from := peer, len(hops)
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := hopAddr(hops[i])
 		if !ok {
 			break // garbage: stop at the last good hop
 		}
-		client = a
+		client, from = a, i
 		if !inPrefixes(client, trusted) {
-			return client, strings.Join(hops[:i+1], ", ")
+			break
 		}
 	}
-	return client, strings.Join(hops, ", ")
+	if from == len(hops) {
+		return client, "" // the peer is the client
+	}
+	// what lies left of the client's entry is whatever the client wrote;
+	// its own entry is forwarded as the address decided on (no port)
+	hops[from] = client.String()
+	return client, strings.Join(hops[from:], ", ")
 }
 
 func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {

@@ -179,9 +179,15 @@ func TestClientIP(t *testing.T) {
 		{"198.51.100.7:1", "", "198.51.100.7", ""},
 		{"198.51.100.7:1", "1.2.3.4", "198.51.100.7", ""},           // untrusted peer: XFF ignored
 		{"10.1.1.1:1", "203.0.113.5", "203.0.113.5", "203.0.113.5"}, // trusted peer
-		{"10.1.1.1:1", "1.1.1.1, 203.0.113.5, 10.2.2.2", "203.0.113.5", "1.1.1.1, 203.0.113.5"},
+		// the chain forwarded: the client's entry and the trusted hops
+		// after it, never what the client wrote left of its own entry
+		{"10.1.1.1:1", "1.1.1.1, 203.0.113.5, 10.2.2.2", "203.0.113.5", "203.0.113.5, 10.2.2.2"},
+		{"127.0.0.2:1", "6.6.6.6, 198.51.100.7, 10.0.0.5", "198.51.100.7", "198.51.100.7, 10.0.0.5"},
+		{"10.1.1.1:1", "6.6.6.6, 198.51.100.7:4711, 10.0.0.5", "198.51.100.7", "198.51.100.7, 10.0.0.5"},
 		{"10.1.1.1:1", "10.3.3.3, 10.2.2.2", "10.3.3.3", "10.3.3.3, 10.2.2.2"}, // all trusted: the left-most
-		{"10.1.1.1:1", "garbage, 203.0.113.5", "203.0.113.5", "garbage, 203.0.113.5"},
+		{"10.1.1.1:1", "garbage, 10.3.3.3, 10.2.2.2", "10.3.3.3", "10.3.3.3, 10.2.2.2"},
+		{"10.1.1.1:1", "garbage, 203.0.113.5", "203.0.113.5", "203.0.113.5"},
+		{"10.1.1.1:1", "203.0.113.5, garbage", "10.1.1.1", ""}, // the peer is the client
 		{"10.1.1.1:1", "", "10.1.1.1", ""},
 		{"[::ffff:10.1.1.1]:1", "203.0.113.5", "203.0.113.5", "203.0.113.5"},
 	} {
@@ -374,5 +380,37 @@ func TestProxyEndpointTooLong(t *testing.T) {
 	defer f.events.mu.Unlock()
 	if len(f.events.list) != published {
 		t.Fatalf("%d decisions published for refused paths", len(f.events.list)-published)
+	}
+}
+
+// TestProxyForwardedChain: behind a trusted proxy the upstream receives
+// X-Forwarded-For as the client decided on, the trusted hops after it and
+// the peer; what the client wrote left of its own entry is dropped.
+func TestProxyForwardedChain(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixture(t, nil)
+	c := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	t.Cleanup(c.CloseIdleConnections)
+	for _, tt := range []struct{ xff, client, forwarded string }{
+		{"6.6.6.6, 198.51.100.7, 10.0.0.5", "198.51.100.7", "198.51.100.7, 10.0.0.5, 127.0.0.2"},
+		{"6.6.6.6, 198.51.100.8:4711", "198.51.100.8", "198.51.100.8, 127.0.0.2"},
+		{"203.0.113.1, garbage", "127.0.0.2", "127.0.0.2"},
+	} {
+		req, _ := http.NewRequest("GET", f.front.URL+"/feed", nil)
+		req.Header.Set("X-Forwarded-For", tt.xff)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		r := <-f.seen
+		<-f.bodies
+		if got := r.Header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != tt.forwarded {
+			t.Errorf("XFF %q: upstream got %q, want %q", tt.xff, got, tt.forwarded)
+		}
+		if ev := f.events.last(t); ev.IP != tt.client {
+			t.Errorf("XFF %q: decided for %s, want %s", tt.xff, ev.IP, tt.client)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/service"
 	"github.com/tollgate-dev/tollgate/streams"
 )
 
@@ -150,4 +152,35 @@ func grepLine(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Attack: a client behind the load balancer writes its own
+// X-Forwarded-For entries (an "internal" address, a victim's) before the
+// one the load balancer appends. The limiter decided on the right
+// address, but forwarded the client's entries and dropped the trusted
+// hops, so an upstream that reads the left-most entry (many frameworks
+// do) logged, allow-listed or limited the address the attacker chose.
+// Defence: the upstream receives the client address the limiter decided
+// on, then the trusted hops and the peer; nothing the client wrote left
+// of its own entry.
+func TestAttackForwardedForSpoofReachesUpstream(t *testing.T) {
+	t.Parallel()
+	seen := make(chan []string, 10)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Values("X-Forwarded-For")
+	}))
+	t.Cleanup(up.Close)
+	tg := start(t, func(c *service.Config) { c.Upstream = up.URL })
+	for _, tt := range []struct{ xff, want string }{
+		// the attacker's entries, then the load balancer's (127.0.0.1 dials)
+		{"10.0.0.1, 192.0.2.50, 203.0.113.77", "203.0.113.77, 127.0.0.1"},
+		{"127.0.0.1, 203.0.113.78, 127.0.0.9", "203.0.113.78, 127.0.0.9, 127.0.0.1"},
+	} {
+		if code, body := do(t, "GET", tg.public+"/feed", "", from(tt.xff)); code != 200 {
+			t.Fatalf("%q: %d %s", tt.xff, code, body)
+		}
+		if got := <-seen; len(got) != 1 || got[0] != tt.want {
+			t.Errorf("sent %q: upstream got X-Forwarded-For %q, want %q", tt.xff, got, tt.want)
+		}
+	}
 }
