@@ -36,7 +36,8 @@ func checkAttributes(attrs map[string]string) *apiError {
 
 // attributesFromHeaders fills in.Attributes from the request headers the
 // policy's identity.attributes names (proxy mode and forward auth). A
-// header sent more than once is 400, as is a value that is too long or
+// header sent more than once, in any spelling an upstream would merge
+// with it (headerValue: case, '_' for '-'), is 400, as is a value that is too long or
 // not printable; an absent header leaves its attribute absent. Call it on
 // the original request's headers.
 func attributesFromHeaders(h http.Header, ident *policy.Identity, in *engine.Input) *apiError {
@@ -45,20 +46,20 @@ func attributesFromHeaders(h http.Header, ident *policy.Identity, in *engine.Inp
 	}
 	var attrs map[string]string
 	for _, a := range ident.Attributes {
-		vs := h.Values(a.Header)
+		v, n := headerValue(h, a.Header)
 		switch {
-		case len(vs) == 0:
+		case n == 0:
 			continue
-		case len(vs) > 1:
-			return badRequest(fmt.Sprintf("header %s (attribute %s) is sent more than once", a.Header, a.Name))
+		case n > 1:
+			return badRequest(fmt.Sprintf("header %s (attribute %s) is sent more than once (in some spelling); send it once", a.Header, a.Name))
 		}
-		if msg := policy.CheckAttribute(a.Name, vs[0]); msg != "" {
+		if msg := policy.CheckAttribute(a.Name, v); msg != "" {
 			return badRequest(fmt.Sprintf("header %s (attribute %s) %s", a.Header, a.Name, msg))
 		}
 		if attrs == nil {
 			attrs = make(map[string]string, len(ident.Attributes))
 		}
-		attrs[a.Name] = vs[0]
+		attrs[a.Name] = v
 	}
 	in.Attributes = attrs
 	return nil

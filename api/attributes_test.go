@@ -339,6 +339,21 @@ func TestProxyAttributesAndLists(t *testing.T) {
 	if resp := do(http.Header{"X-Plan": {"free", "paid"}}); resp.StatusCode != 400 {
 		t.Fatalf("repeated X-Plan: %d", resp.StatusCode)
 	}
+	// repeated in another spelling (CGI, WSGI and Rack read X_Plan as
+	// X-Plan): 400 as for the identity headers (6.9, 6.4), nothing forwarded
+	for _, other := range []string{"X_Plan", "x_plan", "X_PLAN"} {
+		if resp := do(http.Header{"X-Plan": {"free"}, other: {"enterprise"}}); resp.StatusCode != 400 {
+			t.Fatalf("X-Plan and %s: %d", other, resp.StatusCode)
+		}
+	}
+	if resp := do(http.Header{"X_Tenant": {"acme"}, "X-Tenant": {"acme"}}); resp.StatusCode != 400 {
+		t.Fatalf("X-Tenant and X_Tenant: %d", resp.StatusCode)
+	}
+	select {
+	case r := <-seen:
+		t.Fatalf("a repeated attribute header was forwarded: %v", r.Header)
+	default:
+	}
 	if resp := do(http.Header{"X-Tenant": {strings.Repeat("t", 257)}}); resp.StatusCode != 400 {
 		t.Fatalf("long X-Tenant: %d", resp.StatusCode)
 	}
