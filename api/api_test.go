@@ -214,6 +214,31 @@ func TestNotFoundAndMethod(t *testing.T) {
 		`{"error":{"code":"NOT_FOUND","message":"no such endpoint: GET /nope","details":{},"request_id":"req-1"}}`)
 }
 
+// TestAdminMethodNotAllowedAfterAuth: a wrong method on an admin path
+// answers 404 when the admin API is off and 401 without the token, no
+// Allow header in either (the admin methods are not revealed); 405 with
+// Allow only with the token.
+func TestAdminMethodNotAllowedAfterAuth(t *testing.T) {
+	t.Parallel()
+	const path = "/v1/admin/subjects/ip/1.2.3.4" // GET only
+	off := newFixture(t, nil, "")
+	w := off.do(t, "POST", path, "")
+	expect(t, w, 404, `{"error":{"code":"NOT_FOUND","message":"the admin API is disabled (no admin token configured)","details":{},"request_id":"req-1"}}`)
+	if a := w.Header().Values("Allow"); a != nil {
+		t.Errorf("admin off: Allow %q", a)
+	}
+	f := newFixture(t, nil, "s3cret")
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer s3cre"}} {
+		w := f.do(t, "POST", path, "", hdr...)
+		expect(t, w, 401, `{"error":{"code":"UNAUTHORIZED","message":"missing or wrong admin token","details":{},"request_id":"req-1"}}`)
+		if a := w.Header().Values("Allow"); a != nil {
+			t.Errorf("%v: Allow %q", hdr, a)
+		}
+	}
+	expect(t, f.do(t, "POST", path, "", "Authorization", "Bearer s3cret"), 405,
+		`{"error":{"code":"METHOD_NOT_ALLOWED","message":"POST is not allowed here; use GET","details":{},"request_id":"req-1"}}`, "Allow", "GET")
+}
+
 // failingStore fails every decision, as a dead Redis does.
 type failingStore struct{ bucket.Store }
 

@@ -269,10 +269,19 @@ func normalizeURL(u *url.URL) {
 // serveAPI routes r on the API mux.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern == "/" || pattern == "/v1/" || pattern == "/v1/admin/" {
-		// no pattern matched this method: 405 in the envelope
+		// no pattern matched this method: 405 in the envelope; on an
+		// admin path only past the admin checks (404 when the admin API
+		// is off, 401 without the token), so its methods are not revealed
 		if allowed := s.allowedMethods(r); allowed != "" {
-			w.Header().Set("Allow", allowed)
-			writeError(w, requestID(w, r), &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed, message: r.Method + " is not allowed here; use " + allowed})
+			notAllowed := func(w http.ResponseWriter, r *http.Request, rid string) {
+				w.Header().Set("Allow", allowed)
+				writeError(w, rid, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed, message: r.Method + " is not allowed here; use " + allowed})
+			}
+			if pattern == "/v1/admin/" {
+				s.adminOnly(notAllowed)(w, r)
+			} else {
+				notAllowed(w, r, requestID(w, r))
+			}
 			return
 		}
 	}
