@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -43,7 +44,8 @@ type ProxyOptions struct {
 	Getenv func(string) string
 	// OnForgedUser is called when a user header fails its signature.
 	OnForgedUser func()
-	// OnUpstreamError is called when the upstream cannot be reached.
+	// OnUpstreamError is called when the upstream cannot be reached or
+	// does not answer in time (not when the client gave up first).
 	OnUpstreamError func()
 }
 
@@ -113,10 +115,19 @@ func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 
 // upstreamFailed answers a request the upstream did not: a 4xx when the
 // client's own body failed (bad chunks, or it did not arrive in time),
-// else the upstream's 502 or 504.
+// nothing when the client gave up (its request's context was cancelled:
+// not the upstream's failure, so neither counted nor warned of), else the
+// upstream's 502 or 504.
 func (p *proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	if id, ok := r.Context().Value(identityKey{}).(*identity); ok && id.body != nil && id.body.failed() != nil {
 		p.s.writeBodyError(w, w.Header().Get("X-Request-Id"), id.body.failed())
+		return
+	}
+	if clientGone(r) {
+		if p.s.o.Logger.Enabled(r.Context(), slog.LevelDebug) {
+			p.s.o.Logger.LogAttrs(r.Context(), slog.LevelDebug, "proxy: the client went away before the upstream answered",
+				slog.String("request_id", w.Header().Get("X-Request-Id")), slog.Any("err", err))
+		}
 		return
 	}
 	if p.o.OnUpstreamError != nil {

@@ -6,7 +6,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -64,6 +66,8 @@ type proxyFixture struct {
 	reporter *fakeReporter
 	events   *sink
 	forged   atomic.Int64
+	upErrs   atomic.Int64       // OnUpstreamError calls
+	log      testenv.SyncBuffer // the server's log, debug level
 }
 
 func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
@@ -90,9 +94,11 @@ func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
 	}
 	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p },
 		Metrics: engine.NewMetrics(prometheus.NewRegistry())})
-	f.srv, _ = New(Options{Engine: eng, Reporter: f.reporter, Events: f.events})
+	f.srv, _ = New(Options{Engine: eng, Reporter: f.reporter, Events: f.events,
+		Logger: slog.New(slog.NewTextHandler(&f.log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	u, _ := url.Parse(up.URL)
-	if err := f.srv.EnableProxy(ProxyOptions{Upstream: u, Getenv: func(string) string { return "k3y" }, OnForgedUser: func() { f.forged.Add(1) }}); err != nil {
+	if err := f.srv.EnableProxy(ProxyOptions{Upstream: u, Getenv: func(string) string { return "k3y" }, OnForgedUser: func() { f.forged.Add(1) },
+		OnUpstreamError: func() { f.upErrs.Add(1) }}); err != nil {
 		t.Fatal(err)
 	}
 	f.front = httptest.NewServer(f.srv.Public())
@@ -412,5 +418,51 @@ func TestProxyForwardedChain(t *testing.T) {
 		if ev := f.events.last(t); ev.IP != tt.client {
 			t.Errorf("XFF %q: decided for %s, want %s", tt.xff, ev.IP, tt.client)
 		}
+	}
+}
+
+// TestProxyClientGivesUp: a client that gives up before the upstream
+// answers is not an upstream failure: not counted (OnUpstreamError), not
+// warned of; a debug line tells of it. An upstream that fails is still
+// counted and warned of.
+func TestProxyClientGivesUp(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 1)
+	f := newProxyFixture(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			panic(http.ErrAbortHandler) // the upstream resets the connection
+		}
+		arrived <- struct{}{}
+		<-r.Context().Done() // blocks until the proxy gives up on it
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.front.URL+"/slow", nil)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := f.front.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client: %v", err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() string {
+		if !strings.Contains(f.log.String(), "the client went away") {
+			return "no debug line of the client gone:\n" + f.log.String()
+		}
+		return ""
+	})
+	if n := f.upErrs.Load(); n != 0 || strings.Contains(f.log.String(), "level=WARN") {
+		t.Fatalf("a client that gave up counted as %d upstream errors; log:\n%s", n, f.log.String())
+	}
+	if resp, body := f.do(t, "GET", "/fail", ""); resp.StatusCode != 502 || !strings.Contains(body, CodeUpstreamUnavailable) {
+		t.Fatalf("failing upstream: %d %s", resp.StatusCode, body)
+	}
+	if n := f.upErrs.Load(); n != 1 || !strings.Contains(f.log.String(), "level=WARN msg=\"proxy: upstream\"") {
+		t.Fatalf("a failing upstream counted %d times; log:\n%s", n, f.log.String())
 	}
 }

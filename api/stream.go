@@ -137,6 +137,14 @@ func upstreamError(r *http.Request, err error) *apiError {
 	return &apiError{status: http.StatusBadGateway, code: CodeUpstreamUnavailable, message: "upstream unavailable"}
 }
 
+// clientGone reports whether r's context ended because the client went
+// away (its connection closed, its stream reset): cancelled, and not by
+// one of the proxy's deadlines, whose causes are errUpstreamTimeout and
+// errUpstreamIdle.
+func clientGone(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), context.Canceled)
+}
+
 // hasBody reports whether req carries a body (net/http's NoBody is none).
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
