@@ -140,12 +140,53 @@ func (p *proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 }
 
 // modifyResponse starts the request's idle deadline on the upstream's
-// answer (see watchdog.started) and records the upstream's outcome.
+// answer (see watchdog.started), drops the upstream's headers the
+// limiter's replace, and records the upstream's outcome.
 func (p *proxy) modifyResponse(resp *http.Response) error {
-	if id, ok := resp.Request.Context().Value(identityKey{}).(*identity); ok && id.wd != nil {
-		id.wd.started(resp)
+	if id, ok := resp.Request.Context().Value(identityKey{}).(*identity); ok {
+		if id.wd != nil {
+			id.wd.started(resp)
+		}
+		dropOwnHeaders(resp.Header, id.own)
 	}
 	return p.outcome(resp)
+}
+
+// ownHeaders are the headers the limiter may set on a forwarded response:
+// where it set one, the upstream's of the same name (in any case) is
+// dropped, so the client sees each once, the limiter's. ReverseProxy adds
+// the upstream's headers to the limiter's, and the limiter writes some
+// names in a spelling (X-RateLimit-Limit) that is not net/http's
+// canonical one (X-Ratelimit-Limit), so both would otherwise go out.
+var ownHeaders = [...]string{HeaderLimit, HeaderRemaining, HeaderReset, HeaderDegraded, HeaderRateLimit, HeaderPolicy,
+	"Retry-After", "X-Request-Id"}
+
+// ownSet returns the set (a bit per ownHeaders entry) of ownHeaders that
+// h holds.
+func ownSet(h http.Header) uint16 {
+	var set uint16
+	for i, name := range ownHeaders {
+		if _, ok := h[name]; ok {
+			set |= 1 << i
+		}
+	}
+	return set
+}
+
+// dropOwnHeaders deletes from the upstream's header h every header of
+// set, in any spelling.
+func dropOwnHeaders(h http.Header, set uint16) {
+	if set == 0 {
+		return
+	}
+	for k := range h {
+		for i, name := range ownHeaders {
+			if set&(1<<i) != 0 && strings.EqualFold(k, name) {
+				delete(h, k)
+				break
+			}
+		}
+	}
 }
 
 func scheme(r *http.Request) string {
@@ -164,6 +205,7 @@ type identity struct {
 	verified bool
 	body     *clientBody // the request's body as forwarded (nil: none)
 	wd       *watchdog   // the forwarded request's deadlines
+	own      uint16      // the ownHeaders the limiter set on the response (ownSet)
 }
 
 type identityKey struct{}
@@ -205,6 +247,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the slots of concurrency limits are held until the response has
 	// been sent, or the client went away (ServeHTTP returns then too)
 	defer p.s.releaseAfter(rid, d)
+	id.own = ownSet(w.Header())
 	r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 	r.Header.Set("X-Request-Id", rid)
 	p.forward(w, r, id)

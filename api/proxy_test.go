@@ -466,3 +466,38 @@ func TestProxyClientGivesUp(t *testing.T) {
 		t.Fatalf("a failing upstream counted %d times; log:\n%s", n, f.log.String())
 	}
 }
+
+// TestProxyOwnHeadersReplaceUpstreams: the upstream's own rate-limit and
+// request-id headers (in any spelling) are replaced by the limiter's, so
+// each goes out once; the upstream's other headers, Retry-After among
+// them (the limiter sets none on a forwarded response), pass.
+func TestProxyOwnHeadersReplaceUpstreams(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixture(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", "1000") // canonical: X-Ratelimit-Limit
+		h["X-RateLimit-Remaining"] = []string{"999"}
+		h["x-ratelimit-reset"] = []string{"1"}
+		h.Set("RateLimit", `"upstream";r=999;t=1`)
+		h.Set("RateLimit-Policy", `"upstream";q=1000;w=1`)
+		h.Set("X-Request-Id", "upstream-id")
+		h.Set("Retry-After", "7")
+		h.Set("X-Upstream", "yes")
+		w.WriteHeader(200)
+	}))
+	resp, _ := f.do(t, "GET", "/feed", "", "X-Request-Id", "client-id")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for name, want := range map[string]string{
+		HeaderLimit: "3", HeaderRemaining: "2", HeaderRateLimit: `"ip-unauth";r=2;t=20`, HeaderPolicy: `"ip-unauth";q=3;w=60`,
+		"X-Request-Id": "client-id", "Retry-After": "7", "X-Upstream": "yes",
+	} {
+		if got := resp.Header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	if got := resp.Header.Values(HeaderReset); len(got) != 1 || got[0] == "1" {
+		t.Errorf("%s: %q, want the limiter's alone", HeaderReset, got)
+	}
+}
