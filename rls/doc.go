@@ -19,4 +19,12 @@
 // rate-limit headers of the check API go in response_headers_to_add, and
 // a denial's envelope in raw_body, so Envoy's local reply is what
 // /v1/check would have answered.
+//
+// A request whose entries cannot be mapped (an id over 256 bytes, a
+// control character, bad UTF-8, two values of one field that disagree, a
+// request over the bounds) is denied: OVER_LIMIT with the 400 BAD_REQUEST
+// envelope naming the entry, as /v1/check refuses it. Most
+// entry values are the client's own headers, and a gRPC error would be
+// answered by Envoy's failure_mode_deny, false in the documented
+// configuration: one oversized X-Device-Id would escape every limit.
 package rls

@@ -21,8 +21,12 @@ const (
 	MaxEntries = 64
 )
 
-// RequestError is a RateLimitRequest that cannot be decided on: the
-// server answers it INVALID_ARGUMENT with the message.
+// RequestError is a RateLimitRequest that cannot be decided on. Its
+// values are mostly the client's own headers, so the server denies it:
+// OVER_LIMIT with the check API's 400 envelope (BAD_REQUEST, Msg as its
+// message) in raw_body, never a gRPC error, which Envoy would answer by
+// its failure_mode_deny (false in the documented configuration: the
+// request would pass unlimited).
 type RequestError struct{ Msg string }
 
 func (e *RequestError) Error() string { return "rls: " + e.Msg }

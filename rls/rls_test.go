@@ -15,9 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -336,18 +334,69 @@ func TestShouldRateLimitAnyCodec(t *testing.T) {
 	}
 }
 
+// TestShouldRateLimitInvalid: a request whose entries cannot be mapped
+// (a client's header over 256 bytes, a control character, bad UTF-8, an
+// account that grows past 256 bytes when lower-cased, two values that
+// disagree) is a denial Envoy enforces: OVER_LIMIT with the 400
+// envelope naming the entry, never a gRPC error, which Envoy's
+// failure_mode_deny: false would let through. It takes no tokens, and is
+// counted and logged as invalid.
 func TestShouldRateLimitInvalid(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
-	req := feed("u_1", 0)
-	req.Descriptors = append(req.Descriptors, desc("remote_address", "203.0.113.1"))
-	_, err := e.client.ShouldRateLimit(context.Background(), req)
-	if status.Code(err) != codes.InvalidArgument ||
-		status.Convert(err).Message() != `rls: ip is given two different values ("198.51.100.7", then "203.0.113.1" in entry "remote_address")` {
-		t.Fatalf("conflict: %v", err)
+	tests := []struct {
+		name    string
+		entries []string
+		wantMsg string
+		direct  bool // not through a Go client, which refuses to marshal bad UTF-8 (Envoy does not)
+	}{
+		{"long device", []string{"device_id", strings.Repeat("d", 300)}, `entry \"device_id\" (device) is longer than 256 bytes`, false},
+		{"control in device", []string{"device_id", "d\x01"}, `entry \"device_id\" (device) contains a control character`, false},
+		{"bad utf-8 user", []string{"user_id", "u\xff"}, `entry \"user_id\" (user) is not valid UTF-8`, true},
+		{"account growing when lower-cased", []string{"account", strings.Repeat("\u023a", 128)}, `entry \"account\" (account) is longer than 256 bytes`, false},
+		{"long attribute", []string{"plan", strings.Repeat("p", 257)}, `entry \"plan\": attribute \"plan\" is longer than 256 bytes`, false},
+		{"bad ip", []string{"remote_address", "1.2.3"}, `entry \"remote_address\": not an IP address: \"1.2.3\"`, false},
+		{"conflict", []string{"remote_address", "203.0.113.1"}, `ip is given two different values (\"198.51.100.7\", then \"203.0.113.1\" in entry \"remote_address\")`, false},
+		{"long path", []string{"path", "/" + strings.Repeat("p", 2048)}, `entry \"path\": the path is longer than 2048 bytes`, false},
 	}
-	if got := testutil.ToFloat64(e.rls.requests.WithLabelValues(ResultInvalid)); got != 1 {
-		t.Fatalf("invalid count %v", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			req := feed("u_1", 0)
+			req.Descriptors = append(req.Descriptors, desc(tt.entries...))
+			var resp *rlsv3.RateLimitResponse
+			var err error
+			if tt.direct {
+				resp, err = e.rls.ShouldRateLimit(context.Background(), req)
+			} else {
+				resp, err = e.client.ShouldRateLimit(context.Background(), req)
+			}
+			if err != nil {
+				t.Fatalf("a gRPC error, which Envoy lets through: %v", err)
+			}
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != len(req.Descriptors) {
+				t.Fatalf("not a denial: %v", resp)
+			}
+			for _, st := range resp.Statuses {
+				if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit != nil {
+					t.Fatalf("status %v", st)
+				}
+			}
+			rid := headers(resp)["x-request-id"]
+			want := `{"error":{"code":"BAD_REQUEST","message":"` + tt.wantMsg + `","details":{},"request_id":"` + rid + `"}}`
+			if rid == "" || strings.TrimSpace(string(resp.RawBody)) != want {
+				t.Fatalf("raw_body %s\nwant     %s", resp.RawBody, want)
+			}
+			wantHeaders(t, resp, "content-type", "application/json", "x-tollgate-status", "400")
+			if h := headers(resp); h["retry-after"] != "" || h["content-length"] != "" {
+				t.Fatalf("headers %v", h)
+			}
+			if got := testutil.ToFloat64(e.rls.requests.WithLabelValues(ResultInvalid)); got != 1 {
+				t.Fatalf("invalid count %v", got)
+			}
+			// no tokens taken: the user's bucket is still full
+			wantStatuses(t, call(t, e, feed("u_1", 0)), 3, rlsv3.RateLimitResponse_OK, "user-read", 5, 4, 12*time.Second)
+		})
 	}
 }
 

@@ -82,7 +82,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_rls_requests_total",
-		Help: "Envoy rate-limit service calls by result: ok, over_limit, unknown_domain (answered OK, no limit), invalid (INVALID_ARGUMENT), error.",
+		Help: "Envoy rate-limit service calls by result: ok, over_limit, unknown_domain (answered OK, no limit), invalid (descriptors that cannot be mapped: OVER_LIMIT with a 400 envelope), error.",
 	}, []string{"result"})
 	for i, r := range []string{ResultOK, ResultOverLimit, ResultUnknownDomain, ResultInvalid, ResultError} {
 		s.byResult[i] = s.requests.WithLabelValues(r)
@@ -178,12 +178,20 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	in := inputPool.Get().(*engine.Input)
 	defer inputPool.Put(in)
-	if err := Map(e, req, in); err != nil {
-		s.byResult[3].Inc()
-		s.warn("rls: invalid request", "domain", e.Domain, "err", err.Error())
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
 	rid := ulid.Make().String()
+	if err := Map(e, req, in); err != nil {
+		// Descriptor values are mostly the client's headers (x-device-id,
+		// :path, an account header). A gRPC error would let Envoy apply
+		// failure_mode_deny, which the documented configuration sets to
+		// false: any client could escape every limit with one bad header.
+		// So the request is denied, as the check API refuses it (400).
+		s.byResult[3].Inc()
+		s.warn("rls: invalid request: OVER_LIMIT with a 400 envelope (further warnings within 10s not logged)",
+			"domain", e.Domain, "request_id", rid, "err", err.Error())
+		p := getResponse()
+		p.badRequest(len(req.Descriptors), rid, requestMessage(err))
+		return p, nil
+	}
 	d := engine.GetDecision()
 	defer engine.PutDecision(d)
 	if err := s.o.Decider.Decide(ctx, rid, in, d); err != nil {
@@ -266,6 +274,56 @@ func (p *pooledResponse) build(n int, rid string, d *engine.Decision) {
 	p.headers()
 	p.status(p.msg.OverallCode, d)
 	p.fill(n, &p.st)
+}
+
+// codeBadRequest is the envelope's code of a refused request (api.CodeBadRequest).
+const codeBadRequest = "BAD_REQUEST"
+
+// requestMessage is the envelope's message for a Map error: a
+// *RequestError's own message, without the package prefix.
+func requestMessage(err error) string {
+	var re *RequestError
+	if errors.As(err, &re) {
+		return re.Msg
+	}
+	return err.Error()
+}
+
+// badRequest is the answer to a request that cannot be decided on: the
+// denial Envoy enforces (OVER_LIMIT), with the check API's 400 envelope
+// (code BAD_REQUEST, msg naming the entry) in raw_body, its Content-Type,
+// X-Request-Id and X-Tollgate-Status: 400; every descriptor's status is
+// OVER_LIMIT with no limit. No limit was consulted: it takes no tokens.
+func (p *pooledResponse) badRequest(n int, rid, msg string) {
+	clear(p.h)
+	c := &capture{h: p.h}
+	render.WriteError(c, rid, http.StatusBadRequest, codeBadRequest, msg, "")
+	p.msg.Reset()
+	p.msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	p.msg.RawBody = c.body
+	p.h[render.HeaderTollgateStatus] = []string{strconv.Itoa(http.StatusBadRequest)}
+	p.h["X-Request-Id"] = []string{rid}
+	delete(p.h, "Content-Length") // Envoy sets its own
+	p.headers()
+	p.st.Reset()
+	p.st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	p.fill(n, &p.st)
+}
+
+// capture is an http.ResponseWriter that keeps the body it is given (the
+// status is the caller's).
+type capture struct {
+	h    http.Header
+	body []byte
+}
+
+func (c *capture) Header() http.Header { return c.h }
+
+func (c *capture) WriteHeader(int) {}
+
+func (c *capture) Write(b []byte) (int, error) {
+	c.body = append(c.body, b...)
+	return len(b), nil
 }
 
 // okNoLimit is the answer to a request no limit applies to.
