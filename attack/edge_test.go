@@ -97,3 +97,31 @@ func TestAttackRLSBadHeaderEscapesNothing(t *testing.T) {
 		t.Fatalf("bystander: %v %v", resp, err)
 	}
 }
+
+// TestAttackRLSPathSpellingsShareTheLoginLimits: behind Envoy, whose
+// :path is the client's undecoded one, an attacker spells the login path
+// as upstreams still serve it (/auth%2Flogin, /auth%2flogin,
+// /auth/%6cogin, //auth/./login/) to get fresh login tries. Every
+// spelling is the route of POST /auth/login, as in proxy mode (6.4):
+// login-account's 5/min holds across them.
+func TestAttackRLSPathSpellingsShareTheLoginLimits(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withEdgeGRPC(t))
+	c := grpcClient(t, tg.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spellings := []string{"/auth/login", "/auth%2Flogin", "/auth%2flogin", "/auth/%6cogin", "//auth/./login/", "/auth/x/../login?next=/", "/AUTH/%6Cogin", "/auth/login/"}
+	for i, path := range spellings {
+		resp, err := c.ShouldRateLimit(ctx, edgeLogin("198.51.100.60", path, "victim"))
+		if err != nil {
+			t.Fatalf("try %d (%s): %v", i+1, path, err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 5 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want || resp.Statuses[0].GetCurrentLimit().GetName() != "login-account" {
+			t.Fatalf("try %d (%s): %v, want %v by login-account", i+1, path, resp, want)
+		}
+	}
+}

@@ -136,7 +136,13 @@ func id(dst *string, key, field, v string) error {
 	return same(dst, v, key, field, nil)
 }
 
-// setPath stores the endpoint's path, its query string dropped.
+// setPath stores the endpoint's path as route matching sees it in proxy
+// mode (6.4): its query string dropped, then policy.RoutePath, so that
+// "/auth%2Flogin", "/auth/%6cogin" and "//auth/./login/" are the route of
+// "/auth/login" (Envoy's :path is the client's, undecoded). The path as
+// sent is bounded by policy.MaxEndpointLen and must be printable UTF-8;
+// decoded, it must still be UTF-8 without control characters (a space
+// is kept, as proxy mode keeps it).
 func setPath(ep *endpoint, key, v string) error {
 	if i := strings.IndexAny(v, "?#"); i >= 0 {
 		v = v[:i]
@@ -155,7 +161,27 @@ func setPath(ep *endpoint, key, v string) error {
 			return bad("entry %q: the path has a space or control character", clip(key))
 		}
 	}
+	if !cleanPath(v) {
+		v = policy.RoutePath(v)
+		if !utf8.ValidString(v) {
+			return bad("entry %q: the path is not valid UTF-8 once decoded", clip(key))
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c < ' ' || c == 0x7f {
+				return bad("entry %q: the path has a control character once decoded", clip(key))
+			}
+		}
+	}
 	return same(&ep.path, v, key, "endpoint_path", nil)
+}
+
+// cleanPath reports whether policy.RoutePath would return the rooted
+// path p unchanged, sparing its allocation: p has no escape, no empty
+// segment or trailing slash, and no segment starting with "." (a dot
+// segment, or a name such as .well-known that RoutePath keeps).
+func cleanPath(p string) bool {
+	return !strings.Contains(p, "%") && !strings.Contains(p, "//") && !strings.Contains(p, "/.") &&
+		(p == "/" || !strings.HasSuffix(p, "/"))
 }
 
 // setAttr stores attribute name, checked as the check API checks it (6.9).

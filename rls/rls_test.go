@@ -472,3 +472,22 @@ envoy:
 		}
 	}
 }
+
+// TestShouldRateLimitPathSpellings: every spelling of the login path
+// that an upstream serves as /auth/login is the login route, and shares
+// its limits (login-account, 3/min): the 4th and 5th tries are denied.
+func TestShouldRateLimitPathSpellings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for i, path := range []string{"/auth/login", "/auth%2Flogin", "/auth%2flogin", "/auth/%6cogin", "//auth/./login/?next=/"} {
+		resp := call(t, e, &rlsv3.RateLimitRequest{Domain: "mobile-api", Descriptors: []*commonv3.RateLimitDescriptor{
+			desc("remote_address", "192.0.2.1", "method", "POST", "path", path), desc("account", "alice")}})
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want || resp.Statuses[0].GetCurrentLimit().GetName() != "login-account" {
+			t.Fatalf("try %d (%s): %v, want %v by login-account", i+1, path, resp, want)
+		}
+	}
+}
