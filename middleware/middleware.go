@@ -98,10 +98,12 @@ type Options struct {
 	// 100ms).
 	Timeout time.Duration
 	// FailOpen is remote mode's answer when the limiter cannot be reached
-	// (transport error, timeout, a status other than 200, 403, 429 and
-	// 503, or a 403/429/503 without the error envelope): true lets the
+	// (transport error, timeout, a status other than 200, 400, 403, 429
+	// and 503, or a 403/429/503 without the error envelope): true lets the
 	// request through with X-RateLimit-Degraded: 1; false (the zero
-	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1.
+	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1. A 400
+	// is the caller's bad input, not unavailability: it is answered 400
+	// (the limiter's envelope), never let through.
 	FailOpen bool
 	// DeviceTokens verifies Identity.DeviceToken in direct mode (the
 	// limiters' key: attestation.TokensFromPolicy); nil treats every
@@ -239,7 +241,13 @@ func normalize(id *Identity, in *engine.Input) string {
 		}
 		*f.dst = f.v
 		if f.dst == &in.Account {
+			// checked again once normalised, as the check API checks it:
+			// lower-casing can grow an id (U+023A is 2 bytes, its lower
+			// case 3), and the limiter would refuse the grown one
 			*f.dst = policy.NormalizeAccount(f.v)
+			if msg := api.CheckID(*f.dst); msg != "" {
+				return "identity: the " + f.name + " " + msg
+			}
 		}
 	}
 	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
@@ -368,6 +376,12 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 			defer l.releaseRemote(rid, lease)
 		}
 		next.ServeHTTP(w, r)
+	case http.StatusBadRequest:
+		// The limiter refused what the caller sent (an identity the
+		// middleware let through): the caller's bad input, never the
+		// limiter's unavailability, which FailOpen would let pass
+		// unlimited.
+		l.badRequest(w, r, rid, header, answer)
 	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusServiceUnavailable:
 		if !isEnvelope(answer) {
 			l.unavailable(w, r, next, rid, fmt.Errorf("middleware: limiter answered %d without an error envelope", status))
@@ -465,6 +479,25 @@ func copyHeaders(dst, src http.Header, names []string) {
 			dst[k] = v // the name as given: api's spelling, not net/http's canonical one
 		}
 	}
+}
+
+// badRequest answers the limiter's 400: its envelope verbatim, or the
+// middleware's own 400 BAD_REQUEST when it sent none (a proxy between
+// them answered). The app is not called, whatever FailOpen says.
+func (l *limiter) badRequest(w http.ResponseWriter, r *http.Request, rid string, header http.Header, answer []byte) {
+	if n, ok := l.throttle.allow(l.now()); ok {
+		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter refused the check: 400", slog.String("request_id", rid),
+			slog.String("answer", clip(string(answer))), slog.Int64("suppressed", n))
+	}
+	if !isEnvelope(answer) {
+		api.WriteError(w, rid, http.StatusBadRequest, api.CodeBadRequest, "the rate limiter refused this request's identity", "")
+		return
+	}
+	h := w.Header()
+	copyHeaders(h, header, denyHeaders)
+	h["Content-Length"] = []string{strconv.Itoa(len(answer))}
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(answer)
 }
 
 // unavailable applies FailOpen when the limiter could not answer.

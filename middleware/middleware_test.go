@@ -278,6 +278,9 @@ func TestIdentityRefused(t *testing.T) {
 		{"long device", middleware.Identity{IP: "192.0.2.1", DeviceID: strings.Repeat("d", 257)}, "identity: the device id is longer than 256 bytes"},
 		{"control in user", middleware.Identity{IP: "192.0.2.1", UserID: "u\n1"}, "identity: the user id contains a control character"},
 		{"bad utf-8 account", middleware.Identity{IP: "192.0.2.1", Account: "a\xff"}, "identity: the account is not valid UTF-8"},
+		// 128 x U+023A is 256 bytes, lower-cased (U+2C65) 384: the check API refuses it
+		{"account growing when lower-cased", middleware.Identity{IP: "192.0.2.1", Account: strings.Repeat("\u023a", 128)},
+			"identity: the account is longer than 256 bytes"},
 		{"bad attribute name", middleware.Identity{IP: "192.0.2.1", Attributes: map[string]string{"plan": "x", "Tier": "y"}},
 			`identity: attribute "Tier" is not a valid attribute name (want 1-32 characters of a-z 0-9 _)`},
 		{"long attribute", middleware.Identity{IP: "192.0.2.1", Attributes: map[string]string{"plan": strings.Repeat("p", 257)}},
@@ -491,6 +494,56 @@ func TestRemoteRelaysDenials(t *testing.T) {
 	}
 }
 
+// TestRemoteIdentityRefused: in remote mode too, an identity the check
+// API would refuse is the middleware's own 400, before the limiter is
+// asked: an account that grows past 256 bytes when lower-cased never
+// reaches the limiter's 400, which FailOpen must not turn into a pass.
+func TestRemoteIdentityRefused(t *testing.T) {
+	t.Parallel()
+	f := &fakeLimiter{status: 200, body: `{"allowed":true}`}
+	h, a := build(t, middleware.Options{LimiterURL: startFake(t, f), FailOpen: true, Timeout: 5 * time.Second})
+	w := serve(h, "POST", "/auth/login", "198.51.100.7", "rid-1", "X-Account", strings.Repeat("\u023a", 128))
+	want := `{"error":{"code":"BAD_REQUEST","message":"identity: the account is longer than 256 bytes","details":{},"request_id":"rid-1"}}` + "\n"
+	if w.Code != 400 || w.Body.String() != want || a.calls.Load() != 0 {
+		t.Errorf("%d %q calls %d, want 400 %s", w.Code, w.Body, a.calls.Load(), want)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) != 0 {
+		t.Errorf("the limiter was asked: %+v", f.reqs)
+	}
+}
+
+// TestRemoteBadRequest: the limiter's 400 is the caller's bad input, not
+// the limiter's unavailability: it is answered 400 (the limiter's
+// envelope verbatim, or the middleware's own when it sent none), and the
+// request never reaches the app, even with FailOpen.
+func TestRemoteBadRequest(t *testing.T) {
+	t.Parallel()
+	envelope := `{"error":{"code":"BAD_REQUEST","message":"field \"account\" is longer than 256 bytes","details":{},"request_id":"rid-1"}}` + "\n"
+	own := `{"error":{"code":"BAD_REQUEST","message":"the rate limiter refused this request's identity","details":{},"request_id":"rid-1"}}` + "\n"
+	cases := []struct {
+		name, body, want string
+	}{
+		{"envelope", envelope, envelope},
+		{"no envelope", "400 Bad Request", own},
+	}
+	for _, c := range cases {
+		for _, open := range []bool{true, false} {
+			t.Run(c.name+"/fail_open="+strconv.FormatBool(open), func(t *testing.T) {
+				t.Parallel()
+				url := startFake(t, &fakeLimiter{status: 400, header: map[string]string{"Content-Type": "application/json", "X-Request-Id": "rid-1"}, body: c.body})
+				h, a := build(t, middleware.Options{LimiterURL: url, FailOpen: open, Timeout: 5 * time.Second})
+				w := serve(h, "GET", "/v1/items", "198.51.100.7", "rid-1")
+				if w.Code != 400 || w.Body.String() != c.want || a.calls.Load() != 0 || field(w.Header(), "X-RateLimit-Degraded") != "" ||
+					w.Header().Get("Content-Type") != "application/json" || w.Header().Get("X-Request-Id") != "rid-1" {
+					t.Errorf("%d %q calls %d headers %v; want 400 %s", w.Code, w.Body, a.calls.Load(), w.Header(), c.want)
+				}
+			})
+		}
+	}
+}
+
 // TestRemoteDown: when the limiter cannot answer, FailOpen decides.
 func TestRemoteDown(t *testing.T) {
 	t.Parallel()
@@ -508,9 +561,6 @@ func TestRemoteDown(t *testing.T) {
 			return startFake(t, &fakeLimiter{status: 503, header: map[string]string{"Retry-After": "30"}, body: "no healthy upstream"})
 		}},
 		{"429 without an envelope", func(t *testing.T) string { return startFake(t, &fakeLimiter{status: 429, body: "slow down"}) }},
-		{"400", func(t *testing.T) string {
-			return startFake(t, &fakeLimiter{status: 400, body: `{"error":{"code":"BAD_REQUEST","message":"x","details":{},"request_id":"r"}}`})
-		}},
 		{"redirect", func(t *testing.T) string {
 			return startFake(t, &fakeLimiter{status: 302, header: map[string]string{"Location": "http://example.test/"}})
 		}},
