@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -123,5 +126,46 @@ func TestAttackRLSPathSpellingsShareTheLoginLimits(t *testing.T) {
 		if resp.OverallCode != want || resp.Statuses[0].GetCurrentLimit().GetName() != "login-account" {
 			t.Fatalf("try %d (%s): %v, want %v by login-account", i+1, path, resp, want)
 		}
+	}
+}
+
+// rawRequest is a gRPC codec that sends fixed protobuf bytes as the
+// request: Envoy copies header bytes into entry values unchecked (a
+// header value may carry any byte from 0x80 up), and no Go client
+// marshals a string that is not UTF-8.
+type rawRequest struct{ b []byte }
+
+func (c rawRequest) Marshal(any) ([]byte, error)   { return c.b, nil }
+func (rawRequest) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b, v.(proto.Message)) }
+func (rawRequest) Name() string                    { return "proto" }
+
+// TestAttackRLSDeviceNotUTF8Denied: behind Envoy, an attacker whose
+// login tries are used up sends X-Device-Id: \xff\xff. proto.Unmarshal
+// refuses the message, and a decoding error is a gRPC error, which
+// Envoy's failure_mode_deny: false lets through; Tollgate decodes it and
+// denies the value as the bad value it is (OVER_LIMIT, the 400 envelope).
+func TestAttackRLSDeviceNotUTF8Denied(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withEdgeGRPC(t))
+	c := grpcClient(t, tg.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const attacker = "198.51.100.70"
+	for i := 1; i <= 5; i++ { // login-account: 5/min
+		if resp, err := c.ShouldRateLimit(ctx, edgeLogin(attacker, "/auth/login", "victim")); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("try %d: %v %v", i, resp, err)
+		}
+	}
+	b, err := proto.Marshal(edgeLogin(attacker, "/auth/login", "victim", descriptor("device_id", "MARK")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("MARK"), []byte{0xff, 0xff, 0xff, 0xff}, 1)
+	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawRequest{b}))
+	if err != nil {
+		t.Fatalf("a gRPC error, which Envoy answers by failure_mode_deny (false: the try passes): %v", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || code(string(resp.RawBody)) != "BAD_REQUEST" || rlsHeaders(resp)["x-tollgate-status"] != "400" {
+		t.Fatalf("%v, want OVER_LIMIT with the 400 envelope", resp)
 	}
 }

@@ -20,7 +20,8 @@ import (
 // buffer of gRPC's pool (gRPC frees it once written) and the pooled
 // response is given back. The rate-limit request is decoded into pooled
 // storage by a decoder of its plain wire form (go-control-plane generates
-// no UnmarshalVT; anything else goes to proto.Unmarshal). Other messages
+// no UnmarshalVT; anything else goes to proto.Unmarshal), which keeps
+// strings that are not UTF-8 (pooledRequest.unmarshal). Other messages
 // (the health service's) go through gRPC's proto codec.
 func (s *Server) Codec() encoding.CodecV2 { return &codec{std: encoding.GetCodecV2(proto.Name), s: s} }
 

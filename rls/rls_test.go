@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -490,4 +492,51 @@ func TestShouldRateLimitPathSpellings(t *testing.T) {
 			t.Fatalf("try %d (%s): %v, want %v by login-account", i+1, path, resp, want)
 		}
 	}
+}
+
+// rawCodec sends fixed protobuf bytes as the request, as Envoy sends a
+// header value that is not UTF-8: Envoy copies header bytes into entry
+// values unchecked, and no Go client marshals them.
+type rawCodec struct{ b []byte }
+
+func (c rawCodec) Marshal(any) ([]byte, error)   { return c.b, nil }
+func (rawCodec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b, v.(proto.Message)) }
+func (rawCodec) Name() string                    { return "proto" }
+
+// notUTF8 is req marshalled, with the bytes of mark (in one of its
+// values) replaced by as many bytes that are not UTF-8.
+func notUTF8(t *testing.T, req *rlsv3.RateLimitRequest, mark string) []byte {
+	t.Helper()
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Replace(b, []byte(mark), bytes.Repeat([]byte{0xff}, len(mark)), 1)
+}
+
+// TestShouldRateLimitNotUTF8: a mapped entry whose value is not UTF-8
+// (X-Device-Id: \xff\xff) is the bad value it is: OVER_LIMIT with the 400
+// envelope, not the decoding error proto.Unmarshal makes of it, which
+// Envoy would answer by failure_mode_deny. An unmapped entry's is
+// ignored, as any unmapped entry is.
+func TestShouldRateLimitNotUTF8(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	mapped := feed("u_1", 0)
+	mapped.Descriptors = append(mapped.Descriptors, desc("device_id", "MARK"))
+	resp, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawCodec{notUTF8(t, mapped, "MARK")}))
+	if err != nil {
+		t.Fatalf("a gRPC error, which Envoy lets through: %v", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(string(resp.RawBody), `"code":"BAD_REQUEST","message":"entry \"device_id\" (device) is not valid UTF-8"`) {
+		t.Fatalf("not the 400 denial: %v", resp)
+	}
+	wantHeaders(t, resp, "x-tollgate-status", "400")
+	unmapped := feed("u_1", 0)
+	unmapped.Descriptors = append(unmapped.Descriptors, desc("generic_key", "MARK"))
+	resp, err = e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawCodec{notUTF8(t, unmapped, "MARK")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, resp, 4, rlsv3.RateLimitResponse_OK, "user-read", 5, 4, 12*time.Second)
 }

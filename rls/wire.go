@@ -53,19 +53,36 @@ func (p *pooledRequest) reset() {
 // p.msg: the plain form Envoy sends is read directly, reusing p's
 // storage and the interned strings; anything else (unknown fields, a
 // descriptor `limit` override, repeated wrapper fields, invalid UTF-8,
-// a malformed message) goes to proto.Unmarshal, so the result is always
-// proto.Unmarshal's (FuzzUnmarshalRequest checks).
+// a malformed message) goes to proto.Unmarshal, so the result is
+// proto.Unmarshal's (FuzzUnmarshalRequest checks), with one exception:
+// a message of the plain form whose strings are not all UTF-8, which
+// proto.Unmarshal refuses, is decoded as it is. Envoy copies header
+// bytes into entry values unchecked, so X-Device-Id: \xff is such a
+// message, and a decoding error is a gRPC error, which Envoy answers by
+// failure_mode_deny (false in the documented configuration: the request
+// passes unlimited). Decoded, Map refuses the value as it refuses any
+// bad value: a denial.
 func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 	p.reset()
-	if p.decode(b, in) {
+	if p.decode(b, in, true) {
 		return nil
 	}
 	p.reset()
-	return proto.Unmarshal(b, &p.msg)
+	err := proto.Unmarshal(b, &p.msg)
+	if err == nil {
+		return nil
+	}
+	p.reset()
+	if p.decode(b, in, false) {
+		return nil
+	}
+	p.reset()
+	return err
 }
 
-// decode is unmarshal's fast path; false means "not the plain form".
-func (p *pooledRequest) decode(b []byte, in *interner) bool {
+// decode is unmarshal's fast path; false means "not the plain form"
+// (when strict, strings that are not UTF-8 are not the plain form).
+func (p *pooledRequest) decode(b []byte, in *interner, strict bool) bool {
 	m := &p.msg
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -76,7 +93,7 @@ func (p *pooledRequest) decode(b []byte, in *interner) bool {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
+			if n < 0 || strict && !utf8.Valid(v) {
 				return false
 			}
 			m.Domain, b = in.str(v), b[n:]
@@ -86,7 +103,7 @@ func (p *pooledRequest) decode(b []byte, in *interner) bool {
 				return false
 			}
 			d := p.descriptor()
-			if !p.decodeDescriptor(v, d, in) {
+			if !p.decodeDescriptor(v, d, in, strict) {
 				return false
 			}
 			m.Descriptors, b = append(m.Descriptors, d), b[n:]
@@ -118,7 +135,7 @@ func (p *pooledRequest) descriptor() *commonv3.RateLimitDescriptor {
 }
 
 // decodeDescriptor decodes one RateLimitDescriptor into d.
-func (p *pooledRequest) decodeDescriptor(b []byte, d *commonv3.RateLimitDescriptor, in *interner) bool {
+func (p *pooledRequest) decodeDescriptor(b []byte, d *commonv3.RateLimitDescriptor, in *interner, strict bool) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -132,7 +149,7 @@ func (p *pooledRequest) decodeDescriptor(b []byte, d *commonv3.RateLimitDescript
 				return false
 			}
 			e := p.entry()
-			if !decodeEntry(v, e, in) {
+			if !decodeEntry(v, e, in, strict) {
 				return false
 			}
 			d.Entries, b = append(d.Entries, e), b[n:]
@@ -171,7 +188,7 @@ func (p *pooledRequest) entry() *commonv3.RateLimitDescriptor_Entry {
 	return e
 }
 
-func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry, in *interner) bool {
+func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry, in *interner, strict bool) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || typ != protowire.BytesType || (num != 1 && num != 2) {
@@ -179,7 +196,7 @@ func decodeEntry(b []byte, e *commonv3.RateLimitDescriptor_Entry, in *interner) 
 		}
 		b = b[n:]
 		v, n := protowire.ConsumeBytes(b)
-		if n < 0 || !utf8.Valid(v) {
+		if n < 0 || strict && !utf8.Valid(v) {
 			return false
 		}
 		if num == 1 {
