@@ -37,6 +37,18 @@ func AppendDecisionBatch(dst []byte, b *DecisionBatch) ([]byte, error) {
 	return append(dst, "]}"...), nil
 }
 
+// appendOneDecision appends d's JSON to dst, as json.Marshal writes it
+// inside a batch; what appendDecision leaves to encoding/json is encoded
+// by it, and its error returned.
+func appendOneDecision(dst []byte, d *Decision) ([]byte, error) {
+	start := len(dst)
+	if out, ok := appendDecision(dst, d); ok {
+		return out, nil
+	}
+	data, err := json.Marshal(d)
+	return append(dst[:start], data...), err
+}
+
 // appendDecision appends d's JSON in the order of its fields; it reports
 // false for what it leaves to encoding/json.
 func appendDecision(b []byte, d *Decision) ([]byte, bool) {

@@ -19,7 +19,8 @@ type PublisherOptions struct {
 	// QueueSize bounds the decisions waiting to be published (default
 	// 65536); past it, decisions are dropped and counted.
 	QueueSize int
-	// BatchSize is the most decisions in one message (default 256).
+	// BatchSize is the most decisions in one message (default 256); a
+	// message is also cut before it would pass the server's max payload.
 	BatchSize int
 	// FlushInterval is the longest a decision waits for its batch (default 20ms).
 	FlushInterval time.Duration
@@ -115,36 +116,86 @@ func (p *Publisher) Close() {
 // async publish is counted exactly.
 const countHeader = "Tollgate-Count"
 
-// run batches queued decisions per class and publishes them asynchronously.
+// batchSlack is room kept in every message for its headers (the count
+// header and NATS's framing), which count towards the server's max
+// payload too.
+const batchSlack = 256
+
+// batchOpen and batchClose frame the encoded decisions of one message.
+var (
+	batchOpen  = `{"v":` + strconv.Itoa(SchemaVersion) + `,"decisions":[`
+	batchClose = "]}"
+)
+
+// batch is one class's decisions waiting to be published, already
+// encoded: data holds batchOpen and the decisions, comma-separated.
+type batch struct {
+	data []byte
+	n    int
+}
+
+// run batches queued decisions per class and publishes them
+// asynchronously. A batch is cut at BatchSize decisions and before the
+// decision that would make its message larger than the server's max
+// payload (decisions carry attributes whose values a client chooses, so
+// 256 of them can pass 1 MiB); a decision too large for any message is
+// dropped alone and counted.
 func (p *Publisher) run() {
 	defer close(p.done)
-	batches := map[string][]Decision{}
+	batches := map[string]*batch{}
 	pending := 0
+	var one []byte // the decision being added, encoded
 	tick := time.NewTicker(p.o.FlushInterval)
 	defer tick.Stop()
 	flush := func(class string) {
 		b := batches[class]
-		if len(b) == 0 {
+		if b == nil || b.n == 0 {
 			return
 		}
-		p.publish(class, b)
-		pending -= len(b)
-		batches[class] = b[:0]
+		p.publish(class, append(b.data, batchClose...), b.n)
+		pending -= b.n
+		*b = batch{} // JetStream keeps the message's buffer until its ack
 	}
 	flushAll := func() {
 		for class := range batches {
 			flush(class)
 		}
 	}
+	add := func(d *Decision) {
+		var err error
+		if one, err = appendOneDecision(one[:0], d); err != nil {
+			p.drop(1)
+			return
+		}
+		limit := int(p.nc.MaxPayload()) - batchSlack
+		if len(batchOpen)+len(one)+len(batchClose) > limit {
+			p.drop(1) // no message can carry it
+			return
+		}
+		b := batches[d.Class]
+		if b == nil {
+			b = &batch{}
+			batches[d.Class] = b
+		}
+		if b.n > 0 && len(b.data)+1+len(one)+len(batchClose) > limit {
+			flush(d.Class)
+		}
+		if b.n == 0 {
+			b.data = append(make([]byte, 0, max(len(batchOpen)+320*p.o.BatchSize, len(batchOpen)+len(one)+len(batchClose))), batchOpen...)
+		} else {
+			b.data = append(b.data, ',')
+		}
+		b.data = append(b.data, one...)
+		b.n++
+		pending++
+		if b.n >= p.o.BatchSize {
+			flush(d.Class)
+		}
+	}
 	for {
 		select {
 		case d := <-p.queue:
-			b := append(batches[d.Class], d)
-			batches[d.Class] = b
-			pending++
-			if len(b) >= p.o.BatchSize {
-				flush(d.Class)
-			}
+			add(&d)
 		case <-tick.C:
 			if pending > 0 {
 				flushAll()
@@ -153,7 +204,7 @@ func (p *Publisher) run() {
 			for {
 				select {
 				case d := <-p.queue:
-					batches[d.Class] = append(batches[d.Class], d)
+					add(&d)
 					continue
 				default:
 				}
@@ -169,23 +220,16 @@ func (p *Publisher) run() {
 	}
 }
 
-// publish sends one batch; failures count every decision in it as dropped.
-func (p *Publisher) publish(class string, b []Decision) {
+// publish sends one batch of n decisions, encoded in data; failures count
+// every decision in it as dropped.
+func (p *Publisher) publish(class string, data []byte, n int) {
 	if !p.nc.IsConnected() {
-		p.drop(len(b))
+		p.drop(n)
 		return
 	}
-	// a buffer of its own per batch: JetStream keeps the message until
-	// its ack (the encoder writes what json.Marshal would, without
-	// reflection and in one allocation)
-	data, err := AppendDecisionBatch(make([]byte, 0, 320*len(b)), &DecisionBatch{V: SchemaVersion, Decisions: b})
-	if err != nil {
-		p.drop(len(b))
-		return
-	}
-	msg := &nats.Msg{Subject: p.o.decisionsSubject(class), Data: data, Header: nats.Header{countHeader: []string{strconv.Itoa(len(b))}}}
+	msg := &nats.Msg{Subject: p.o.decisionsSubject(class), Data: data, Header: nats.Header{countHeader: []string{strconv.Itoa(n)}}}
 	if _, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(50*time.Millisecond)); err != nil {
-		p.drop(len(b))
+		p.drop(n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,5 +211,74 @@ func TestDecisionFieldsAlwaysPresent(t *testing.T) {
 		if _, ok := got.Decisions[0][k]; !ok {
 			t.Errorf("decision JSON lacks %q: %s", k, b)
 		}
+	}
+}
+
+// TestLargeDecisionsAreBatchedBySize: decisions within the contract's
+// bounds (16 attributes of 256 bytes, '<' escaped to six bytes) are
+// ~25 KB each, so 256 of them pass NATS's max payload. Batches are cut
+// by size, by the batch-size path and by Close's final flush alike, and
+// only a decision no message can carry is dropped, alone and counted.
+func TestLargeDecisionsAreBatchedBySize(t *testing.T) {
+	t.Parallel()
+	large := map[string]string{}
+	for i := 0; i < 16; i++ {
+		large[fmt.Sprintf("a%02d", i)] = strings.Repeat("<", 256)
+	}
+	for _, tc := range []struct {
+		name string
+		n    int // decisions, the first normal, the rest large
+	}{
+		{"full batches", 512},
+		{"close flushes", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := embedded(t)
+			p, nc := newPublisher(t, e.URL, streams.PublisherOptions{BatchSize: 256, FlushInterval: time.Hour})
+			for i := 0; i < tc.n; i++ {
+				d := &streams.Decision{RequestID: fmt.Sprintf("r%04d", i), Class: "read", Endpoint: "GET /", IP: "192.0.2.1", Allowed: true, Result: "allowed"}
+				if i > 0 {
+					d.Attributes = large
+				}
+				p.Decision(d)
+				if i == 1 { // one no message can carry
+					p.Decision(&streams.Decision{RequestID: "huge", Class: "read", Attributes: map[string]string{"x": strings.Repeat("a", int(nc.MaxPayload()))}})
+				}
+			}
+			p.Close()
+			if got := p.Dropped(); got != 1 {
+				t.Errorf("dropped %d decisions, want 1 (the one larger than max payload %d)", got, nc.MaxPayload())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			oc, err := p.JetStream().OrderedConsumer(ctx, "TOLLGATE_DECISIONS", jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := 0
+			for next < tc.n {
+				m, err := oc.Next(jetstream.FetchMaxWait(2 * time.Second))
+				if err != nil {
+					t.Fatalf("after %d of %d decisions: %v", next, tc.n, err)
+				}
+				if len(m.Data()) > int(nc.MaxPayload()) {
+					t.Fatalf("message of %d bytes, max payload %d", len(m.Data()), nc.MaxPayload())
+				}
+				var b streams.DecisionBatch
+				if err := json.Unmarshal(m.Data(), &b); err != nil || b.V != 1 {
+					t.Fatalf("batch: %v", err)
+				}
+				for _, d := range b.Decisions {
+					if want := fmt.Sprintf("r%04d", next); d.RequestID != want {
+						t.Fatalf("decision %q, want %q", d.RequestID, want)
+					}
+					if next > 0 && d.Attributes["a15"] != large["a15"] {
+						t.Fatalf("decision %q lost its attributes", d.RequestID)
+					}
+					next++
+				}
+			}
+		})
 	}
 }
