@@ -237,19 +237,33 @@ func Sign(secret []byte, now time.Time, body []byte) string {
 	return "t=" + t + ",v1=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// SlackText is the text of a Slack delivery.
+// SlackText is the text of a Slack delivery, in Slack's mrkdwn. The
+// subject id and the reason come from clients (an account name is
+// whatever the attacker typed), so every piece is escaped as Slack asks
+// (& < > as &amp; &lt; &gt;): no id can mention a channel (<!channel>)
+// or post a link (<https://...|text>). The id sits in a code span, whose
+// backticks it cannot close.
 func SlackText(d Delivery) string {
 	a := d.Alert
 	icon := ":warning:"
 	if Severity(a.Kind) == "critical" {
 		icon = ":rotating_light:"
 	}
-	text := fmt.Sprintf("%s *%s* %s `%s`: %s\n%s", icon, AlertName(a.Kind), a.Subject, a.SubjectID, summary(a), description(a))
+	id := strings.ReplaceAll(a.SubjectID, "`", "'")
+	text := fmt.Sprintf("%s *%s* %s `%s`: %s\n%s", icon, AlertName(a.Kind), SlackEscape(a.Subject), SlackEscape(id), SlackEscape(summary(a)), SlackEscape(description(a)))
 	if d.Folded > 1 {
 		text += fmt.Sprintf("\n(%d alerts folded into this one)", d.Folded)
 	}
 	return text
 }
+
+// slackEscaper escapes the three characters Slack's mrkdwn gives meaning.
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// SlackEscape returns s with &, < and > escaped as Slack's message
+// formatting requires, so s shows as written and links, mentions and
+// commands in it stay text.
+func SlackEscape(s string) string { return slackEscaper.Replace(s) }
 
 // sinksFor builds the sinks of a that take alerts of kind; getenv reads
 // the webhooks' secrets. A webhook whose secret variable is empty (the
