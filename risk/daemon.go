@@ -412,28 +412,34 @@ func held(info *jetstream.ConsumerInfo) bool {
 
 // replay feeds messages of the last window up to seq floor into the
 // signals engine with actions suppressed: the state a restarted riskd had.
-// It reads until it has seen the floor or the stream's last message at
-// its start, whichever comes first, or until the server says nothing is
-// left for the filter (and delivered none it did not read); a failed
-// fetch is logged and retried (ctx bounds it), an empty one is never
-// taken for the end.
 func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error) {
-	stream := s.stream
-	end, err := d.lastSeq(ctx, stream)
+	end, err := d.lastSeq(ctx, s.stream)
 	if err != nil {
 		return 0, err
 	}
-	end = min(end, floor)
-	start := d.o.Now().Add(-s.window)
+	return d.readBack(ctx, "replay", s.stream, s.filter, d.o.Now().Add(-s.window), min(end, floor), func(m jetstream.Msg) {
+		d.mu.Lock()
+		_, _ = d.apply(m, nil)
+		d.mu.Unlock()
+	})
+}
+
+// readBack calls apply on each message of stream for filter from time
+// start on, up to seq end, in order, and returns how many it applied.
+// It reads until it has seen end, or until the server says nothing is
+// left for the filter (and delivered none it did not read); a failed
+// fetch is logged, counted under op and retried (ctx bounds it), an empty
+// one is never taken for the end (7.5).
+func (d *Daemon) readBack(ctx context.Context, op, stream, filter string, start time.Time, end uint64, apply func(jetstream.Msg)) (int, error) {
 	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.filter}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("risk: replay %s: %w", stream, err)
+		return 0, fmt.Errorf("risk: %s %s: %w", op, stream, err)
 	}
 	n, failures := 0, 0
 	for end > 0 && ctx.Err() == nil {
-		got, done, err := d.replayBatch(oc, end, &n)
+		got, done, err := readBatch(oc, end, &n, apply)
 		if done {
 			return n, nil
 		}
@@ -456,23 +462,23 @@ func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error
 		}
 		if err != nil && ctx.Err() == nil {
 			failures++
-			d.count("replay")
-			d.log.Warn("replay fetch failed; retrying (riskd acts only once its state is rebuilt)",
+			d.count(op)
+			d.log.Warn(op+" fetch failed; retrying (riskd acts only once its state is rebuilt)",
 				"stream", stream, "read", n, "up_to_seq", end, "failures", failures, "err", err)
 			_ = sleepCtx(ctx, min(time.Duration(failures)*100*time.Millisecond, time.Second))
 		}
 	}
 	if ctx.Err() != nil {
-		return n, fmt.Errorf("risk: replay %s: %w", stream, ctx.Err())
+		return n, fmt.Errorf("risk: %s %s: %w", op, stream, ctx.Err())
 	}
 	return n, nil
 }
 
-// replayBatch fetches what the server has ready of oc and applies each
+// readBatch fetches what the server has ready of oc and applies each
 // message up to seq end, counting them in n. done: end, or the last
 // message for the filter, was reached. A fetch that found nothing is
 // got 0 with a nil error.
-func (d *Daemon) replayBatch(oc jetstream.Consumer, end uint64, n *int) (got int, done bool, err error) {
+func readBatch(oc jetstream.Consumer, end uint64, n *int, apply func(jetstream.Msg)) (got int, done bool, err error) {
 	batch, err := oc.FetchNoWait(500)
 	if err != nil {
 		return 0, false, err
@@ -484,9 +490,7 @@ func (d *Daemon) replayBatch(oc jetstream.Consumer, end uint64, n *int) (got int
 			done = done || merr == nil
 			continue
 		}
-		d.mu.Lock()
-		_, _ = d.apply(m, nil)
-		d.mu.Unlock()
+		apply(m)
 		*n++
 		done = meta.Sequence.Stream >= end || meta.NumPending == 0
 	}

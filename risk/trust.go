@@ -115,49 +115,27 @@ func (d *Daemon) trustFor() time.Duration {
 
 // readTrust rebuilds the trust record at start from the login_succeeded
 // reports of the last trustFor still in the events stream (one subject,
-// so it reads nothing else), up to the stream's end when it starts.
+// so it reads nothing else), up to the stream's last sequence when it
+// starts. A failed fetch is logged and retried, never taken for the end
+// (7.5): riskd would re-assert none of the devices it did not read.
 func (d *Daemon) readTrust(ctx context.Context) error {
 	stream := d.o.Streams.Stream(streams.EventsStream)
-	st, err := d.js.Stream(ctx, stream)
+	end, err := d.lastSeq(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("risk: trust record: %w", err)
 	}
-	last := st.CachedInfo().State.LastSeq
-	if st.CachedInfo().State.Msgs == 0 {
-		return nil
-	}
-	start := d.o.Now().Add(-d.trustFor())
-	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.o.Streams.Prefix + "reports." + streams.ReportLoginSucceeded},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
-	})
-	if err != nil {
-		return fmt.Errorf("risk: trust record: %w", err)
-	}
-	n := 0
 	var acts []signals.Action
-	for ctx.Err() == nil {
-		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return fmt.Errorf("risk: trust record: %w", err)
-		}
-		got, done := 0, false
-		for m := range batch.Messages() {
-			got++
+	n, err := d.readBack(ctx, "trust", stream, d.o.Streams.Prefix+"reports."+streams.ReportLoginSucceeded,
+		d.o.Now().Add(-d.trustFor()), end, func(m jetstream.Msg) {
 			var r streams.Report
 			if json.Unmarshal(m.Data(), &r) == nil {
 				r.Account = policy.NormalizeAccount(r.Account)
 				acts = TrustAction(&r, d.trustFor(), acts[:0])
 				d.recordTrust(acts)
-				n++
 			}
-			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last || meta.NumPending == 0 {
-				done = true
-			}
-		}
-		if got == 0 || done {
-			break
-		}
+		})
+	if err != nil {
+		return fmt.Errorf("risk: trust record: %w", err)
 	}
 	d.log.Info("trust record read", "reports", n)
 	return nil
