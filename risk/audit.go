@@ -239,14 +239,22 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 }
 
 // reassert writes every measure in force and every admin multiplier
-// recorded again (a Redis that restarted empty gets them back).
-func (d *Daemon) reassert(ctx context.Context, now time.Time) {
+// recorded again (a Redis that restarted empty gets them back). It asks
+// Leading before each write, as do does, and stops with ErrNotLeading
+// once the lease lapsed: a leader whose lease passes mid-loop writes no
+// more (7.5).
+func (d *Daemon) reassert(ctx context.Context, now time.Time) error {
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
 	for _, a := range d.eng.Active(now) {
-		_ = d.do(ctx, &a)
+		if err := d.do(ctx, &a); errors.Is(err, ErrNotLeading) {
+			return err
+		}
 	}
 	for _, e := range d.admins.active(now) {
+		if !d.Leading() {
+			return ErrNotLeading
+		}
 		if err := d.o.Store.SetMultiplier(ctx, bucket.Subject{Kind: e.subject, ID: e.id}, e.m); err != nil {
 			d.count("store")
 			continue
@@ -255,4 +263,5 @@ func (d *Daemon) reassert(ctx context.Context, now time.Time) {
 			d.o.Metrics.Multipliers.Inc()
 		}
 	}
+	return nil
 }

@@ -915,11 +915,15 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 		}
 		if lost || now.Sub(lastReassert) >= d.o.Reassert {
 			lastReassert = now
-			d.reassert(ctx, now)
+			if err := d.reassert(ctx, now); err != nil {
+				return err
+			}
 			if lost || d.o.StoreLost == nil {
 				// trust sets can be many: written back when the store lost
 				// them, not at every re-assertion (unless nothing tells)
-				d.reassertTrust(ctx, now)
+				if err := d.reassertTrust(ctx, now); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -141,11 +141,16 @@ func (d *Daemon) readTrust(ctx context.Context) error {
 	return nil
 }
 
-// reassertTrust writes every recorded enrolment in force to the store.
-func (d *Daemon) reassertTrust(ctx context.Context, now time.Time) {
+// reassertTrust writes every recorded enrolment in force to the store,
+// asking Leading before each write; ErrNotLeading once the lease lapsed.
+func (d *Daemon) reassertTrust(ctx context.Context, now time.Time) error {
 	for _, e := range d.trusts.active(now) {
+		if !d.Leading() {
+			return ErrNotLeading
+		}
 		if err := d.o.Store.Trust(ctx, bucket.Subject{Kind: "account", ID: e.account}, e.device, e.until); err != nil {
 			d.count("store")
 		}
 	}
+	return nil
 }
