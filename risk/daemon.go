@@ -192,24 +192,39 @@ func (d *Daemon) Offenders() []signals.Offender {
 	return d.eng.Offenders(d.o.Now())
 }
 
-// windows returns how far back each stream is replayed on start.
+// windows returns how far back each stream is replayed on start: far
+// enough to see again the events that set every measure still in force,
+// so that it is re-asserted into a store that lost it and its rule does
+// not fire again while it lasts. A measure set at t lasts until
+// t+duration (a velocity rule's escalated duration at most escalate.max)
+// and was set by the window's events before t, so a rule needs its window
+// plus its longest duration, plus a minute's slack; an escalating rule
+// also the 24 h of firings its escalation counts. The repeat offenders
+// need a minute, the anomaly rule its long window (its baseline) and its
+// duration. A replay that reaches back before a stream's oldest message
+// starts at it: the streams' retention (EventsMaxAge, DecisionsMaxAge)
+// bounds it.
 func windows(p *policy.Policy) (decisions, events time.Duration) {
-	decisions = 2 * time.Minute // repeat offenders: one minute, plus slack
-	if a := p.Risk.Anomaly; a != nil && a.LongWindow+time.Minute > decisions {
-		decisions = a.LongWindow + time.Minute
+	const slack = time.Minute
+	decisions = time.Minute + slack // repeat offenders: one minute, plus slack
+	if a := p.Risk.Anomaly; a != nil {
+		decisions = max(decisions, a.LongWindow+a.Duration+slack)
 	}
 	events = time.Hour
 	for _, v := range p.Risk.Velocity {
-		w := v.Window + time.Minute
+		longest := v.Duration
 		if v.Escalate != nil {
-			w = 25 * time.Hour // escalation looks back 24 h
+			longest = max(longest, v.Escalate.Max)
+			events = max(events, escalateWindow+v.Window+slack) // escalation counts the firings of 24 h
 		}
-		if w > events {
-			events = w
-		}
+		events = max(events, v.Window+longest+slack)
 	}
 	return decisions, events
 }
+
+// escalateWindow is how far back a velocity rule's escalation counts
+// firings (signals).
+const escalateWindow = 24 * time.Hour
 
 // source is one durable consumer of riskd: a stream and the one subject
 // filter it consumes.
