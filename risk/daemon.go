@@ -664,6 +664,14 @@ func (d *Daemon) countApplied(a applied) {
 // held.
 func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action, applied) {
 	d.refreshPolicy()
+	// the stream's own time bounds how far the message's events move the
+	// engine's clock (a host whose clock runs ahead sweeps nothing early);
+	// the message's timestamp keeps a replay the same as the first run
+	streamTime := d.o.Now()
+	if meta, err := m.Metadata(); err == nil && !meta.Timestamp.IsZero() {
+		streamTime = meta.Timestamp
+	}
+	d.eng.BoundClock(streamTime)
 	subj := m.Subject()
 	pfx := d.o.Streams.Prefix
 	rest, ok := strings.CutPrefix(subj, pfx)

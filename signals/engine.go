@@ -81,9 +81,12 @@ type Engine struct {
 	seen      bool
 	lastSeq   uint64
 	lastIndex int
-	// clock is the newest event time seen (Unix ns); it only drives the
-	// sweeping of idle keys, never a verdict.
+	// clock is the newest event time seen (Unix ns), at most bound; it
+	// only drives the sweeping of idle keys, never a verdict.
 	clock int64
+	// bound is the latest time the clock may reach (Unix ns; 0: none):
+	// BoundClock.
+	bound int64
 
 	buf []byte // scratch for composite keys
 }
@@ -305,8 +308,33 @@ func (e *Engine) fresh(seq uint64, index int) bool {
 	return true
 }
 
-// advanceClock moves the engine's clock to ns if it is newer. Callers hold e.mu.
+// MaxClockSkew is how far ahead of its stream's time (BoundClock) an
+// event's ts may move the engine's clock.
+const MaxClockSkew = time.Minute
+
+// BoundClock bounds how far the events that follow may move the engine's
+// clock: to at most t + MaxClockSkew. t is the time the event stream gives
+// the next event (riskd: its JetStream message's timestamp, so a replay of
+// the same record is the same): one event from a host whose clock runs an
+// hour ahead would otherwise move the clock an hour on, and every key,
+// every measure in force with it, would look idle and be swept. Events
+// still count at their own ts. A zero t removes the bound (the clock is
+// then the newest event time seen). Until it is called, there is none.
+func (e *Engine) BoundClock(t time.Time) {
+	e.lock()
+	defer e.unlock()
+	e.bound = 0
+	if ns, ok := eventTime(t.Add(MaxClockSkew)); ok {
+		e.bound = ns
+	}
+}
+
+// advanceClock moves the engine's clock to ns, at most to its bound, if
+// that is newer. Callers hold e.mu.
 func (e *Engine) advanceClock(ns int64) {
+	if e.bound > 0 && ns > e.bound {
+		ns = e.bound
+	}
 	if ns > e.clock {
 		e.clock = ns
 	}
