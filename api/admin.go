@@ -23,7 +23,7 @@ type AdminStore interface {
 	ClearMultiplier(ctx context.Context, s bucket.Subject, source string) error
 	Multipliers(ctx context.Context, s bucket.Subject) ([]bucket.Multiplier, error)
 	ClearLock(ctx context.Context, s bucket.Subject) (bool, error)
-	GetLock(ctx context.Context, s bucket.Subject) (bucket.Lock, bool, error)
+	Locks(ctx context.Context, s bucket.Subject) ([]bucket.Lock, error)
 	ListLocks(ctx context.Context, limit int) ([]bucket.LockEntry, error)
 	ListMultipliers(ctx context.Context, limit int) ([]bucket.MultiplierEntry, error)
 	Now(ctx context.Context) (time.Time, error)
@@ -211,7 +211,8 @@ func (s *Server) handleDeleteSubjectLockout(w http.ResponseWriter, r *http.Reque
 // is a device id as sent without its token, whose reports count apart.
 var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "device": true, bucket.ClaimKind: true}
 
-// liftLock clears the lock of (subject, id) and records the lift; it
+// liftLock clears every lock of (subject, id), the subject's lock key and
+// each class-restricted rule's own, and records the lift; it
 // reports whether a lock was in force and false ok when it answered an
 // error. The lift of a device clears its claim's lock too: the limiter
 // answers both with scope "device". riskd learns of the lift from the
@@ -242,9 +243,14 @@ type subjectView struct {
 	// presenting a valid device token (devices with a valid attestation only).
 	EffectiveWithToken *float64         `json:"effective_with_device_token,omitempty"`
 	Multipliers        []multiplierView `json:"multipliers"`
-	Lockout            *lockView        `json:"lockout"`
-	Attestation        any              `json:"attestation"`
-	RequestID          string           `json:"request_id"`
+	// Lockout is the lock in force that lasts longest; Lockouts lists
+	// every lock in force (a class-restricted rule's lock is kept apart
+	// from the subject's other locks), longest first, and is left out
+	// when none is.
+	Lockout     *lockView  `json:"lockout"`
+	Lockouts    []lockView `json:"lockouts,omitempty"`
+	Attestation any        `json:"attestation"`
+	RequestID   string     `json:"request_id"`
 }
 
 type multiplierView struct {
@@ -290,18 +296,23 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		}
 		v.Multipliers = append(v.Multipliers, mv)
 	}
-	if v.Lockout, err = s.lockout(r, subject, id); err != nil {
+	if v.Lockouts, err = s.lockouts(r, subject, id); err != nil {
 		s.storeError(w, rid, err)
 		return
+	}
+	if len(v.Lockouts) > 0 {
+		v.Lockout = &v.Lockouts[0]
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
-// lockout returns the view of the lock in force on the subject of the
-// admin path (nil when none): an ip's lock is kept under the whole
-// address, not the IPv6 prefix id names (a prefix holds no lock), and a
-// device's view shows its claim's lock when the device has none.
-func (s *Server) lockout(r *http.Request, subject, id string) (*lockView, error) {
+// lockouts returns the views of the locks in force on the subject of
+// the admin path, the longest lasting first (nil when none; a subject
+// holds several when class-restricted rules lock it too): an ip's locks
+// are kept under the whole address, not the IPv6 prefix id names (a
+// prefix holds no lock), and a device's view shows its claim's locks when
+// the device has none.
+func (s *Server) lockouts(r *http.Request, subject, id string) ([]lockView, error) {
 	if !lockSubjects[subject] {
 		return nil, nil
 	}
@@ -317,12 +328,16 @@ func (s *Server) lockout(r *http.Request, subject, id string) (*lockView, error)
 		kinds = append(kinds, bucket.ClaimKind)
 	}
 	for _, kind := range kinds {
-		l, ok, err := s.o.Store.GetLock(r.Context(), bucket.Subject{Kind: kind, ID: id})
+		ls, err := s.o.Store.Locks(r.Context(), bucket.Subject{Kind: kind, ID: id})
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			return &lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)}, nil
+		if len(ls) > 0 {
+			out := make([]lockView, 0, len(ls))
+			for _, l := range ls {
+				out = append(out, lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)})
+			}
+			return out, nil
 		}
 	}
 	return nil, nil

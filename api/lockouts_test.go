@@ -28,9 +28,9 @@ func TestAdminLockoutsOfEverySubject(t *testing.T) {
 		}
 	}
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.7", "", auth...), 200,
-		`{"subject":"ip","id":"192.0.2.7","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r-ip","expires_at":"2024-04-19T11:30:00Z"},"attestation":null,"request_id":"req-1"}`)
+		`{"subject":"ip","id":"192.0.2.7","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r-ip","expires_at":"2024-04-19T11:30:00Z"},"lockouts":[{"kind":"lockout","rule":"r-ip","expires_at":"2024-04-19T11:30:00Z"}],"attestation":null,"request_id":"req-1"}`)
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/user/u1", "", auth...), 200,
-		`{"subject":"user","id":"u1","effective":1,"multipliers":[],"lockout":{"kind":"step_up","rule":"r-user","expires_at":"2024-04-19T11:30:00Z"},"attestation":null,"request_id":"req-1"}`)
+		`{"subject":"user","id":"u1","effective":1,"multipliers":[],"lockout":{"kind":"step_up","rule":"r-user","expires_at":"2024-04-19T11:30:00Z"},"lockouts":[{"kind":"step_up","rule":"r-user","expires_at":"2024-04-19T11:30:00Z"}],"attestation":null,"request_id":"req-1"}`)
 	w := f.do(t, "GET", "/v1/admin/lockouts", "", auth...)
 	for _, want := range []string{`"subject":"ip","id":"192.0.2.7","kind":"lockout","rule":"r-ip"`,
 		`"subject":"user","id":"u1","kind":"step_up","rule":"r-user"`, `"subject":"device","id":"d1","kind":"lockout","rule":"r-device"`} {

@@ -82,7 +82,7 @@ func TestBatchIsolatesAFailedDecision(t *testing.T) {
 	// string (something else wrote it): SISMEMBER fails with WRONGTYPE for
 	// the decision that must check it.
 	lock := p + "{account:bad}:l"
-	if err := s.setLockAt(ctx, lock, Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true, Rule: "r"}); err != nil {
+	if err := s.setLockAt(ctx, lock, "", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true, Rule: "r"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {
@@ -151,7 +151,7 @@ func TestLongBatchIsSplitIntoScripts(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	// one exempting lockout whose trust set is a string: decision 50 fails
-	if err := s.setLockAt(ctx, p+"{account:bad}:l", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true}); err != nil {
+	if err := s.setLockAt(ctx, p+"{account:bad}:l", "", Lock{Kind: "lockout", Until: time.Now().Add(time.Hour), Exempt: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set(ctx, p+"{account:bad}:t", "not a set", 0).Err(); err != nil {

@@ -144,6 +144,12 @@ type Lock struct {
 	// Exempt makes the lock skip devices in the subject's trust set
 	// (velocity rules with exempt_attested).
 	Exempt bool
+	// Own keeps the lock under a key of its rule's own (RuleLockKey:
+	// "{kind:id}:l:RULE") instead of the subject's lock key (LockKey):
+	// the locks of velocity rules restricted to route classes, so that one
+	// class's lock never replaces another's. A lock read from a rule's key
+	// has Own set.
+	Own bool
 }
 
 // Result is the outcome of a decision.

@@ -60,7 +60,9 @@
 //	tg:{ip:198.51.100.7}:b:login-ip|POST /auth/login   bucket (16 bytes: tokens, last_us as little-endian float64s)
 //	tg:{device:d_1}:m                                 multipliers (hash: source -> "value expires_us reason")
 //	tg:{device:d_1}:ms                                their summary for decisions (value, expires_us pairs as little-endian float64s; written and expiring with the hash)
-//	tg:{account:alice}:l                              lockout / step-up (string "kind until_us rule")
+//	tg:{account:alice}:l                              lockout / step-up (string "kind until_us flags rule")
+//	tg:{account:alice}:l:otp-flood                    the lock of a velocity rule restricted to classes, kept apart (Lock.Own)
+//	tg:{account:alice}:lr                             the rules that keep a lock apart on the subject (set; expires with the last)
 //	tg:{global}:b:global                              a bucket keyed by no subject
 //	tg:{ip:198.51.100.7}:b:login-plan|free            a bucket keyed by [ip, attr:plan]
 //	tg:{attr:tenant:acme}:b:tenant                    a bucket keyed by attributes alone

@@ -176,6 +176,7 @@ func (s *RedisStore) ListLocks(ctx context.Context, limit int) ([]LockEntry, err
 				gone = append(gone, members[i])
 				continue
 			}
+			l.Own = isRuleLockKey(keys[i])
 			if len(out) < limit {
 				out = append(out, LockEntry{Subject: Subject{subj, id}, Lock: l, SetAt: time.UnixMilli(int64(members[i].Score))})
 			}
@@ -266,7 +267,7 @@ func (s *MemoryStore) ListLocks(_ context.Context, limit int) ([]LockEntry, erro
 	}
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
-		return newer(out[i].SetAt, out[j].SetAt, entryKey(out[i].Subject, ""), entryKey(out[j].Subject, ""))
+		return newer(out[i].SetAt, out[j].SetAt, lockEntryKey(out[i]), lockEntryKey(out[j]))
 	})
 	return out[:min(len(out), max(limit, 0))], nil
 }
@@ -301,6 +302,9 @@ func entryKey(s Subject, source string) string {
 	}
 	return subjectKey("", s, ":m") + "|" + source
 }
+
+// lockEntryKey orders lock entries of one SetAt: by their key.
+func lockEntryKey(e LockEntry) string { return lockKeyOf("", e.Subject, e.Lock) }
 
 // newer orders listings: later SetAt first, then by key.
 func newer(a, b time.Time, ka, kb string) bool {

@@ -91,6 +91,36 @@ redis.call("SET", KEYS[1], ARGV[1], "PXAT", ARGV[2])
 return prev
 `)
 
+// setRuleLockScript writes the lock ARGV[1] at a rule's own lock key
+// KEYS[1], expiring at ARGV[2] (Unix ms, PXAT), adds the rule ARGV[3] to
+// the subject's set of such rules KEYS[2] (same slot) and keeps the set
+// alive until its latest lock's end; it returns the value it replaced.
+var setRuleLockScript = redis.NewScript(`
+local prev = redis.call("GET", KEYS[1])
+redis.call("SET", KEYS[1], ARGV[1], "PXAT", ARGV[2])
+redis.call("SADD", KEYS[2], ARGV[3])
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = redis.call("PTTL", KEYS[2])
+if ttl < 0 or now + ttl < tonumber(ARGV[2]) then
+  redis.call("PEXPIREAT", KEYS[2], ARGV[2])
+end
+return prev
+`)
+
+// getLocksScript returns {TIME seconds, TIME µs, the value at each of
+// the first ARGV[2] KEYS (lock strings; false for none)}; ARGV[1] "1"
+// also deletes every key (the lock keys and, after them, their rule set).
+var getLocksScript = redis.NewScript(`
+local t = redis.call("TIME")
+local out = {t[1], t[2]}
+for i = 1, tonumber(ARGV[2]) do
+  out[i + 2] = redis.call("GET", KEYS[i])
+end
+if ARGV[1] == "1" then redis.call("DEL", unpack(KEYS)) end
+return out
+`)
+
 // multipliersScript returns {TIME seconds, TIME µs, HGETALL of KEYS[1]}.
 var multipliersScript = redis.NewScript(`
 local t = redis.call("TIME")

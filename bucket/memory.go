@@ -46,10 +46,13 @@ type MemoryStore struct {
 	unshared    bool // made by NewSingleGoroutineMemoryStore: Decide takes no locks
 	shards      [memShards]memShard
 
-	mu     sync.RWMutex // guards mults, locks and trusts
-	mults  map[string]map[string]Multiplier
-	locks  map[string]Lock
-	trusts map[string]map[string]time.Time // trust key -> device -> until
+	mu    sync.RWMutex // guards mults, locks, lockRules and trusts
+	mults map[string]map[string]Multiplier
+	locks map[string]Lock
+	// lockRules names, per subject lock key, the rules that keep a lock
+	// of their own on the subject (Lock.Own), as the Redis store's rule set.
+	lockRules map[string]map[string]struct{}
+	trusts    map[string]map[string]time.Time // trust key -> device -> until
 	// setAt is when each lock (by key) and multiplier (key "|" source)
 	// was set, for listings (ListLocks, ListMultipliers).
 	setAt map[string]time.Time
@@ -113,6 +116,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		maxSubjects: opts.MaxSubjects,
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
+		lockRules:   make(map[string]map[string]struct{}),
 		trusts:      make(map[string]map[string]time.Time),
 		setAt:       make(map[string]time.Time),
 	}
@@ -181,6 +185,17 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 		if !l.Until.After(now) {
 			delete(s.locks, k)
 			delete(s.setAt, k)
+		}
+	}
+	for k, rules := range s.lockRules {
+		sub, id, _ := ParseSubjectKey(k)
+		for r := range rules {
+			if _, ok := s.locks[RuleLockKey(prefixOf(k), sub, id, r)]; !ok {
+				delete(rules, r)
+			}
+		}
+		if len(rules) == 0 {
+			delete(s.lockRules, k)
 		}
 	}
 	for k, set := range s.trusts {

@@ -89,7 +89,7 @@ func (s *MemoryStore) SetLock(_ context.Context, sub Subject, l Lock) error {
 	if err := sub.check(); err != nil {
 		return err
 	}
-	key := subjectKey(s.prefix, sub, ":l")
+	key := lockKeyOf(s.prefix, sub, l)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.locks[key]; !ok && len(s.locks) >= s.maxSubjects {
@@ -103,6 +103,15 @@ func (s *MemoryStore) SetLock(_ context.Context, sub Subject, l Lock) error {
 		s.setAt[key] = s.now()
 	}
 	s.locks[key] = l
+	if l.Own {
+		base := subjectKey(s.prefix, sub, ":l")
+		rules := s.lockRules[base]
+		if rules == nil {
+			rules = make(map[string]struct{}, 1)
+			s.lockRules[base] = rules
+		}
+		rules[l.Rule] = struct{}{}
+	}
 	return nil
 }
 
@@ -111,30 +120,81 @@ func (s *MemoryStore) ClearLock(_ context.Context, sub Subject) (bool, error) {
 	if err := sub.check(); err != nil {
 		return false, err
 	}
-	key := subjectKey(s.prefix, sub, ":l")
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := false
+	for _, key := range s.lockKeysLocked(sub) {
+		l, ok := s.locks[key]
+		was = was || ok && l.Until.After(now)
+		delete(s.locks, key)
+		delete(s.setAt, key)
+	}
+	delete(s.lockRules, subjectKey(s.prefix, sub, ":l"))
+	return was, nil
+}
+
+// ClearRuleLock implements Admin.
+func (s *MemoryStore) ClearRuleLock(_ context.Context, sub Subject, rule string) (bool, error) {
+	if err := sub.check(); err != nil {
+		return false, err
+	}
+	key := lockKeyOf(s.prefix, sub, Lock{Rule: rule, Own: rule != ""})
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.locks[key]
 	delete(s.locks, key)
 	delete(s.setAt, key)
+	if rule != "" {
+		base := subjectKey(s.prefix, sub, ":l")
+		if rules := s.lockRules[base]; rules != nil {
+			delete(rules, rule)
+			if len(rules) == 0 {
+				delete(s.lockRules, base)
+			}
+		}
+	}
 	return ok && l.Until.After(now), nil
 }
 
-// GetLock implements Admin: the lock in force at the store's clock.
-func (s *MemoryStore) GetLock(_ context.Context, sub Subject) (Lock, bool, error) {
-	if err := sub.check(); err != nil {
+// GetLock implements Admin: the lock in force at the store's clock that
+// lasts longest.
+func (s *MemoryStore) GetLock(ctx context.Context, sub Subject) (Lock, bool, error) {
+	locks, err := s.Locks(ctx, sub)
+	if err != nil || len(locks) == 0 {
 		return Lock{}, false, err
 	}
-	key := subjectKey(s.prefix, sub, ":l")
+	return locks[0], true, nil
+}
+
+// Locks implements Admin: those in force at the store's clock.
+func (s *MemoryStore) Locks(_ context.Context, sub Subject) ([]Lock, error) {
+	if err := sub.check(); err != nil {
+		return nil, err
+	}
 	now := s.now()
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	l, ok := s.locks[key]
-	if !ok || !l.Until.After(now) {
-		return Lock{}, false, nil
+	var out []Lock
+	for _, key := range s.lockKeysLocked(sub) {
+		if l, ok := s.locks[key]; ok && l.Until.After(now) {
+			out = append(out, l)
+		}
 	}
-	return l, true, nil
+	s.mu.RUnlock()
+	sortLocks(out)
+	return out, nil
+}
+
+// lockKeysLocked returns the keys of every lock of sub: its lock key,
+// then each rule's own. s.mu must be held.
+func (s *MemoryStore) lockKeysLocked(sub Subject) []string {
+	base := subjectKey(s.prefix, sub, ":l")
+	keys := []string{base}
+	for r := range s.lockRules[base] {
+		keys = append(keys, RuleLockKey(s.prefix, sub.Kind, sub.ID, r))
+	}
+	return keys
 }
 
 // Trust implements Admin.

@@ -104,18 +104,30 @@ func (s *RedisStore) SetLock(ctx context.Context, sub Subject, l Lock) error {
 	if err := sub.check(); err != nil {
 		return err
 	}
-	return s.setLockAt(ctx, subjectKey(s.prefix, sub, ":l"), l)
+	if l.Own {
+		return s.setLockAt(ctx, RuleLockKey(s.prefix, sub.Kind, sub.ID, l.Rule), subjectKey(s.prefix, sub, lockRulesSuffix), l)
+	}
+	return s.setLockAt(ctx, subjectKey(s.prefix, sub, ":l"), "", l)
 }
 
 // setLockAt writes l at the lock key, then lists it; Redis expires it
-// (PXAT, its own clock) just after l.Until.
-func (s *RedisStore) setLockAt(ctx context.Context, key string, l Lock) error {
+// (PXAT, its own clock) just after l.Until. A rule's own lock (rules, the
+// key of the subject's rule set, not "") also enters the set, which is
+// how ClearLock and Locks find it.
+func (s *RedisStore) setLockAt(ctx context.Context, key, rules string, l Lock) error {
 	flags := "-"
 	if l.Exempt {
 		flags = "x"
 	}
 	v := l.Kind + " " + strconv.FormatInt(l.Until.UnixMicro(), 10) + " " + flags + " " + l.Rule
-	prev, err := setLockScript.Run(ctx, s.c, []string{key}, v, l.Until.Add(time.Millisecond).UnixMilli()).Text()
+	exp := l.Until.Add(time.Millisecond).UnixMilli()
+	var prev string
+	var err error
+	if rules == "" {
+		prev, err = setLockScript.Run(ctx, s.c, []string{key}, v, exp).Text()
+	} else {
+		prev, err = setRuleLockScript.Run(ctx, s.c, []string{key, rules}, v, exp, l.Rule).Text()
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: set lock %s: %w", ErrUnavailable, key, err)
 	}
@@ -124,27 +136,125 @@ func (s *RedisStore) setLockAt(ctx context.Context, key string, l Lock) error {
 	return s.index(ctx, lockIndex(prefixOf(key)), key, prev != v)
 }
 
-// ClearLock implements Admin: it reads and deletes the lock in one
-// script, judging "in force" by Redis's TIME.
+// ClearLock implements Admin: it reads and deletes the subject's locks in
+// one script, judging "in force" by Redis's TIME.
 func (s *RedisStore) ClearLock(ctx context.Context, sub Subject) (bool, error) {
 	if err := sub.check(); err != nil {
 		return false, err
 	}
-	key := subjectKey(s.prefix, sub, ":l")
+	locks, err := s.locks(ctx, sub, true)
+	return len(locks) > 0, err
+}
+
+// ClearRuleLock implements Admin.
+func (s *RedisStore) ClearRuleLock(ctx context.Context, sub Subject, rule string) (bool, error) {
+	if err := sub.check(); err != nil {
+		return false, err
+	}
+	if rule == "" {
+		key := subjectKey(s.prefix, sub, ":l")
+		_, ok, err := s.lockAt(ctx, key, true)
+		if err != nil {
+			return false, err
+		}
+		s.unindex(ctx, lockIndex(s.prefix), key)
+		return ok, nil
+	}
+	key := RuleLockKey(s.prefix, sub.Kind, sub.ID, rule)
 	_, ok, err := s.lockAt(ctx, key, true)
 	if err != nil {
 		return false, err
 	}
+	pipe := s.c.Pipeline()
+	pipe.SRem(ctx, subjectKey(s.prefix, sub, lockRulesSuffix), rule)
+	_, _ = pipe.Exec(ctx) // a stale member names a missing key: harmless
 	s.unindex(ctx, lockIndex(s.prefix), key)
 	return ok, nil
 }
 
-// GetLock implements Admin: the lock in force at Redis's TIME.
+// GetLock implements Admin: the lock in force at Redis's TIME that lasts
+// longest.
 func (s *RedisStore) GetLock(ctx context.Context, sub Subject) (Lock, bool, error) {
 	if err := sub.check(); err != nil {
 		return Lock{}, false, err
 	}
-	return s.lockAt(ctx, subjectKey(s.prefix, sub, ":l"), false)
+	locks, err := s.locks(ctx, sub, false)
+	if err != nil || len(locks) == 0 {
+		return Lock{}, false, err
+	}
+	return locks[0], true, nil
+}
+
+// Locks implements Admin: those in force at Redis's TIME.
+func (s *RedisStore) Locks(ctx context.Context, sub Subject) ([]Lock, error) {
+	if err := sub.check(); err != nil {
+		return nil, err
+	}
+	return s.locks(ctx, sub, false)
+}
+
+// locks reads (and when del is set, deletes) every lock of sub: the
+// subject's lock key and the own key of each rule in its rule set, all in
+// the subject's slot. It returns those in force, sorted by sortLocks.
+func (s *RedisStore) locks(ctx context.Context, sub Subject, del bool) ([]Lock, error) {
+	set := subjectKey(s.prefix, sub, lockRulesSuffix)
+	pipe := s.c.Pipeline()
+	sm := pipe.SMembers(ctx, set)
+	_, err := pipe.Exec(ctx)
+	rules := sm.Val()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: read lock rules %s: %w", ErrUnavailable, set, err)
+	}
+	sort.Strings(rules)
+	keys := make([]string, 0, len(rules)+2)
+	keys = append(keys, subjectKey(s.prefix, sub, ":l"))
+	for _, r := range rules {
+		keys = append(keys, RuleLockKey(s.prefix, sub.Kind, sub.ID, r))
+	}
+	n := len(keys)
+	flag := "0"
+	if del {
+		flag = "1"
+		keys = append(keys, set)
+	}
+	v, err := getLocksScript.Run(ctx, s.c, keys, flag, n).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: read locks of %s: %w", ErrUnavailable, keys[0], err)
+	}
+	now, rest, err := timedReply(v, n+2)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read locks of %s: %w", ErrUnavailable, keys[0], err)
+	}
+	var out []Lock
+	for i, r := range rest {
+		val, _ := r.(string)
+		l, ok := parseLock(val)
+		if !ok || !l.Until.After(now) {
+			continue
+		}
+		l.Own = i > 0
+		out = append(out, l)
+	}
+	if del {
+		s.unindex(ctx, lockIndex(s.prefix), keys[:n]...)
+	}
+	sortLocks(out)
+	return out, nil
+}
+
+// sortLocks orders a subject's locks: the longest lasting first, then by
+// rule, the subject's lock key before a rule's own.
+func sortLocks(ls []Lock) {
+	sort.Slice(ls, func(i, j int) bool {
+		a, b := ls[i], ls[j]
+		if !a.Until.Equal(b.Until) {
+			return a.Until.After(b.Until)
+		}
+		if a.Own != b.Own {
+			return !a.Own
+		}
+		return a.Rule < b.Rule
+	})
 }
 
 // lockAt reads (and when del is set, deletes) the lock at key and reports
@@ -167,6 +277,7 @@ func (s *RedisStore) lockAt(ctx context.Context, key string, del bool) (Lock, bo
 	if !ok || !l.Until.After(now) {
 		return Lock{}, false, nil
 	}
+	l.Own = isRuleLockKey(key)
 	return l, true, nil
 }
 

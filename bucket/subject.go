@@ -58,12 +58,22 @@ type Admin interface {
 	ClearMultiplier(ctx context.Context, s Subject, source string) error
 	// Multipliers lists the unexpired multipliers of s, sorted by source.
 	Multipliers(ctx context.Context, s Subject) ([]Multiplier, error)
-	// SetLock locks s (a lockout or step-up) until l.Until.
+	// SetLock locks s (a lockout or step-up) until l.Until, replacing the
+	// lock at l's key: the subject's lock key, or l.Rule's own when l.Own.
 	SetLock(ctx context.Context, s Subject, l Lock) error
-	// ClearLock lifts the lock of s; it reports whether one was in force.
+	// ClearLock lifts every lock of s (its lock key and each rule's own);
+	// it reports whether one was in force.
 	ClearLock(ctx context.Context, s Subject) (bool, error)
-	// GetLock returns the lock of s if one is in force.
+	// ClearRuleLock lifts only the lock rule keeps apart on s (Lock.Own),
+	// or with rule "" only the lock at the subject's lock key; it reports
+	// whether it was in force.
+	ClearRuleLock(ctx context.Context, s Subject, rule string) (bool, error)
+	// GetLock returns the lock of s in force that lasts longest (of its
+	// lock key and each rule's own), if one is.
 	GetLock(ctx context.Context, s Subject) (Lock, bool, error)
+	// Locks returns every lock of s in force, the longest lasting first
+	// (then by rule).
+	Locks(ctx context.Context, s Subject) ([]Lock, error)
 	// Trust adds device to the trust set of s until the given time: an
 	// Exempt lock of s spares it.
 	Trust(ctx context.Context, s Subject, device string, until time.Time) error
@@ -104,6 +114,22 @@ func AppendMultiplierKey(dst []byte, prefix, kind, id string) []byte {
 func AppendLockKey(dst []byte, prefix, kind, id string) []byte {
 	return appendKey(dst, prefix, kind, id, ":l")
 }
+
+// AppendRuleLockKey appends the key of the lock a class-restricted
+// velocity rule keeps apart on a subject (prefix + "{kind:id}:l:" + the
+// escaped rule name; Lock.Own). It shares the subject's hash tag, so a
+// Cluster keeps every lock of a subject in one slot.
+func AppendRuleLockKey(dst []byte, prefix, kind, id, rule string) []byte {
+	dst = appendKey(dst, prefix, kind, id, ruleLockInfix)
+	return AppendEscapedID(dst, rule)
+}
+
+// ruleLockInfix follows a subject's hash tag in the key of a rule's own
+// lock; lockRulesSuffix names the set of the rules that keep one.
+const (
+	ruleLockInfix   = ":l:"
+	lockRulesSuffix = ":lr"
+)
 
 // AppendTrustKey appends the key of a subject's trust set
 // (prefix + "{kind:id}:t").
@@ -180,6 +206,28 @@ func TrustKey(prefix, kind, id string) string { return subjectKey(prefix, Subjec
 
 // LockKey returns the key of a subject's lock (accounts and IPs are locked).
 func LockKey(prefix, kind, id string) string { return subjectKey(prefix, Subject{kind, id}, ":l") }
+
+// RuleLockKey returns the key of the lock rule keeps apart on a subject
+// (AppendRuleLockKey).
+func RuleLockKey(prefix, kind, id, rule string) string {
+	return string(AppendRuleLockKey(nil, prefix, kind, id, rule))
+}
+
+// lockKeyOf returns the key l is kept under on s: its rule's own key when
+// l.Own, else the subject's lock key.
+func lockKeyOf(prefix string, s Subject, l Lock) string {
+	if l.Own {
+		return RuleLockKey(prefix, s.Kind, s.ID, l.Rule)
+	}
+	return subjectKey(prefix, s, ":l")
+}
+
+// isRuleLockKey reports whether key is a rule's own lock key
+// (RuleLockKey), not a subject's lock key.
+func isRuleLockKey(key string) bool {
+	j := strings.LastIndexByte(key, '}')
+	return j >= 0 && strings.HasPrefix(key[j+1:], ruleLockInfix)
+}
 
 // OffendersKey returns the key of riskd's offender list (JSON), which the
 // limiters serve at GET /v1/admin/offenders.

@@ -97,12 +97,16 @@ type subjectView struct {
 		ExpiresAt *time.Time `json:"expires_at"`
 		Reason    string     `json:"reason"`
 	} `json:"multipliers"`
-	Lockout *struct {
-		Kind      string    `json:"kind"`
-		Rule      string    `json:"rule"`
-		ExpiresAt time.Time `json:"expires_at"`
-	} `json:"lockout"`
+	Lockout     *lockView      `json:"lockout"`
+	Lockouts    []lockView     `json:"lockouts"` // every lock in force, longest first
 	Attestation map[string]any `json:"attestation"`
+}
+
+// lockView is a lock of the subject view.
+type lockView struct {
+	Kind      string    `json:"kind"`
+	Rule      string    `json:"rule"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // subjectKinds are the subject kinds, in the order forms offer them;

@@ -52,14 +52,36 @@ func (s *l1Store) ClearMultiplier(ctx context.Context, sub bucket.Subject, sourc
 
 // SetLock implements bucket.Admin.
 func (s *l1Store) SetLock(ctx context.Context, sub bucket.Subject, l bucket.Lock) error {
-	defer s.forget(sub, true)
+	if l.Own {
+		defer s.c.forget(bucket.RuleLockKey(s.Prefix(), sub.Kind, sub.ID, l.Rule))
+	} else {
+		defer s.forget(sub, true)
+	}
 	return s.Store.SetLock(ctx, sub, l)
 }
 
-// ClearLock implements bucket.Admin.
+// ClearLock implements bucket.Admin: it forgets the subject's lock key
+// and the own key of every rule lock it held.
 func (s *l1Store) ClearLock(ctx context.Context, sub bucket.Subject) (bool, error) {
 	defer s.forget(sub, true)
+	if ls, err := s.Store.Locks(ctx, sub); err == nil {
+		for _, l := range ls {
+			if l.Own {
+				defer s.c.forget(bucket.RuleLockKey(s.Prefix(), sub.Kind, sub.ID, l.Rule))
+			}
+		}
+	}
 	return s.Store.ClearLock(ctx, sub)
+}
+
+// ClearRuleLock implements bucket.Admin.
+func (s *l1Store) ClearRuleLock(ctx context.Context, sub bucket.Subject, rule string) (bool, error) {
+	if rule != "" {
+		defer s.c.forget(bucket.RuleLockKey(s.Prefix(), sub.Kind, sub.ID, rule))
+	} else {
+		defer s.forget(sub, true)
+	}
+	return s.Store.ClearRuleLock(ctx, sub, rule)
 }
 
 var _ bucket.Store = (*l1Store)(nil)

@@ -16,36 +16,51 @@ import (
 // it is not enforced on that class; an allow list never exempts from one.
 
 // lockPlan holds, for one policy, the subject kinds whose locks each class
-// checks (by class index).
+// checks (by class index) and, parallel to them, the class-restricted lock
+// rules whose own lock keys the class checks besides the subject's
+// (policy.OwnLockRules; all nil for a policy without such rules).
 type lockPlan struct {
 	p     *policy.Policy
 	parts [][]policy.KeyPart
+	own   [][][]string
 }
 
-// lockPartsOf returns the lock subject kinds of class ci under p, computed
-// once per policy.
-func (e *Engine) lockPartsOf(p *policy.Policy, ci int) []policy.KeyPart {
+// lockPartsOf returns the lock subject kinds of class ci under p and the
+// own-key lock rules of each, computed once per policy.
+func (e *Engine) lockPartsOf(p *policy.Policy, ci int) ([]policy.KeyPart, [][]string) {
 	lp := e.lockPlan.Load()
 	if lp == nil || lp.p != p {
-		lp = &lockPlan{p: p, parts: make([][]policy.KeyPart, len(p.Classes))}
+		lp = &lockPlan{p: p, parts: make([][]policy.KeyPart, len(p.Classes)), own: make([][][]string, len(p.Classes))}
 		for c := range p.Classes {
 			lp.parts[c] = p.LockParts(c)
+			var own [][]string
+			for i, part := range lp.parts[c] {
+				if rules := p.OwnLockRules(c, part); len(rules) > 0 {
+					if own == nil {
+						own = make([][]string, len(lp.parts[c]))
+					}
+					own[i] = rules
+				}
+			}
+			lp.own[c] = own
 		}
 		e.lockPlan.Store(lp)
 	}
 	if ci < 0 || ci >= len(lp.parts) {
-		return nil
+		return nil, nil
 	}
-	return lp.parts[ci]
+	return lp.parts[ci], lp.own[ci]
 }
 
 // appendLocks appends the lock keys of the request's subjects that class
 // ci checks (account first, with the account's trust set for a proven
-// device: exempt_attested locks spare it). It reports whether it appended
-// any.
+// device: exempt_attested locks spare it): for each subject its lock key,
+// then the own lock key of each class-restricted lock rule of the class
+// keyed by it. It reports whether it appended any.
 func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, verifiedDevice bool) bool {
 	locks := false
-	for _, part := range e.lockPartsOf(p, ci) {
+	parts, own := e.lockPartsOf(p, ci)
+	for i, part := range parts {
 		id := value(in, part, "")
 		if part == policy.PartIP {
 			id = in.IP // lockouts keep whole addresses, as riskd writes them (not the IPv6 prefix of the buckets)
@@ -53,26 +68,43 @@ func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, v
 		if id == "" {
 			continue
 		}
+		var rules []string
+		if own != nil {
+			rules = own[i]
+		}
 		kind := subjectKinds[part]
-		d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, kind, id)
-		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		e.appendSubjectLocks(d, kind, id, rules, part == policy.PartAccount && verifiedDevice)
 		if part == policy.PartDevice && !verifiedDevice {
 			// a token-less claim of the id is bound by the locks riskd
 			// computed from claims too (7.1: signals count claims apart),
 			// which never touch the proven device
-			d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, ClaimSubject, id)
-			d.spans = append(d.spans, span{len(d.keybuf), spanLock})
-		}
-		if part == policy.PartAccount && verifiedDevice {
-			d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, kind, id)
-			d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
+			e.appendSubjectLocks(d, ClaimSubject, id, rules, false)
 		}
 		locks = true
 	}
 	return locks
 }
 
-// lockScope returns the subject kind of a lock key (prefix + "{kind:id}:l").
+// appendSubjectLocks appends the lock key of (kind, id) and the own lock
+// key of each of rules, each followed by the subject's trust set when
+// trust is set.
+func (e *Engine) appendSubjectLocks(d *Decision, kind, id string, rules []string, trust bool) {
+	for i := -1; i < len(rules); i++ {
+		if i < 0 {
+			d.keybuf = bucket.AppendLockKey(d.keybuf, e.o.Prefix, kind, id)
+		} else {
+			d.keybuf = bucket.AppendRuleLockKey(d.keybuf, e.o.Prefix, kind, id, rules[i])
+		}
+		d.spans = append(d.spans, span{len(d.keybuf), spanLock})
+		if trust {
+			d.keybuf = bucket.AppendTrustKey(d.keybuf, e.o.Prefix, kind, id)
+			d.spans = append(d.spans, span{len(d.keybuf), spanTrust})
+		}
+	}
+}
+
+// lockScope returns the subject kind of a lock key (prefix + "{kind:id}:l",
+// or a rule's own "{kind:id}:l:RULE").
 func lockScope(prefix, key string) string {
 	rest := strings.TrimPrefix(strings.TrimPrefix(key, prefix), "{")
 	kind, _, _ := strings.Cut(rest, ":")

@@ -118,6 +118,32 @@ func (p *Policy) LockParts(classIndex int) []KeyPart {
 	return out
 }
 
+// OwnLock reports whether the rule's locks are kept apart, each subject's
+// under a lock key of the rule's own (bucket.RuleLockKey): a lockout or
+// step-up rule restricted to route classes (`classes`), so that one
+// class's lock never replaces another's. Other locks share the subject's
+// lock key.
+func (r *VelocityRule) OwnLock() bool { return r.IsLock() && len(r.Classes) > 0 }
+
+// OwnLockRules returns the names of the OwnLock rules keyed by part that
+// are enforced on class classIndex, in policy order: a decision on the
+// class checks their lock keys besides the subject's (none for a policy
+// without such rules).
+func (p *Policy) OwnLockRules(classIndex int, part KeyPart) []string {
+	if classIndex < 0 || classIndex >= len(p.Classes) {
+		return nil
+	}
+	class := p.Classes[classIndex]
+	var out []string
+	for i := range p.Risk.Velocity {
+		r := &p.Risk.Velocity[i]
+		if r.OwnLock() && r.By == part && contains(r.Classes, class) {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
 // LockApplies reports whether a lock set by the velocity rule named rule
 // is enforced on class classIndex: on the rule's classes, or on LockClass
 // when the policy has no such rule (a lock of an earlier policy).

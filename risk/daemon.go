@@ -841,6 +841,7 @@ func velocityKind(kind string) bool {
 type ActionWriter interface {
 	SetLock(ctx context.Context, s bucket.Subject, l bucket.Lock) error
 	ClearLock(ctx context.Context, s bucket.Subject) (bool, error)
+	ClearRuleLock(ctx context.Context, s bucket.Subject, rule string) (bool, error)
 	SetMultiplier(ctx context.Context, s bucket.Subject, m bucket.Multiplier) error
 	Trust(ctx context.Context, s bucket.Subject, device string, until time.Time) error
 }
@@ -867,9 +868,17 @@ func WriteAction(ctx context.Context, store ActionWriter, p *policy.Policy, a *s
 				a.Lock.Exempt = true
 			}
 		}
+		// a.Lock.Own (a class-restricted rule): the rule's own key, so
+		// that it never replaces another class's lock
 		return store.SetLock(ctx, sub, a.Lock)
 	case signals.ClearLock:
-		_, err := store.ClearLock(ctx, sub)
+		// only the lock the action names (a step-up passed): the subject's
+		// lock key, or a class-restricted rule's own
+		rule := ""
+		if a.Lock.Own {
+			rule = a.Lock.Rule
+		}
+		_, err := store.ClearRuleLock(ctx, sub, rule)
 		return err
 	case signals.SetMultiplier:
 		if sub.Kind == "ip" {

@@ -263,6 +263,9 @@ func (e *Engine) Active(now time.Time) []Action {
 		if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
 			return c
 		}
+		if c := cmp.Compare(a.Lock.Rule, b.Lock.Rule); c != 0 {
+			return c
+		}
 		return cmp.Compare(a.Multiplier.Source, b.Multiplier.Source)
 	})
 	return acts

@@ -27,6 +27,18 @@ func (e *Engine) measureKey(subject, id, source string) []byte {
 	return b
 }
 
+// lockMeasureKey builds in e.buf the measure key of lock on (subject,
+// id): the source is lockSource, followed by "\x00" and the rule for a
+// lock kept under its rule's own key (lock.Own).
+func (e *Engine) lockMeasureKey(subject, id string, lock bucket.Lock) []byte {
+	key := e.measureKey(subject, id, lockSource)
+	if lock.Own {
+		key = append(append(key, 0), lock.Rule...)
+		e.buf = key
+	}
+	return key
+}
+
 // lockRank orders lock kinds by strength.
 func lockRank(kind string) int {
 	if kind == actionLockout {
@@ -38,9 +50,12 @@ func lockRank(kind string) int {
 // setLock records lock, set at ns on (subject, id), and reports whether
 // riskd should write it. It should not when the lock in force at ns is
 // stronger (a lockout over a step-up), or of the same kind and lasting at
-// least as long: one subject has one lock key. Callers hold e.mu.
+// least as long. It compares lock only with the lock of its own key: the
+// subject's lock key, or, for a class-restricted rule's lock (lock.Own),
+// that rule's own key, so that one class's lock never replaces (nor keeps
+// out) another's. Callers hold e.mu.
 func (e *Engine) setLock(ns int64, subject, id string, lock bucket.Lock, rule string) bool {
-	key := e.measureKey(subject, id, lockSource)
+	key := e.lockMeasureKey(subject, id, lock)
 	en := e.meas.getBytes(key)
 	if en != nil && en.val.end > ns {
 		old := en.val.act.Lock

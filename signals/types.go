@@ -12,9 +12,12 @@ type ActionKind uint8
 
 // Action kinds.
 const (
-	// SetLock sets Lock on the subject's lock key (lockout or step-up).
+	// SetLock sets Lock on the subject's lock key (lockout or step-up),
+	// or on its rule's own key when Lock.Own (a class-restricted rule).
 	SetLock ActionKind = iota + 1
-	// ClearLock removes the subject's lock (a step_up_passed report).
+	// ClearLock removes the subject's lock at the key Lock names (a
+	// step_up_passed report): its rule's own key when Lock.Own, else the
+	// subject's lock key.
 	ClearLock
 	// SetMultiplier sets Multiplier on the subject's multiplier hash.
 	SetMultiplier
@@ -28,7 +31,7 @@ type Action struct {
 	Kind       ActionKind
 	Subject    string
 	ID         string
-	Lock       bucket.Lock       // SetLock
+	Lock       bucket.Lock       // SetLock; ClearLock: Rule and Own name the key
 	Multiplier bucket.Multiplier // SetMultiplier
 	Alert      streams.Alert     // Alert
 }

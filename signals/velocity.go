@@ -375,7 +375,7 @@ func (e *Engine) enforceVelocity(rule *velRule, subject, value string, ns int64,
 		if rule.Action == actionStepUp {
 			kind, what = streams.AlertStepUp, "step-up required"
 		}
-		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until}
+		lock := bucket.Lock{Kind: rule.Action, Rule: rule.Name, Until: until, Own: rule.OwnLock()}
 		if !rule.Shadow && e.setLock(ns, subject, value, lock, rule.Name) {
 			out = append(out, Action{Kind: SetLock, Subject: subject, ID: value, Lock: lock})
 		}
@@ -394,10 +394,25 @@ func (e *Engine) enforceVelocity(rule *velRule, subject, value string, ns int64,
 	return kind, what, multiplier, out
 }
 
-// stepUpPassed lifts the step-up requirement in force on the report's
-// account, if the engine set one. Callers hold e.mu.
+// stepUpPassed lifts the step-up requirements in force on the report's
+// account that the engine set: the one at the account's lock key and
+// each one a class-restricted rule keeps under its own key. Callers hold
+// e.mu.
 func (e *Engine) stepUpPassed(r *streams.Report, ns int64, out []Action) []Action {
-	key := e.measureKey("account", r.Account, lockSource)
+	out = e.stepUpPassedAt(r, ns, bucket.Lock{}, out)
+	for _, rule := range e.vrules {
+		if rule.subject == "account" && rule.Action == actionStepUp && rule.OwnLock() {
+			out = e.stepUpPassedAt(r, ns, bucket.Lock{Rule: rule.Name, Own: true}, out)
+		}
+	}
+	return out
+}
+
+// stepUpPassedAt lifts the step-up at the lock key of at (at.Own and
+// at.Rule name it) on the report's account, if the engine set one there.
+// Callers hold e.mu.
+func (e *Engine) stepUpPassedAt(r *streams.Report, ns int64, at bucket.Lock, out []Action) []Action {
+	key := e.lockMeasureKey("account", r.Account, at)
 	en := e.meas.peekBytes(key)
 	if en == nil || en.val.end <= ns || en.val.act.Lock.Kind != actionStepUp {
 		return out
@@ -408,7 +423,7 @@ func (e *Engine) stepUpPassed(r *streams.Report, ns int64, out []Action) []Actio
 	if ven := e.vel.peekBytes(e.buf); ven != nil && ven.val.until > ns {
 		ven.val.until = ns
 	}
-	return append(out, Action{Kind: ClearLock, Subject: "account", ID: r.Account})
+	return append(out, Action{Kind: ClearLock, Subject: "account", ID: r.Account, Lock: bucket.Lock{Rule: at.Rule, Own: at.Own}})
 }
 
 // LiftLock is LiftSubjectLock of the account subject.
@@ -441,14 +456,15 @@ func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	return lifted
 }
 
-// liftLocked is LiftSubjectLock's work for one subject kind. Callers
-// hold e.mu.
+// liftLocked is LiftSubjectLock's work for one subject kind: an admin
+// lift ends every lock of the subject, the one at its lock key and each
+// a class-restricted rule keeps under its own key. Callers hold e.mu.
 func (e *Engine) liftLocked(subject, id string, ns int64) bool {
-	key := e.measureKey(subject, id, lockSource)
-	men := e.meas.peekBytes(key)
-	// the lock lifted: the one set at or before ts (not one that new
-	// events set after it, as when an old lift is replayed at start)
-	lifts := men != nil && men.val.set <= ns
+	base := e.meas.peekBytes(e.lockMeasureKey(subject, id, bucket.Lock{}))
+	lifted := make([]*entry[measure], 0, 2)
+	if base != nil && base.val.set <= ns {
+		lifted = append(lifted, base)
+	}
 	for _, rule := range e.vrules {
 		vkey := id
 		switch {
@@ -458,6 +474,17 @@ func (e *Engine) liftLocked(subject, id string, ns int64) bool {
 		default:
 			continue
 		}
+		// the lock lifted: the one set at or before ts at the rule's lock
+		// key (not one that new events set after it, as when an old lift
+		// is replayed at start)
+		men := base
+		if rule.OwnLock() {
+			men = e.meas.peekBytes(e.lockMeasureKey(subject, id, bucket.Lock{Rule: rule.Name, Own: true}))
+			if men != nil && men.val.set <= ns {
+				lifted = append(lifted, men)
+			}
+		}
+		lifts := men != nil && men.val.set <= ns
 		st := e.velocity(rule, vkey)
 		if ns > st.lifted {
 			st.lifted = ns
@@ -475,10 +502,10 @@ func (e *Engine) liftLocked(subject, id string, ns int64) bool {
 			st.ring.reset() // slot counts cannot be split at ts
 		}
 	}
-	if !lifts {
-		return false
+	inForce := false
+	for _, men := range lifted {
+		inForce = inForce || men.val.end > ns
+		e.meas.remove(men)
 	}
-	inForce := men.val.end > ns
-	e.meas.remove(men)
 	return inForce
 }
