@@ -17,6 +17,7 @@ const (
 // event is one recorded event.
 type event struct {
 	ns   int64  // event time, Unix ns
+	at   int64  // its stream message's timestamp, Unix ns (0: none), which bounds the risk engine's clock
 	seq  uint64 // arrival order within its stream
 	rank uint8
 	d    *streams.Decision

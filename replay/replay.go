@@ -66,7 +66,8 @@ type Replayer struct {
 	t        *tally
 	from, to time.Time
 	closers  []func()
-	sink     int // see prefetch
+	sink     int   // see prefetch
+	at       int64 // the stream time the risk engines' clocks are bound by (streamTime)
 }
 
 // NewReplayer returns a Replayer for p. A policy that names an ASN
@@ -159,6 +160,21 @@ func (r *Replayer) Report(rep *streams.Report) {
 	r.sims[base].report(rep)
 	r.sims[cand].report(rep)
 	r.t.report(rep)
+}
+
+// streamTime bounds both risk engines' clocks by at, the timestamp of the
+// stream message that holds the next event, as riskd bounds its engine's
+// by each message's (signals.Engine.BoundClock): an event from a host
+// whose clock ran ahead sweeps no more here than it did there. 0 (no
+// timestamp) keeps the bound in force.
+func (r *Replayer) streamTime(at int64) {
+	if at == 0 || at == r.at {
+		return
+	}
+	r.at = at
+	for _, s := range r.sims {
+		s.sig.BoundClock(time.Unix(0, at))
+	}
 }
 
 func (r *Replayer) seen(ts time.Time) {
@@ -294,10 +310,12 @@ func merge(r *Replayer, dch, rch <-chan []event, warmup int64) {
 			if len(da) > 1 {
 				r.prefetch(da[1].d)
 			}
+			r.streamTime(da[0].at)
 			r.Decision(da[0].d)
 			da = da[1:]
 		}
 		if len(ra) > 0 && (len(da) == 0 && !dOpen || len(da) > 0 && !before(&da[0], &ra[0])) {
+			r.streamTime(ra[0].at)
 			r.Report(ra[0].r)
 			ra = ra[1:]
 		}

@@ -108,7 +108,11 @@ func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan
 		s.first.CompareAndSwap(0, seq)
 		s.seq.Store(seq)
 		s.msgs.Add(1)
-		chunk = s.decode(m.Data(), &ord, chunk)
+		var at int64
+		if !meta.Timestamp.IsZero() {
+			at = meta.Timestamp.UnixNano()
+		}
+		chunk = s.decode(m.Data(), at, &ord, chunk)
 		if err := send(false); err != nil {
 			return err
 		}
@@ -121,8 +125,9 @@ func (s *streamReader) run(ctx context.Context, js jetstream.JetStream, out chan
 	return send(true)
 }
 
-// decode appends the message's events to chunk through the reorder buffer.
-func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event {
+// decode appends the message's events to chunk through the reorder
+// buffer, each with at, the message's timestamp (Unix ns).
+func (s *streamReader) decode(data []byte, at int64, ord *reorder, chunk []event) []event {
 	if s.rank == rankDecision {
 		b := streams.DecisionBatch{Decisions: make([]streams.Decision, 0, s.batchCap)}
 		if err := s.dec.Decode(data, &b); err != nil {
@@ -142,7 +147,7 @@ func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event 
 				s.skipped.Add(1)
 				continue
 			}
-			chunk = ord.add(event{ns: ns, rank: rankDecision, d: d}, chunk)
+			chunk = ord.add(event{ns: ns, at: at, rank: rankDecision, d: d}, chunk)
 		}
 		return chunk
 	}
@@ -158,7 +163,7 @@ func (s *streamReader) decode(data []byte, ord *reorder, chunk []event) []event 
 		return chunk
 	}
 	s.evs.Add(1)
-	return ord.add(event{ns: ns, rank: rankReport, r: r}, chunk)
+	return ord.add(event{ns: ns, at: at, rank: rankReport, r: r}, chunk)
 }
 
 // eventNs returns t in Unix ns, false for a zero time or one outside
