@@ -140,12 +140,17 @@ func TestAPIToken(t *testing.T) {
 	f.srv.Handle("/v1/attest/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "attest") }))
 	check := `{"endpoint":"GET /x","ip":"192.0.2.1"}`
 	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer ap1"), 200, "")
+	// the scheme is case-insensitive (RFC 9110 11.1); the token is not
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "bearer ap1"), 200, "")
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "BEARER ap1"), 200, "")
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer AP1"), 401, "")
+	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearerap1"), 401, "")
 	expect(t, f.do(t, "POST", "/v1/check", check), 401,
 		`{"error":{"code":"UNAUTHORIZED","message":"missing or wrong api token","details":{},"request_id":"req-1"}}`, "Www-Authenticate", `Bearer realm="tollgate-api"`)
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"a"}`, "Authorization", "Bearer adm1n"), 401, "")
 	expect(t, f.do(t, "POST", "/v1/attest/challenge", `{}`), 200, "attest")
 	expect(t, f.do(t, "GET", "/healthz", ""), 200, "")
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 6; i++ { // 10 failures in all with the 4 above
 		expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer guess"), 401, "")
 	}
 	expect(t, f.do(t, "POST", "/v1/check", check, "Authorization", "Bearer ap1"), 429, "", "Retry-After", "60")

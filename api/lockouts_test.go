@@ -149,3 +149,13 @@ func TestAdminAttributeSubjects(t *testing.T) {
 		`{"subject":"attr:phone_prefix","id":"4479","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/attr:Phone/4479", `{"multiplier":0}`, auth...), 400, "")
 }
+
+// TestReportWithoutNATS: a limiter without NATS answers reports 503 with
+// Retry-After, as every 503 of the API does.
+func TestReportWithoutNATS(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "")
+	f.srv.o.Reporter = nil
+	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"a"}`), 503,
+		`{"error":{"code":"LIMITER_UNAVAILABLE","message":"reports are not enabled (no NATS)","details":{"retry_after_ms":1000},"request_id":"req-1"}}`, "Retry-After", "1")
+}

@@ -102,6 +102,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.o.Reporter == nil {
+		w.Header().Set("Retry-After", "1")
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "reports are not enabled (no NATS)", details: `"retry_after_ms":1000`})
 		return
 	}

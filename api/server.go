@@ -426,12 +426,23 @@ func (s *Server) apiOnly(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// bearerToken returns the token of an Authorization value "Bearer
+// <token>", the scheme matched case-insensitively (RFC 9110 11.1), and
+// whether the value has that scheme.
+func bearerToken(auth string) (string, bool) {
+	const scheme = "Bearer "
+	if len(auth) < len(scheme) || !strings.EqualFold(auth[:len(scheme)], scheme) {
+		return "", false
+	}
+	return auth[len(scheme):], true
+}
+
 // authorized checks r's bearer token against sum in constant time, with
 // g's throttle on failed attempts per client address; on failure it
 // writes the 401 (or 429) envelope and returns false. rid is the request
 // id ("": made when an answer needs one).
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rid string, g *adminGuard, sum *[32]byte, realm string) bool {
-	tok, present := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, present := bearerToken(r.Header.Get("Authorization"))
 	left, ok := s.checkToken(r, tok, present, g, sum)
 	if ok {
 		return true
