@@ -461,9 +461,12 @@ func (p *proxy) outcome(resp *http.Response) error {
 	// only a proven device matches a device allow list
 	rep.Attested = id.in.DeviceVerified
 	rep.AllowList = p.s.allowList(rep)
-	p.s.reports.Add(1)
+	if !p.s.reports.add() {
+		p.s.o.Logger.Warn("proxy: report after shutdown's wait; not published", "type", typ, "request_id", id.rid)
+		return nil
+	}
 	go func() {
-		defer p.s.reports.Done()
+		defer p.s.reports.done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := p.s.o.Reporter.Report(ctx, rep); err != nil {
@@ -475,8 +478,42 @@ func (p *proxy) outcome(resp *http.Response) error {
 	return nil
 }
 
-// WaitReports waits for reports of proxied outcomes still being published.
-func (s *Server) WaitReports() { s.reports.Wait() }
+// WaitReports waits for reports of proxied outcomes still being
+// published. Reports of requests that end after it began (requests cut
+// at a drain's timeout, whose handlers can still be running) are not
+// published: the reporter is closed next.
+func (s *Server) WaitReports() { s.reports.wait() }
+
+// pending counts work in flight until wait is called; after that, add
+// refuses new work, so that no Add races the Wait (which sync.WaitGroup
+// forbids once the count may be zero).
+type pending struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add counts one piece of work, false once wait began.
+func (p *pending) add() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	return true
+}
+
+// done ends one piece of work.
+func (p *pending) done() { p.wg.Done() }
+
+// wait refuses new work and waits for the work in flight.
+func (p *pending) wait() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+}
 
 // Guard checks requests to an endpoint the limiter serves to apps itself
 // (attestation) against the policy, keyed by the client IP as proxy mode

@@ -252,6 +252,24 @@ func TestProxyLoginOutcomes(t *testing.T) {
 	}
 }
 
+// TestProxyReportAfterWait: a login that ends after WaitReports began (a
+// request cut at a drain's timeout, its handler still running) is
+// answered, and its report is not published: no Add races the Wait.
+func TestProxyReportAfterWait(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixture(t, nil)
+	f.srv.WaitReports()
+	resp, _ := f.do(t, "POST", "/auth/login", `{"username":"alice","password":"wrong"}`)
+	<-f.seen
+	<-f.bodies
+	f.srv.WaitReports()
+	f.reporter.mu.Lock()
+	defer f.reporter.mu.Unlock()
+	if resp.StatusCode != 401 || len(f.reporter.list) != 0 || !strings.Contains(f.log.String(), "report after shutdown's wait") {
+		t.Fatalf("status %d, reports %+v, log %s", resp.StatusCode, f.reporter.list, f.log.String())
+	}
+}
+
 func TestProxyUpstreamDown(t *testing.T) {
 	t.Parallel()
 	f := newProxyFixture(t, nil)

@@ -104,7 +104,7 @@ type Server struct {
 	apiGuard *adminGuard    // failed API token attempts
 	proxy    *proxy         // reverse-proxy mode, when enabled
 	fwd      *proxy         // reads forward-auth identities: proxy, or a default one
-	reports  sync.WaitGroup // proxy reports being published
+	reports  pending        // proxy reports being published
 }
 
 // New returns a Server, validating o.
