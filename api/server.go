@@ -101,10 +101,10 @@ type Server struct {
 	apiSum   [32]byte          // of the API token
 	health   *health.Readiness // "starting", "ready", "draining"
 	admin    *adminGuard
-	apiGuard *adminGuard    // failed API token attempts
-	proxy    *proxy         // reverse-proxy mode, when enabled
-	fwd      *proxy         // reads forward-auth identities: proxy, or a default one
-	reports  pending        // proxy reports being published
+	apiGuard *adminGuard // failed API token attempts
+	proxy    *proxy      // reverse-proxy mode, when enabled
+	fwd      *proxy      // reads forward-auth identities: proxy, or a default one
+	reports  pending     // proxy reports being published
 }
 
 // New returns a Server, validating o.
