@@ -217,7 +217,7 @@ func (e *Engine) Offenders(now time.Time) []Offender {
 		}
 		list = append(list, Offender{
 			Limit: st.lim.Name,
-			Key:   en.key[len(st.lim.Name)+1:],
+			Key:   offenderKey(en.key, st.lim.Name),
 			Count: int(c),
 			Since: time.Unix(0, st.since).UTC(),
 		})

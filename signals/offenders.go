@@ -3,6 +3,7 @@ package signals
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/policy"
@@ -132,7 +133,7 @@ func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) [
 			return out // the limit does not apply to this request
 		}
 		if i > 0 {
-			b = append(b, '|')
+			b = append(b, 0) // no id holds a NUL (control characters are refused); "|" can be in one
 		}
 		b = append(b, v...)
 	}
@@ -168,7 +169,13 @@ func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) [
 		return out
 	}
 	st.inEpisode, st.since = true, ns
-	return e.alertOffender(lim, d, en.key[len(lim.Name)+1:], count, out)
+	return e.alertOffender(lim, d, offenderKey(en.key, lim.Name), count, out)
+}
+
+// offenderKey returns the key of an offender entry as shown (alerts, the
+// admin list): the limit's parts joined with "|".
+func offenderKey(entry, limit string) string {
+	return strings.ReplaceAll(entry[len(limit)+1:], "\x00", "|")
 }
 
 // init empties st for lim, reusing its ring.

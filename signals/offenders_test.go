@@ -175,3 +175,32 @@ func TestRepeatOffenderEpisodes(t *testing.T) {
 		})
 	}
 }
+
+// TestRepeatOffenderKeysApart: the parts of a key are kept apart even
+// when an id holds "|": user "a|b" on device "c" and user "a" on device
+// "b|c" are two keys (their denials never add up), both shown as "a|b|c".
+func TestRepeatOffenderKeysApart(t *testing.T) {
+	t.Parallel()
+	lim := policy.Limit{Name: "user-device", By: []policy.KeyPart{policy.PartUser, policy.PartDevice}, Burst: 1, Rate: 1, Period: time.Minute}
+	e := New(Options{Risk: policy.Risk{RepeatOffender: &policy.RepeatOffender{PerMinute: 2}}, Limits: []policy.Limit{lim}})
+	var fired []Action
+	for i := range 4 {
+		user, device := "a|b", "c"
+		if i%2 == 1 {
+			user, device = "a", "b|c"
+		}
+		fired = e.ApplyDecision(0, 0, &streams.Decision{TS: sec(float64(i)), Endpoint: "POST /x", Class: "write", Limit: lim.Name,
+			Result: "limited", IP: "192.0.2.1", UserID: user, DeviceID: device}, fired)
+	}
+	if len(fired) != 0 {
+		t.Fatalf("two keys of two denials each alerted as one of four: %+v", fired)
+	}
+	fired = e.ApplyDecision(0, 0, &streams.Decision{TS: sec(4), Endpoint: "POST /x", Class: "write", Limit: lim.Name,
+		Result: "limited", IP: "192.0.2.1", UserID: "a|b", DeviceID: "c"}, nil)
+	if len(fired) != 1 || fired[0].Alert.Reason != `limit user-device denied key "a|b|c" 3 times in the last minute (more than 2)` {
+		t.Fatalf("the third denial of one key: %+v", fired)
+	}
+	if list := e.Offenders(sec(5)); len(list) != 1 || list[0].Key != "a|b|c" || list[0].Count != 3 {
+		t.Fatalf("offenders %+v", list)
+	}
+}
