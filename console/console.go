@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 )
@@ -201,11 +202,18 @@ func sameOrigin(r *http.Request) bool {
 // field when it is a console path, else the overview.
 func backTo(r *http.Request) string {
 	b := r.PostFormValue("back")
-	if strings.HasPrefix(b, "/console/") && !strings.HasPrefix(b, "//") && !strings.ContainsAny(b, "\\\r\n") {
+	clean := path.Clean(b) // as http.Redirect cleans it
+	if strings.HasPrefix(b, "/console/") && (clean == "/console" || strings.HasPrefix(clean, "/console/")) && !strings.ContainsFunc(b, unsafeInURL) {
 		return b
 	}
 	return "/console/"
 }
+
+// unsafeInURL reports the characters a redirect's path must not hold: a
+// backslash or a control character, which browsers drop or turn into "/"
+// ("/console/../\t/evil.com", cleaned by http.Redirect to "/\t/evil.com",
+// is "//evil.com" to a browser: another site).
+func unsafeInURL(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }
 
 func (c *Console) handleSignInForm(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.sessions.get(cookieValue(r), c.o.Now()); ok {
