@@ -551,8 +551,23 @@ func (ps *parser) checkLimit(m *mapping, lim *Limit) bool {
 			}
 		}
 	}
+	if fill := lim.Burst / lim.Rate * lim.Period.Hours(); lim.Kind == KindBucket && lim.Rate > 0 && fill > maxFill.Hours() {
+		g, found := m.get("rate")
+		if !found {
+			g, _ = m.get("burst")
+		}
+		ps.errorf(g.val, "rate %s with burst %g: an empty bucket would take %.3g years to fill, more than %d (its key could outlive any expiry Redis accepts); raise the rate or lower the burst",
+			lim.RateText, lim.Burst, fill/(24*365), int(maxFill.Hours()/(24*365)))
+		ok = false
+	}
 	return ps.checkShare(m, lim) && ok
 }
+
+// maxFill is the longest a bucket may take to fill from empty: a key's
+// expiry is when it would be full, and one far enough out (0.001/day
+// with a burst of 10^9: 10^12 days) overflows the PX Redis accepts,
+// failing every decision of the batch.
+const maxFill = 100 * 365 * 24 * time.Hour
 
 // keyParts parses a limit's `by`: the parts and, when one is an
 // attribute, the attribute names parallel to them.
