@@ -12,10 +12,10 @@ func TestMaxFill(t *testing.T) {
 	t.Parallel()
 	for src, want := range map[string]string{
 		"  - {name: x, by: [ip], rate: 0.001/day, burst: 1000000000}\n": "p.yaml:3: rate 0.001/day with burst 1e+09: an empty bucket would take 2.74e+09 years to fill, more than 100",
-		"  - {name: x, by: [ip], rate: 0.00000000001/day}\n":             "p.yaml:3: rate 0.00000000001/day with burst 1: an empty bucket would take 2.74e+08 years to fill",
-		"  - {name: x, by: [ip], rate: 1/day, burst: 36500}\n":           "",
-		"  - {name: x, by: [ip], rate: 1/day, burst: 36501}\n":           "more than 100",
-		"  - {name: x, by: [ip], rate: 1000000000/s}\n":                  "",
+		"  - {name: x, by: [ip], rate: 0.00000000001/day}\n":            "p.yaml:3: rate 0.00000000001/day with burst 1: an empty bucket would take 2.74e+08 years to fill",
+		"  - {name: x, by: [ip], rate: 1/day, burst: 36500}\n":          "",
+		"  - {name: x, by: [ip], rate: 1/day, burst: 36501}\n":          "more than 100",
+		"  - {name: x, by: [ip], rate: 1000000000/s}\n":                 "",
 	} {
 		_, err := Parse("p.yaml", []byte("version: 1\nlimits:\n"+src))
 		switch {
