@@ -30,8 +30,10 @@ func TestAbuseMetrics(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		post(t, base+"/v1/check", `{"endpoint":"POST /sms","ip":"198.51.100.7"}`)
 	}
-	for i := 0; i < 2; i++ {
-		post(t, base+"/v1/check", `{"endpoint":"GET /export","ip":"198.51.100.7","user_id":"u1"}`)
+	for i, want := range []int{200, 429} {
+		if resp, body := post(t, base+"/v1/check", `{"endpoint":"GET /export","ip":"198.51.100.7","user_id":"u1"}`); resp.StatusCode != want {
+			t.Errorf("export check %d: %d %s; want %d (concurrency 1, the first lease held)", i+1, resp.StatusCode, body, want)
+		}
 	}
 	reports := []string{
 		`{"type":"otp_sent","ip":"198.51.100.7","attributes":{"phone_prefix":"4479"}}`,
@@ -65,7 +67,7 @@ func TestAbuseMetrics(t *testing.T) {
 		_, m = get(t, base+"/metrics")
 		for _, w := range want {
 			if !strings.Contains(m, w) {
-				return "missing " + w
+				return "missing " + w + "; have:\n" + grepLines(m, "tollgate_decisions_by_kind_total")
 			}
 		}
 		return ""
