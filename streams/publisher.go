@@ -145,6 +145,9 @@ func (p *Publisher) run() {
 	batches := map[string]*batch{}
 	pending := 0
 	var one []byte // the decision being added, encoded
+	// the largest message, read again at every tick (a reconnection may
+	// reach a server with another max payload), not at every decision
+	limit := p.messageLimit()
 	tick := time.NewTicker(p.o.FlushInterval)
 	defer tick.Stop()
 	flush := func(class string) {
@@ -167,7 +170,6 @@ func (p *Publisher) run() {
 			p.drop(1)
 			return
 		}
-		limit := int(p.nc.MaxPayload()) - batchSlack
 		if len(batchOpen)+len(one)+len(batchClose) > limit {
 			p.drop(1) // no message can carry it
 			return
@@ -200,6 +202,7 @@ func (p *Publisher) run() {
 			if pending > 0 {
 				flushAll()
 			}
+			limit = p.messageLimit()
 		case <-p.stop:
 			for {
 				select {
@@ -218,6 +221,17 @@ func (p *Publisher) run() {
 			return
 		}
 	}
+}
+
+// messageLimit is the most bytes of decisions one message may carry: the
+// server's max payload less batchSlack, or NATS's default max payload
+// while no server has said (not connected yet).
+func (p *Publisher) messageLimit() int {
+	mp := int(p.nc.MaxPayload())
+	if mp <= 0 {
+		mp = 1 << 20
+	}
+	return mp - batchSlack
 }
 
 // publish sends one batch of n decisions, encoded in data; failures count
