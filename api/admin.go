@@ -219,11 +219,7 @@ var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "d
 // audit event: it resets the subject's velocity counts (a device's and
 // its claim's) and never re-asserts the lock (6.5).
 func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, id string) (was, ok bool) {
-	kinds := []string{subject}
-	if subject == "device" {
-		kinds = append(kinds, bucket.ClaimKind)
-	}
-	for _, kind := range kinds {
+	for _, kind := range lockKinds(subject) {
 		cleared, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: kind, ID: id})
 		if err != nil {
 			s.storeError(w, rid, err)
@@ -232,6 +228,16 @@ func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, 
 		was = was || cleared
 	}
 	return was, s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: subject, ID: id, Cleared: &was})
+}
+
+// lockKinds are the subject kinds whose locks an admin path of subject
+// addresses: a device's are its own and its claim's (the limiter answers
+// both with scope "device").
+func lockKinds(subject string) []string {
+	if subject == "device" {
+		return []string{"device", bucket.ClaimKind}
+	}
+	return []string{subject}
 }
 
 // subjectView is the body of GET /v1/admin/subjects/{subject}/{id}.
@@ -323,11 +329,7 @@ func (s *Server) lockouts(r *http.Request, subject, id string) ([]lockView, erro
 		}
 		id = whole
 	}
-	kinds := []string{subject}
-	if subject == "device" {
-		kinds = append(kinds, bucket.ClaimKind)
-	}
-	for _, kind := range kinds {
+	for _, kind := range lockKinds(subject) {
 		ls, err := s.o.Store.Locks(r.Context(), bucket.Subject{Kind: kind, ID: id})
 		if err != nil {
 			return nil, err
