@@ -42,8 +42,17 @@ func TestStreamReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Replicas = 3
-	if err := streams.EnsureStreams(ctx, js, cfg); err != nil {
-		t.Fatal(err)
+	// the cluster may still be meshing: until every node has joined the
+	// JetStream meta group, three replicas have "no suitable peers"
+	for {
+		err := streams.EnsureStreams(ctx, js, cfg)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "no suitable peers") || ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, suffix := range []string{streams.DecisionsStream, streams.EventsStream, streams.AuditStream} {
 		name := cfg.Stream(suffix)
