@@ -169,3 +169,41 @@ func TestAttackRLSDeviceNotUTF8Denied(t *testing.T) {
 		t.Fatalf("%v, want OVER_LIMIT with the 400 envelope", resp)
 	}
 }
+
+// TestAttackRLSNotUTF8InAFullerMessageDenied: the same header, \xff in
+// X-Device-Id, in a message that is not the plain form Envoy usually
+// sends: a descriptor carrying a `limit` override (a route whose rate
+// comes from dynamic metadata), or a field this build does not know (a
+// newer Envoy's). proto.Unmarshal refuses the message for the header;
+// a decoding error would be a gRPC error, which failure_mode_deny: false
+// lets through. It is denied as the plain form's is.
+func TestAttackRLSNotUTF8InAFullerMessageDenied(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withEdgeGRPC(t))
+	c := grpcClient(t, tg.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	override := descriptor("device_id", "MARK")
+	override.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: 2}
+	plain, err := proto.Marshal(edgeLogin("198.51.100.71", "/auth/login", "victim", descriptor("device_id", "MARK")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withLimit, err := proto.Marshal(edgeLogin("198.51.100.71", "/auth/login", "victim", override))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"limit override": withLimit,
+		"unknown field":  append(plain, 0xf8, 0x06, 0x01), // field 111, varint 1
+	} {
+		b = bytes.Replace(b, []byte("MARK"), []byte{0xff, 0xfe, 0xff, 0xfe}, 1)
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawRequest{b}))
+		if err != nil {
+			t.Fatalf("%s: a gRPC error, which Envoy answers by failure_mode_deny (false: the try passes): %v", name, err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || code(string(resp.RawBody)) != "BAD_REQUEST" || rlsHeaders(resp)["x-tollgate-status"] != "400" {
+			t.Fatalf("%s: %v, want OVER_LIMIT with the 400 envelope", name, resp)
+		}
+	}
+}

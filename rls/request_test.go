@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"errors"
-	"google.golang.org/protobuf/encoding/protowire"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -258,8 +258,10 @@ func FuzzUnmarshalRequest(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{0x12, 0x02, 0x0a, 0x00})
-	f.Add([]byte{0x0a, 0x01, 0xff})                   // invalid UTF-8 domain
-	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01}) // hits_addend wrapper
+	f.Add([]byte{0x0a, 0x01, 0xff})                                                 // invalid UTF-8 domain
+	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01})                               // hits_addend wrapper
+	f.Add([]byte{0x12, 0x09, 0x0a, 0x03, 0x12, 0x01, 0xff, 0x12, 0x02, 0x08, 0x03}) // a value not UTF-8 beside a limit override
+	f.Add([]byte{0x0a, 0x01, 0xff, 0xf8, 0x06, 0x01})                               // a domain not UTF-8 and an unknown field
 	e := testEnvoy(f)
 	keys := make([]string, 0, len(e.Entries))
 	for k := range e.Entries {
@@ -275,6 +277,16 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		err := p.unmarshal(data, in)
+		if err == nil && p.notUTF8 != "" {
+			// decoded with its strings made valid, to be denied: only a
+			// message proto.Unmarshal refuses for its strings
+			v, where := toValidUTF8(data, p.msg.ProtoReflect().Descriptor())
+			var made rlsv3.RateLimitRequest
+			if wantErr == nil || !strings.Contains(wantErr.Error(), "invalid UTF-8") || where != p.notUTF8 || proto.Unmarshal(v, &made) != nil || !proto.Equal(&made, &p.msg) {
+				t.Fatalf("decoded %v (not UTF-8 at %s), proto.Unmarshal's %v", &p.msg, p.notUTF8, wantErr)
+			}
+			return
+		}
 		if err == nil && wantErr != nil {
 			// only for a string that is not UTF-8 (Map then denies it),
 			// or was and was replaced by a later value of its field, as

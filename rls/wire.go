@@ -22,6 +22,9 @@ type pooledRequest struct {
 	used    int // descs in use
 	epool   []*commonv3.RateLimitDescriptor_Entry
 	eused   int
+	// notUTF8 is where the message had a string that is not UTF-8, when
+	// it was decoded made valid (toValidUTF8): the request is denied.
+	notUTF8 string
 }
 
 // ProtoReflect makes p a proto.Message (its RateLimitRequest), so that
@@ -47,6 +50,7 @@ func (p *pooledRequest) reset() {
 	p.msg.Reset()
 	p.msg.Descriptors = p.list[:0]
 	p.used, p.eused = 0, 0
+	p.notUTF8 = ""
 }
 
 // unmarshal decodes b (a RateLimitRequest in protobuf wire format) into
@@ -61,7 +65,10 @@ func (p *pooledRequest) reset() {
 // message, and a decoding error is a gRPC error, which Envoy answers by
 // failure_mode_deny (false in the documented configuration: the request
 // passes unlimited). Decoded, Map refuses the value as it refuses any
-// bad value: a denial.
+// bad value: a denial. A message of another form whose strings are not
+// all UTF-8 (a descriptor `limit` override, a field a newer Envoy sends)
+// is decoded with its strings made valid and p.notUTF8 set, so that it
+// is denied too.
 func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 	p.reset()
 	if p.decode(b, in, true) {
@@ -77,6 +84,13 @@ func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 		return nil
 	}
 	p.reset()
+	if v, where := toValidUTF8(b, p.msg.ProtoReflect().Descriptor()); where != "" {
+		if proto.Unmarshal(v, &p.msg) == nil {
+			p.notUTF8 = where
+			return nil
+		}
+		p.reset()
+	}
 	return err
 }
 

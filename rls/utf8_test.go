@@ -1,0 +1,48 @@
+package rls
+
+import (
+	"bytes"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestToValidUTF8: every string that is not UTF-8 is made valid, the
+// first is named by its path, and the rest of the message (a limit
+// override, a field this build does not know) is kept as it was.
+func TestToValidUTF8(t *testing.T) {
+	lim := desc("k", "MARK")
+	lim.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: 3}
+	b, err := proto.Marshal(req(2, desc("a", "b"), lim, desc("MARK", "x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte("MARK"), []byte{'M', 0xff, 'K', 0xc3})
+	b = append(b, 0xf8, 0x06, 0x01) // field 111 (unknown), varint 1
+	md := (&rlsv3.RateLimitRequest{}).ProtoReflect().Descriptor()
+	v, where := toValidUTF8(b, md)
+	if where != "descriptors[1].entries[0].value" {
+		t.Fatalf("where %q", where)
+	}
+	var got rlsv3.RateLimitRequest
+	if err := proto.Unmarshal(v, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := req(2, desc("a", "b"), lim, desc("M\uFFFDK\uFFFD", "x"))
+	want.Descriptors[1].Entries[0].Value = "M\uFFFDK\uFFFD"
+	if got.ProtoReflect().GetUnknown() == nil {
+		t.Fatal("the unknown field was dropped")
+	}
+	got.ProtoReflect().SetUnknown(nil)
+	if !proto.Equal(&got, want) {
+		t.Fatalf("got %v\nwant %v", &got, want)
+	}
+	if _, where := toValidUTF8(v, md); where != "" {
+		t.Fatalf("a valid message: where %q", where)
+	}
+	if _, where := toValidUTF8([]byte{0x12, 0x05, 0x0a}, md); where != "" {
+		t.Fatalf("a malformed message: where %q", where)
+	}
+}
