@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/policy"
 )
 
 // CodeAttestationInvalid is the envelope code of a failed attestation or
@@ -57,6 +58,13 @@ type AttestOptions struct {
 	// (policy valid_for; default DefaultAttestValidFor). A verified
 	// assertion renews it and answers a new token.
 	ValidFor time.Duration
+	// HoldFor is how long past its end an attestation still binds its
+	// device id (policy trusted_for; default policy.DefaultTrustedFor): a
+	// device trusted by an account on a login with a valid token stays
+	// trusted up to trusted_for after the token's end, so for that long
+	// only the same App Attest key or the id's last device token may
+	// attest the id again (claim).
+	HoldFor time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives verification failures and store errors (default: discard).
@@ -93,6 +101,9 @@ func NewAttestHandler(o AttestOptions) http.Handler {
 	}
 	if o.ValidFor <= 0 {
 		o.ValidFor = DefaultAttestValidFor
+	}
+	if o.HoldFor <= 0 {
+		o.HoldFor = policy.DefaultTrustedFor
 	}
 	return &attestHandler{o: o}
 }
@@ -229,6 +240,7 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	}
 	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
+	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
 	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
 		return aerr
 	}
@@ -263,37 +275,50 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	}
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
+	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
 	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
 		return aerr
 	}
 	return h.verified(ctx, w, rid, id, st)
 }
 
-// claim refuses a fresh attestation st of device id while the id holds
-// a valid attestation of another App Attest key, or of Play Integrity
-// (which has no key), unless the request presents the device token of
-// the attestation in force. A device id is no secret: without this, any
-// genuine device could attest under another's id and be handed a token
-// the engine takes as that device's, with the trust the owner earned on
-// its accounts (exempt_attested, its own budget), and the owner's key
-// would be forgotten.
+// claim refuses a fresh attestation st of device id while the id is
+// bound to an attestation of another App Attest key, or of Play Integrity
+// (which has no key), unless the request presents a device token of the
+// id that was still valid when that attestation was last verified (the
+// current token, or the last one, expired or not). An id is bound while
+// its attestation is in force and, after it lapsed, while it is held
+// (Status.HeldUntil: trusted_for after its end, as long as the id may be
+// a trusted device of an account). A device id is no secret: without
+// this, any genuine device could attest under another's id, at once or
+// once the owner's attestation lapsed, and be handed a token the engine
+// takes as that device's, with the trust the owner earned on its accounts
+// (exempt_attested, its own budget), and the owner's key would be
+// forgotten.
 func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestation.Status, token *string) *apiError {
 	cur, ok, err := h.o.Devices.Get(ctx, id)
 	if err != nil {
 		return h.failure(ctx, rid, "device", id, err)
 	}
 	now := h.o.Now()
-	if !ok || !cur.Verified || !now.Before(cur.ExpiresAt) {
+	if !ok || !cur.Kept(now) {
 		return nil
 	}
 	if cur.Platform == attestation.PlatformApple && st.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID {
 		return nil
 	}
-	if token != nil && h.o.Tokens.Verify(*token, id, now) {
-		return nil
+	if token != nil {
+		if exp, ok := h.o.Tokens.Expiry(*token, id); ok && exp.After(cur.VerifiedAt) {
+			return nil
+		}
+	}
+	if cur.Valid(now) {
+		return h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
+			Err: fmt.Errorf("device_id holds a valid %s attestation until %s; send its device_token to replace it", cur.Platform, rfc3339(cur.ExpiresAt))})
 	}
 	return h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
-		Err: fmt.Errorf("device_id holds a valid %s attestation until %s; send its device_token to replace it", cur.Platform, rfc3339(cur.ExpiresAt))})
+		Err: fmt.Errorf("device_id is bound to its last %s attestation (ended %s) until %s, while it may be a trusted device; renew with its key or send its last device_token, or use a new device_id",
+			cur.Platform, rfc3339(cur.ExpiresAt), rfc3339(cur.KeptUntil()))})
 }
 
 // verified records a fresh attestation of device id and answers 200.
@@ -340,7 +365,7 @@ func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid st
 		return h.failure(ctx, rid, "assertion", id, err)
 	}
 	keyText := base64.StdEncoding.EncodeToString(keyID)
-	if !found || !st.Valid(now) || st.Platform != attestation.PlatformApple || st.KeyID != keyText {
+	if !found || !st.Kept(now) || st.Platform != attestation.PlatformApple || st.KeyID != keyText {
 		return h.failure(ctx, rid, "assertion", id, &attestation.Error{Step: attestation.StepKeyID,
 			Err: errors.New("no attested App Attest key for this device and key id; attest first")})
 	}
@@ -353,6 +378,7 @@ func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid st
 		return h.failure(ctx, rid, "assertion", id, err)
 	}
 	st.Counter, st.VerifiedAt, st.ExpiresAt = n, now, now.Add(h.o.ValidFor)
+	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
 	if aerr := h.record(ctx, rid, id, st, true); aerr != nil {
 		return aerr
 	}
@@ -439,13 +465,18 @@ type attestationView struct {
 	VerifiedAt string `json:"verified_at"`
 	ExpiresAt  string `json:"expires_at"`
 	Counter    uint32 `json:"counter"`
+	// HeldUntil is how long the device id stays bound to this
+	// attestation (its key, its last token) past expires_at.
+	HeldUntil string `json:"held_until,omitempty"`
 }
 
 // AttestationView returns the device's attestation for the "attestation"
 // field of GET /v1/admin/subjects/device/{id}: a JSON-able
-// {"platform", "verified", "verified_at", "expires_at", "counter"}, or nil
-// (an untyped nil, rendered null) when the device has none or devices is
-// nil. Errors come from the store (attestation.ErrUnavailable).
+// {"platform", "verified", "verified_at", "expires_at", "counter",
+// "held_until"}, or nil (an untyped nil, rendered null) when the device
+// has none kept or devices is nil. An attestation that lapsed and is held
+// (its expires_at past, held_until not) is shown: the id is still bound
+// to it. Errors come from the store (attestation.ErrUnavailable).
 func AttestationView(ctx context.Context, devices attestation.Devices, id string) (any, error) {
 	if devices == nil {
 		return nil, nil
@@ -454,5 +485,9 @@ func AttestationView(ctx context.Context, devices attestation.Devices, id string
 	if err != nil || !ok {
 		return nil, err
 	}
-	return attestationView{Platform: st.Platform, Verified: st.Verified, VerifiedAt: rfc3339(st.VerifiedAt), ExpiresAt: rfc3339(st.ExpiresAt), Counter: st.Counter}, nil
+	v := attestationView{Platform: st.Platform, Verified: st.Verified, VerifiedAt: rfc3339(st.VerifiedAt), ExpiresAt: rfc3339(st.ExpiresAt), Counter: st.Counter}
+	if st.HeldUntil.After(st.ExpiresAt) {
+		v.HeldUntil = rfc3339(st.HeldUntil)
+	}
+	return v, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,7 +41,13 @@ type attEnv struct {
 
 func newAttEnv(t testing.TB, ch attestation.Challenges, dev attestation.Devices) *attEnv {
 	t.Helper()
-	clock := func() time.Time { return attNow }
+	return newAttEnvClock(t, ch, dev, func() time.Time { return attNow }, 0)
+}
+
+// newAttEnvClock is newAttEnv with the handler's clock and HoldFor (0:
+// the default).
+func newAttEnvClock(t testing.TB, ch attestation.Challenges, dev attestation.Devices, clock func() time.Time, hold time.Duration) *attEnv {
+	t.Helper()
 	e := &attEnv{
 		ca:      attestationtest.NewCA(t, attNow),
 		keys:    attestationtest.NewPlayKeys(t),
@@ -61,6 +68,7 @@ func newAttEnv(t testing.TB, ch attestation.Challenges, dev attestation.Devices)
 		Devices:    dev,
 		Tokens:     tokens,
 		ValidFor:   24 * time.Hour,
+		HoldFor:    hold,
 		Now:        clock,
 	})
 	return e
@@ -196,7 +204,7 @@ func TestAttestFlow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b, _ := json.Marshal(view); string(b) != `{"platform":"apple","verified":true,"verified_at":"2025-06-01T12:00:00Z","expires_at":"2025-06-02T12:00:00Z","counter":0}` {
+			if b, _ := json.Marshal(view); string(b) != `{"platform":"apple","verified":true,"verified_at":"2025-06-01T12:00:00Z","expires_at":"2025-06-02T12:00:00Z","counter":0,"held_until":"2025-07-02T12:00:00Z"}` {
 				t.Fatalf("view = %s", b)
 			}
 
@@ -566,4 +574,118 @@ func TestAttestClaimInForce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttestClaimHeld: once a device id's attestation lapsed, the id stays
+// bound to it while it is held (HoldFor, trusted_for, after its end: the
+// id may still be a trusted device of an account): another App Attest key
+// or a Play Integrity verdict is refused at step "device" unless the body
+// carries a token of the id that was valid at the id's last verification
+// (expired or not); the held key renews with an assertion; past the hold
+// any device may attest the id. Memory and Redis devices.
+func TestAttestClaimHeld(t *testing.T) {
+	t.Parallel()
+	c, prefix := testenv.Redis(t)
+	var now atomic.Int64
+	now.Store(attNow.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	at := func(d time.Duration) { now.Store(attNow.Add(d).UnixNano()) }
+	backends := map[string]func() (attestation.Challenges, attestation.Devices){
+		"memory": func() (attestation.Challenges, attestation.Devices) {
+			return attestation.NewMemoryChallenges(100), attestation.NewMemoryDevices(100, clock)
+		},
+		"redis": func() (attestation.Challenges, attestation.Devices) {
+			return attestation.NewRedisChallenges(c, prefix+"held:"), attestation.NewRedisDevices(c, prefix+"held:")
+		},
+	}
+	for _, name := range []string{"memory", "redis"} { // one clock: in turn
+		t.Run(name, func(t *testing.T) {
+			at(0)
+			ctx := context.Background()
+			ch0, dev0 := backends[name]()
+			e := newAttEnvClock(t, ch0, dev0, clock, 24*time.Hour)
+			leaf := func() attestationtest.Options {
+				return attestationtest.Options{NotBefore: clock().Add(-time.Hour), NotAfter: clock().Add(72 * time.Hour)}
+			}
+			attest := func(o attestationtest.Options, token string) (int, attResponse) {
+				t.Helper()
+				_, r := attDo(t, e.h, "POST", "/v1/attest/challenge", attJSON("device_id", "victim"))
+				if o.NotAfter.IsZero() {
+					l := leaf()
+					o.NotBefore, o.NotAfter = l.NotBefore, l.NotAfter
+				}
+				body := attAppleBody("victim", e.attest(t, r.Challenge, o), r.Challenge)
+				if token != "" {
+					body = strings.TrimSuffix(body, "}") + `,"device_token":"` + token + `"}`
+				}
+				return attDo(t, e.h, "POST", "/v1/attest/apple", body)
+			}
+			refused := func(what string, code int, resp attResponse) {
+				t.Helper()
+				if code != 400 || resp.Error == nil || resp.Error.Details["step"] != "device" || resp.Token != "" {
+					t.Fatalf("%s: %d %+v token %q, want 400 at step device", what, code, resp.Error, resp.Token)
+				}
+			}
+
+			ch := e.challenge(t, "victim")
+			owner := e.attest(t, ch, leaf())
+			code, resp := attDo(t, e.h, "POST", "/v1/attest/apple", attAppleBody("victim", owner, ch))
+			if code != 200 {
+				t.Fatalf("owner: %d %+v", code, resp.Error)
+			}
+			first := resp.Token // expires at +24h, the hold ends at +48h
+
+			// lapsed, held: another key, a verdict, a forged or another id's token are refused
+			at(25 * time.Hour)
+			code, resp = attest(attestationtest.Options{}, "")
+			refused("another key over the lapsed owner's", code, resp)
+			if want := "device: device_id is bound to its last apple attestation (ended 2025-06-02T12:00:00Z) until 2025-06-03T12:00:00Z"; !strings.HasPrefix(resp.Error.Message, want) {
+				t.Fatalf("message %q, want prefix %q", resp.Error.Message, want)
+			}
+			for _, tok := range []string{forgedToken(first), e.tokens.Issue("other", attNow.Add(24*time.Hour))} {
+				code, resp = attest(attestationtest.Options{}, tok)
+				refused("another key with token "+tok, code, resp)
+			}
+			_, r := attDo(t, e.h, "POST", "/v1/attest/challenge", attJSON("device_id", "victim"))
+			p := attestationtest.PlayPayload(attPackage, r.Challenge, clock().Add(-10*time.Second))
+			code, resp = attDo(t, e.h, "POST", "/v1/attest/android", attJSON("device_id", "victim", "token", e.keys.Token(t, p), "challenge", r.Challenge))
+			refused("a play verdict over the lapsed owner's", code, resp)
+			if v, err := AttestationView(ctx, e.devices, "victim"); err != nil || v == nil || v.(attestationView).HeldUntil != "2025-06-03T12:00:00Z" {
+				t.Fatalf("view of the held id = %+v %v", v, err)
+			}
+
+			// the held key renews with an assertion (+25h: until +49h, held until +73h)
+			code, resp = attDo(t, e.h, "POST", "/v1/attest/apple/assertion", attAssertionBody(t, "victim", owner, 1, "back"))
+			if code != 200 || resp.ExpiresAt != "2025-06-03T13:00:00Z" {
+				t.Fatalf("the owner's assertion after the lapse: %d %+v %+v", code, resp, resp.Error)
+			}
+			renewed := resp.Token
+
+			// lapsed again: a token that had expired before the last
+			// verification does not replace the key; the last token does
+			at(50 * time.Hour)
+			code, resp = attest(attestationtest.Options{}, first)
+			refused("another key with a token older than the last verification", code, resp)
+			code, resp = attest(attestationtest.Options{}, renewed)
+			if code != 200 || resp.Token == "" {
+				t.Fatalf("a new key with the last, expired token: %d %+v", code, resp.Error)
+			}
+
+			// past the hold (+50h+24h+24h) the id is free
+			at(98*time.Hour + time.Second)
+			if code, resp = attest(attestationtest.Options{}, ""); code != 200 {
+				t.Fatalf("another key past the hold: %d %+v", code, resp.Error)
+			}
+		})
+	}
+}
+
+// forgedToken is token with one character of its MAC changed.
+func forgedToken(token string) string {
+	i := len(token) - 10
+	c := "A"
+	if token[i] == 'A' {
+		c = "B"
+	}
+	return token[:i] + c + token[i+1:]
 }

@@ -41,10 +41,30 @@ type Status struct {
 	PublicKey []byte `json:"public_key,omitempty"`
 	// Reason is free text for operators ("app attest verified").
 	Reason string `json:"reason,omitempty"`
+	// HeldUntil, when after ExpiresAt, keeps the status past its end: the
+	// device id stays bound to its last attestation (its App Attest key,
+	// its last device token) while the id may still be a trusted device
+	// of an account (risk.attestation.trusted_for after ExpiresAt), so no
+	// other device can attest under it (api: the claim). A status of an
+	// older version has none: it is kept until ExpiresAt.
+	HeldUntil time.Time `json:"held_until,omitzero"`
 }
 
 // Valid reports whether s is a verified attestation still in force at now.
 func (s Status) Valid(now time.Time) bool { return s.Verified && now.Before(s.ExpiresAt) }
+
+// KeptUntil is when the status is dropped: the later of ExpiresAt and
+// HeldUntil.
+func (s Status) KeptUntil() time.Time {
+	if s.HeldUntil.After(s.ExpiresAt) {
+		return s.HeldUntil
+	}
+	return s.ExpiresAt
+}
+
+// Kept reports whether s is a verified attestation in force or held at
+// now: its device id is bound to it.
+func (s Status) Kept(now time.Time) bool { return s.Verified && now.Before(s.KeptUntil()) }
 
 // Key parses PublicKey, the attested App Attest key.
 func (s Status) Key() (*ecdsa.PublicKey, error) {
@@ -62,29 +82,30 @@ func (s Status) Key() (*ecdsa.PublicKey, error) {
 	return pub, nil
 }
 
-// Devices remembers each device's attestation Status until its ExpiresAt.
-// Store failures wrap ErrUnavailable. Implementations are safe for
-// concurrent use.
+// Devices remembers each device's attestation Status until its KeptUntil
+// (its ExpiresAt, or its HeldUntil when later). Store failures wrap
+// ErrUnavailable. Implementations are safe for concurrent use.
 type Devices interface {
-	// Get returns the device's status; ok is false when none is in force.
+	// Get returns the device's status while it is kept: in force
+	// (Status.Valid) or lapsed and held (Status.HeldUntil); ok is false
+	// when none is kept. Callers judge Valid themselves.
 	Get(ctx context.Context, deviceID string) (s Status, ok bool, err error)
-	// Put replaces the device's status; it lasts s.ExpiresAt - s.VerifiedAt.
+	// Put replaces the device's status; it lasts s.KeptUntil() - s.VerifiedAt.
 	Put(ctx context.Context, deviceID string, s Status) error
 	// Advance replaces the device's status after a verified App Attest
-	// assertion, atomically, only when the stored status has s.KeyID and a
+	// assertion, atomically, only when the kept status has s.KeyID and a
 	// Counter below s.Counter: of two assertions with the same counter,
 	// one passes. Otherwise it returns an *Error of Step "counter" (counter
 	// not greater) or "key id" (no status, or one for another key).
 	Advance(ctx context.Context, deviceID string, s Status) error
 }
 
-// ttlOf returns how long s is kept.
+// ttlOf returns how long s is kept (until KeptUntil).
 func ttlOf(s Status) (time.Duration, error) {
-	ttl := s.ExpiresAt.Sub(s.VerifiedAt)
-	if s.VerifiedAt.IsZero() || ttl <= 0 {
+	if s.VerifiedAt.IsZero() || !s.ExpiresAt.After(s.VerifiedAt) {
 		return 0, fmt.Errorf("attestation: status needs VerifiedAt before ExpiresAt (got %v, %v)", s.VerifiedAt, s.ExpiresAt)
 	}
-	return ttl, nil
+	return s.KeptUntil().Sub(s.VerifiedAt), nil
 }
 
 // encodeStatus returns s as stored in Redis and how long it is kept.
@@ -109,7 +130,7 @@ func errCounter(got, last uint32) *Error {
 }
 
 // RedisDevices keeps statuses in Redis as JSON at
-// prefix+"{device:<escaped id>}:att", expiring ExpiresAt - VerifiedAt
+// prefix+"{device:<escaped id>}:att", expiring KeptUntil - VerifiedAt
 // after the write (relative, so the limiter's and Redis's clocks need not
 // agree). Safe for concurrent use.
 type RedisDevices struct {
@@ -191,8 +212,9 @@ func (r *RedisDevices) Advance(ctx context.Context, deviceID string, s Status) e
 const DefaultMaxDevices = 100_000
 
 // MemoryDevices keeps statuses in process, for a single limiter. It holds
-// at most max devices: when full, expired statuses are dropped, then the
-// one expiring soonest. Safe for concurrent use.
+// at most max devices: when full, statuses past their KeptUntil are
+// dropped, then the one kept the shortest (a held id then loses its
+// binding early: size max for the devices of trusted_for). Safe for concurrent use.
 type MemoryDevices struct {
 	mu  sync.Mutex
 	max int
@@ -229,7 +251,7 @@ func (d *MemoryDevices) Get(_ context.Context, deviceID string) (Status, bool, e
 	if !ok {
 		return Status{}, false, nil
 	}
-	if !now.Before(s.ExpiresAt) {
+	if !now.Before(s.KeptUntil()) {
 		delete(d.m, deviceID)
 		return Status{}, false, nil
 	}
@@ -258,7 +280,7 @@ func (d *MemoryDevices) Advance(_ context.Context, deviceID string, s Status) er
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur, ok := d.m[deviceID]
-	if !ok || !now.Before(cur.ExpiresAt) || cur.KeyID != s.KeyID {
+	if !ok || !now.Before(cur.KeptUntil()) || cur.KeyID != s.KeyID {
 		return errNoKey()
 	}
 	if cur.Counter >= s.Counter {
@@ -274,12 +296,12 @@ func (d *MemoryDevices) putLocked(deviceID string, s Status, now time.Time) {
 	if _, ok := d.m[deviceID]; !ok && len(d.m) >= d.max {
 		victim, soonest := "", time.Time{}
 		for k, v := range d.m {
-			if !now.Before(v.ExpiresAt) {
+			if !now.Before(v.KeptUntil()) {
 				delete(d.m, k)
 				continue
 			}
-			if victim == "" || v.ExpiresAt.Before(soonest) {
-				victim, soonest = k, v.ExpiresAt
+			if victim == "" || v.KeptUntil().Before(soonest) {
+				victim, soonest = k, v.KeptUntil()
 			}
 		}
 		if len(d.m) >= d.max {

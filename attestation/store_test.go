@@ -315,5 +315,63 @@ func TestMemoryDevicesExpiryAndBound(t *testing.T) {
 
 func statusEqual(a, b attestation.Status) bool {
 	return a.Platform == b.Platform && a.Verified == b.Verified && a.VerifiedAt.Equal(b.VerifiedAt) && a.ExpiresAt.Equal(b.ExpiresAt) &&
-		a.KeyID == b.KeyID && a.Counter == b.Counter && string(a.PublicKey) == string(b.PublicKey) && a.Reason == b.Reason
+		a.KeyID == b.KeyID && a.Counter == b.Counter && string(a.PublicKey) == string(b.PublicKey) && a.Reason == b.Reason &&
+		a.HeldUntil.Equal(b.HeldUntil)
+}
+
+// TestDevicesHeld: a status with a HeldUntil past its ExpiresAt is kept
+// until HeldUntil (the id stays bound to its key after the attestation
+// lapsed): Get returns it, lapsed (not Valid, Kept), with its HeldUntil;
+// Advance takes an assertion of its key; the Redis key lives until
+// HeldUntil; the memory store drops it after HeldUntil. A status without
+// HeldUntil (an older version's) is kept until ExpiresAt.
+func TestDevicesHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const hold = 30 * 24 * time.Hour
+	held := appleStatus("k", 0, genNow)
+	held.HeldUntil = held.ExpiresAt.Add(hold)
+	if !held.Valid(genNow) || !held.Kept(genNow) || !held.KeptUntil().Equal(held.HeldUntil) {
+		t.Fatalf("status in force: Valid %v Kept %v KeptUntil %v", held.Valid(genNow), held.Kept(genNow), held.KeptUntil())
+	}
+	lapsed := genNow.Add(25 * time.Hour)
+	if held.Valid(lapsed) || !held.Kept(lapsed) || held.Kept(held.HeldUntil) {
+		t.Fatalf("lapsed status: Valid %v Kept %v, Kept at HeldUntil %v", held.Valid(lapsed), held.Kept(lapsed), held.Kept(held.HeldUntil))
+	}
+	if old := appleStatus("k", 0, genNow); !old.KeptUntil().Equal(old.ExpiresAt) || old.Kept(lapsed) {
+		t.Fatalf("a status without HeldUntil: KeptUntil %v", old.KeptUntil())
+	}
+
+	c, prefix := testenv.Redis(t)
+	r := attestation.NewRedisDevices(c, prefix)
+	if err := r.Put(ctx, "h", held); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := c.PTTL(ctx, attestation.StatusKey(prefix, "h")).Result(); err != nil || ttl <= 24*time.Hour+hold-time.Hour || ttl > 24*time.Hour+hold {
+		t.Fatalf("PTTL = %v, %v; want about valid_for + the hold", ttl, err)
+	}
+	if got, ok, err := r.Get(ctx, "h"); err != nil || !ok || !statusEqual(got, held) {
+		t.Fatalf("Get = %+v %v %v", got, ok, err)
+	}
+
+	var mu sync.Mutex
+	now := genNow
+	m := attestation.NewMemoryDevices(10, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	set := func(at time.Time) { mu.Lock(); now = at; mu.Unlock() }
+	if err := m.Put(ctx, "h", held); err != nil {
+		t.Fatal(err)
+	}
+	set(lapsed)
+	if got, ok, err := m.Get(ctx, "h"); err != nil || !ok || !statusEqual(got, held) || got.Valid(lapsed) {
+		t.Fatalf("memory Get of the lapsed, held status = %+v %v %v", got, ok, err)
+	}
+	next := appleStatus("k", 1, lapsed)
+	next.HeldUntil = next.ExpiresAt.Add(hold)
+	if err := m.Advance(ctx, "h", next); err != nil {
+		t.Fatalf("Advance of the held key: %v", err)
+	}
+	set(next.HeldUntil)
+	if _, ok, _ := m.Get(ctx, "h"); ok {
+		t.Fatal("memory status returned at its HeldUntil")
+	}
 }

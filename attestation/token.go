@@ -83,31 +83,41 @@ func (t *Tokens) Issue(deviceID string, expires time.Time) string {
 // A nil Tokens, an empty token or device id, a malformed, forged, expired
 // or another device's token are all simply false.
 func (t *Tokens) Verify(token, deviceID string, now time.Time) bool {
+	exp, ok := t.Expiry(token, deviceID)
+	return ok && now.Before(exp)
+}
+
+// Expiry returns the expiry of token when it is a token this key issued
+// for deviceID, expired or not (ok false otherwise, as Verify). Only the
+// claim of a device id whose attestation lapsed asks for an expired
+// token (its holder's proof of having held the id); every request's
+// proof is Verify.
+func (t *Tokens) Expiry(token, deviceID string) (time.Time, bool) {
 	if t == nil || len(t.key) == 0 || token == "" || deviceID == "" || len(token) > 128 {
-		return false
+		return time.Time{}, false
 	}
 	rest, ok := strings.CutPrefix(token, tokenVersion+".")
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	exp, sig, ok := strings.Cut(rest, ".")
 	if !ok || exp == "" || len(exp) > 12 {
-		return false
+		return time.Time{}, false
 	}
 	secs, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || secs <= 0 || strconv.FormatInt(secs, 10) != exp || now.Unix() >= secs {
-		return false
+	if err != nil || secs <= 0 || strconv.FormatInt(secs, 10) != exp {
+		return time.Time{}, false
 	}
 	// one spelling per token: the decoder skips CR and LF even when
 	// strict, so a MAC's length is what rules them out
 	if len(sig) != base64.RawURLEncoding.EncodedLen(sha256.Size) {
-		return false
+		return time.Time{}, false
 	}
 	got, err := base64.RawURLEncoding.Strict().DecodeString(sig)
-	if err != nil {
-		return false
+	if err != nil || !hmac.Equal(got, t.mac(exp, deviceID)) {
+		return time.Time{}, false
 	}
-	return hmac.Equal(got, t.mac(exp, deviceID))
+	return time.Unix(secs, 0), true
 }
 
 // mac is HMAC-SHA256(key, "dt1|" + exp + "|" + deviceID).

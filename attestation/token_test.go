@@ -49,6 +49,11 @@ func TestDeviceTokens(t *testing.T) {
 		if got := c.tk.Verify(c.token, c.dev, c.at); got != c.want {
 			t.Errorf("%s: Verify = %v, want %v (token %q)", c.name, got, c.want, c.token)
 		}
+		// Expiry checks all but the time: expired tokens are the issuer's too
+		exp, ok := c.tk.Expiry(c.token, c.dev)
+		if want := c.want || c.name == "expired"; ok != want || ok && !exp.Equal(now.Add(24*time.Hour)) {
+			t.Errorf("%s: Expiry = %v %v, want %v", c.name, exp, ok, want)
+		}
 	}
 	if _, err := attestation.NewTokens([]byte("short")); err == nil {
 		t.Error("a 5-byte key was accepted")

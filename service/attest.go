@@ -63,7 +63,7 @@ func (a *attestState) apply(p *policy.Policy) error {
 		} else if apple != nil || play != nil {
 			a.log.Warn("risk.attestation.token_key_env is not set: device tokens are signed with a random key of this process and verify only on this limiter until it restarts; set it when several limiters serve one app")
 		}
-		o.Apple, o.Play, o.ValidFor = apple, play, pa.ValidFor
+		o.Apple, o.Play, o.ValidFor, o.HoldFor = apple, play, pa.ValidFor, pa.TrustedFor
 	}
 	o.Tokens = tokens
 	h := api.NewAttestHandler(o)

@@ -210,6 +210,144 @@ func TestAttackReattestedDeviceIDGetsNoToken(t *testing.T) {
 	}
 }
 
+// attestAppleAs attests device with a fresh App Attest key of ca,
+// sending extra (`,"device_token":"..."` or "") in the body, and returns
+// the answer and the attested key.
+func attestAppleAs(t *testing.T, base string, ca *attestationtest.CA, device, extra string) (int, string, *attestationtest.Attested) {
+	t.Helper()
+	_, body := post(t, base+"/v1/attest/challenge", `{"device_id":"`+device+`"}`)
+	var ch struct{ Challenge string }
+	if err := json.Unmarshal([]byte(body), &ch); err != nil || ch.Challenge == "" {
+		t.Fatalf("challenge: %s", body)
+	}
+	hash := sha256.Sum256([]byte(ch.Challenge))
+	att := ca.Attest(t, attestationtest.Options{AppID: attackAppID, ClientDataHash: hash[:]})
+	b64 := base64.StdEncoding.EncodeToString
+	resp, body := post(t, base+"/v1/attest/apple", `{"device_id":"`+device+`","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"`+extra+`}`)
+	return resp.StatusCode, body, att
+}
+
+// deviceTokenOf returns the device_token of a 200 attestation answer ("" when none).
+func deviceTokenOf(body string) string {
+	var v struct {
+		DeviceToken string `json:"device_token"`
+	}
+	_ = json.Unmarshal([]byte(body), &v)
+	return v.DeviceToken
+}
+
+// lapse waits until the attestation that answered token has expired: a
+// token expires at its attestation's end rounded down to the second, so a
+// second past the token's expiry.
+func lapse(t *testing.T, token string) {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("token %q: not dt1.<expiry>.<mac>", token)
+	}
+	var exp int64
+	if _, err := fmt.Sscan(parts[1], &exp); err != nil {
+		t.Fatalf("token %q: %v", token, err)
+	}
+	time.Sleep(time.Until(time.Unix(exp+1, 0)))
+}
+
+// TestAttackLapsedAttestationTakesOverTrustedDevice (6.3, 7.1): an
+// attacker who knows the victim's device id, a trusted device of alice,
+// waits until the victim's attestation lapses (the app not opened for
+// valid_for) and attests the id with a genuine device of his own. He used
+// to be handed a device token of the id, and with it the victim's place
+// among alice's trusted devices (exempt from alice's lockout, its own
+// budget) for the rest of trusted_for. Now the id stays bound to its last
+// attesting key for as long as it may be in a trust set (trusted_for after
+// the attestation's end): 400 ATTESTATION_INVALID, step "device", no
+// token. The victim comes back with an assertion of the same key, or, on
+// a new key (a reinstall that kept its keychain), with its last device
+// token even though it expired.
+func TestAttackLapsedAttestationTakesOverTrustedDevice(t *testing.T) {
+	t.Parallel()
+	ca, root := testCA(t)
+	pol := attackPolicy(t, root)
+	b, err := os.ReadFile(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.Replace(string(b), "valid_for: 24h", "valid_for: 2s", 1)
+	if short == string(b) {
+		t.Fatal("attackPolicy changed: no valid_for: 24h to shorten")
+	}
+	if err := os.WriteFile(pol, []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := start(t, Config{ConfigPath: pol})
+	st, body, victimKey := attestAppleAs(t, base, ca, "d-victim", "")
+	token := deviceTokenOf(body)
+	if st != 200 || token == "" {
+		t.Fatalf("the victim's attestation: %d %s", st, body)
+	}
+	post(t, base+"/v1/report", `{"type":"login_succeeded","account":"alice","device_id":"d-victim","device_token":"`+token+`"}`)
+	for i := 0; i < 3; i++ {
+		post(t, base+"/v1/report", `{"type":"login_failed","account":"alice"}`)
+	}
+	login := func(token string) int {
+		resp, _ := post(t, base+"/v1/check", checkBody("POST /auth/login", "alice", "d-victim", token))
+		return resp.StatusCode
+	}
+	eventually(t, 5*time.Second, func() string {
+		if c := login(token); c != 200 {
+			return fmt.Sprintf("the victim's trusted device, token valid: %d", c)
+		}
+		if c := login(""); c != 429 {
+			return "alice not locked"
+		}
+		return ""
+	})
+	// the victim's attestation lapses (its token with it)
+	lapse(t, token)
+	if c := login(token); c != 429 {
+		t.Fatalf("the victim's lapsed token on alice: %d", c)
+	}
+
+	st, body, _ = attestAppleAs(t, base, ca, "d-victim", "")
+	if st != 400 || !strings.Contains(body, `"step":"device"`) || deviceTokenOf(body) != "" {
+		t.Errorf("the attacker's attestation of the lapsed, trusted device id: %d %s", st, body)
+		if tok := deviceTokenOf(body); tok != "" && login(tok) == 200 {
+			t.Errorf("with its token the attacker is alice's trusted device, exempt from her lockout")
+		}
+		return
+	}
+	if c := login(""); c != 429 {
+		t.Errorf("alice open to the attacker: %d", c)
+	}
+
+	// the way back: an assertion of the victim's key renews the id
+	clientData := []byte("renew after a lapse")
+	b64 := base64.StdEncoding.EncodeToString
+	asr := attestationtest.Assertion(t, victimKey.Key, attackAppID, 1, clientData)
+	resp, body := post(t, base+"/v1/attest/apple/assertion", `{"device_id":"d-victim","key_id":"`+b64(victimKey.KeyID)+`","assertion":"`+b64(asr)+`","client_data":"`+b64(clientData)+`"}`)
+	renewed := deviceTokenOf(body)
+	if resp.StatusCode != 200 || renewed == "" {
+		t.Fatalf("the victim's assertion after the lapse: %d %s", resp.StatusCode, body)
+	}
+	if c := login(renewed); c != 200 {
+		t.Errorf("the victim's renewed token on alice: %d", c)
+	}
+	// and a new key of the victim, with the last (expired) token, takes it
+	lapse(t, renewed)
+	st, body, _ = attestAppleAs(t, base, ca, "d-victim", `,"device_token":"`+renewed+`"`)
+	if st != 200 || deviceTokenOf(body) == "" {
+		t.Fatalf("the victim's new key with its last, expired token: %d %s", st, body)
+	}
+	if c := login(deviceTokenOf(body)); c != 200 {
+		t.Errorf("the victim's new token on alice: %d", c)
+	}
+	// an older token (expired before the id's last verification) does not
+	st, body, _ = attestAppleAs(t, base, ca, "d-victim", `,"device_token":"`+token+`"`)
+	if st != 400 || !strings.Contains(body, `"step":"device"`) {
+		t.Errorf("a new key with a token older than the id's last verification: %d %s", st, body)
+	}
+}
+
 // TestAttackL1KeepsAttestedDeviceExempt (6.3, issue 10 item 2): with
 // Redis and the default L1 cache, an attacker failing logins and hitting
 // the locked account at full speed never gets the victim's attested,
