@@ -82,6 +82,10 @@ type Options struct {
 	// view (nil when none; see AttestationView). The view judges whether
 	// it is in force by the store's clock.
 	Attestation func(ctx context.Context, deviceID string) (view any, err error)
+	// ForgetAttestation drops a device's attestation, in force or held,
+	// for DELETE /v1/admin/attestations/{device_id} and reports whether
+	// one was kept; nil answers 404 (attestation.Devices.Forget).
+	ForgetAttestation func(ctx context.Context, deviceID string) (bool, error)
 	// Audit publishes every admin change (6.5); nil publishes none (the
 	// change is only logged).
 	Audit Auditor
@@ -181,6 +185,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/admin/multipliers", s.adminOnly(s.handleListMultipliers))
 	s.mux.HandleFunc("GET /v1/admin/audit", s.adminOnly(s.handleAudit))
 	s.mux.HandleFunc("GET /v1/admin/alerts", s.adminOnly(s.handleAlerts))
+	s.mux.HandleFunc("DELETE /v1/admin/attestations/{device_id}", s.adminOnly(s.handleForgetAttestation))
 	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
 	}))

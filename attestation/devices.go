@@ -98,6 +98,11 @@ type Devices interface {
 	// one passes. Otherwise it returns an *Error of Step "counter" (counter
 	// not greater) or "key id" (no status, or one for another key).
 	Advance(ctx context.Context, deviceID string, s Status) error
+	// Forget drops the device's status, in force or held, and reports
+	// whether one was kept: an operator frees an id whose owner lost both
+	// its App Attest key and its last device token, so that any genuine
+	// device may attest it (the admin API's DELETE of its attestation).
+	Forget(ctx context.Context, deviceID string) (bool, error)
 }
 
 // ttlOf returns how long s is kept (until KeptUntil).
@@ -208,6 +213,15 @@ func (r *RedisDevices) Advance(ctx context.Context, deviceID string, s Status) e
 	return fmt.Errorf("attestation: redis: status of device %q is not valid JSON", deviceID)
 }
 
+// Forget implements Devices.
+func (r *RedisDevices) Forget(ctx context.Context, deviceID string) (bool, error) {
+	n, err := r.c.Del(ctx, StatusKey(r.prefix, deviceID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("%w: redis: forget status: %w", ErrUnavailable, err)
+	}
+	return n > 0, nil
+}
+
 // DefaultMaxDevices bounds a MemoryDevices made with max <= 0.
 const DefaultMaxDevices = 100_000
 
@@ -288,6 +302,16 @@ func (d *MemoryDevices) Advance(_ context.Context, deviceID string, s Status) er
 	}
 	d.putLocked(deviceID, s, now)
 	return nil
+}
+
+// Forget implements Devices.
+func (d *MemoryDevices) Forget(_ context.Context, deviceID string) (bool, error) {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.m[deviceID]
+	delete(d.m, deviceID)
+	return ok && now.Before(s.KeptUntil()), nil
 }
 
 // putLocked stores s, making room first. d.mu must be held.

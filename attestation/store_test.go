@@ -211,6 +211,17 @@ func TestDevices(t *testing.T) {
 			if err := d.Put(ctx, "d1", attestation.Status{Platform: "apple", Verified: true, ExpiresAt: genNow}); err == nil {
 				t.Fatal("Put without VerifiedAt succeeded")
 			}
+			for i, want := range []bool{true, false} {
+				if was, err := d.Forget(ctx, "d1"); was != want || err != nil {
+					t.Fatalf("Forget %d = %v %v, want %v", i+1, was, err, want)
+				}
+			}
+			if _, ok, err := d.Get(ctx, "d1"); ok || err != nil {
+				t.Fatalf("Get after Forget: ok %v err %v", ok, err)
+			}
+			if err := d.Put(ctx, "d1", appleStatus("k2", 0, genNow)); err != nil {
+				t.Fatalf("Put after Forget: %v", err)
+			}
 		})
 	}
 }

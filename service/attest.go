@@ -80,6 +80,11 @@ func (a *attestState) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*a.handler.Load()).ServeHTTP(w, r)
 }
 
+// forget drops a device's attestation for the admin API.
+func (a *attestState) forget(ctx context.Context, id string) (bool, error) {
+	return a.devices.Forget(ctx, id)
+}
+
 // view is the admin API's attestation of a device (the admin view judges
 // whether it is in force, by the store's clock).
 func (a *attestState) view(ctx context.Context, id string) (any, error) {

@@ -244,7 +244,7 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 		Engine: eng, AdminToken: cfg.AdminToken, Store: l.l1.Wrap(l.store.store), Getenv: cfg.Getenv, APIToken: cfg.APIToken, AttestPrefix: cfg.AttestPrefix,
 		BodyTimeout: cfg.BodyTimeout, Logger: l.log, Gatherer: l.reg, NoForwardAuth: cfg.NoForwardAuth,
 		Events: pub, Reporter: pub, Audit: pub, Trail: streams.NewTrail(pub.JetStream(), cfg.streams()), Offenders: offenders,
-		Attestation: l.att.view, DeviceTokens: l.att.Tokens,
+		Attestation: l.att.view, ForgetAttestation: l.att.forget, DeviceTokens: l.att.Tokens,
 		Dependencies: func(ctx context.Context) map[string]string {
 			redis, _ := l.store.ping(ctx)
 			return map[string]string{"redis": redis, "nats": l.events.state()}

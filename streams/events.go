@@ -186,6 +186,9 @@ const (
 	AuditMultiplierSet   = "multiplier_set"
 	AuditMultiplierClear = "multiplier_clear"
 	AuditLockoutLift     = "lockout_lift"
+	// AuditAttestationForget: an operator freed a device id's
+	// attestation (DELETE /v1/admin/attestations/{device_id}).
+	AuditAttestationForget = "attestation_forget"
 )
 
 // Audit is one admin change, published by the limiter on
@@ -200,7 +203,8 @@ type Audit struct {
 	AuditID string `json:"audit_id"`
 	// TS is when the limiter made the change.
 	TS time.Time `json:"ts"`
-	// Action is multiplier_set, multiplier_clear or lockout_lift.
+	// Action is multiplier_set, multiplier_clear, lockout_lift or
+	// attestation_forget.
 	Action string `json:"action"`
 	// Subject is ip, user, device, account or asn; ID the subject's id
 	// (lockout_lift: the locked subject, account, ip, user or device).
@@ -217,7 +221,8 @@ type Audit struct {
 	// RequestID is the admin request's id; RemoteAddr its peer address.
 	RequestID  string `json:"request_id"`
 	RemoteAddr string `json:"remote_addr"`
-	// Cleared reports, for lockout_lift and multiplier_clear, whether
+	// Cleared reports, for lockout_lift, multiplier_clear and
+	// attestation_forget, whether
 	// something was in force.
 	Cleared *bool `json:"cleared,omitempty"`
 }
