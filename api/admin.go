@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -183,7 +184,7 @@ func (s *Server) handleDeleteLockout(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, aerr)
 		return
 	}
-	if was, ok := s.liftLock(w, r, rid, "account", account); ok {
+	if was, ok := s.liftLock(w, r, rid, "account", account, ""); ok {
 		writeJSON(w, http.StatusOK, map[string]any{"account": account, "cleared": was, "request_id": rid})
 	}
 }
@@ -197,14 +198,35 @@ func (s *Server) handleDeleteSubjectLockout(w http.ResponseWriter, r *http.Reque
 		writeError(w, rid, badRequest(fmt.Sprintf("subject %q is not one of account, ip, user, device, claim", clip(subject))))
 		return
 	}
-	id, aerr := canonicalID(subject, r.PathValue("id"))
+	id, whole, aerr := s.lockPath(r, subject)
 	if aerr != nil {
 		writeError(w, rid, aerr)
 		return
 	}
-	if was, ok := s.liftLock(w, r, rid, subject, id); ok {
+	if was, ok := s.liftLock(w, r, rid, subject, id, whole); ok {
 		writeJSON(w, http.StatusOK, map[string]any{"subject": subject, "id": id, "cleared": was, "request_id": rid})
 	}
+}
+
+// lockPath returns the id of {id} of a lockout path of subject, in the
+// form riskd locks it: an ip's as multiplierPath gives it (an IPv6
+// address addresses its identity.ipv6_prefix, 7.1: rules by ip count and
+// lock the prefix, 2001:db8:1:2::/64; the prefix itself is accepted
+// too), others canonical. whole is the IPv6 address given, when it is
+// not id: the previous release locked whole addresses, and such a lock
+// holds until its rule's duration ends (docs/operations.md, upgrading).
+func (s *Server) lockPath(r *http.Request, subject string) (id, whole string, aerr *apiError) {
+	if subject != "ip" {
+		id, aerr = canonicalID(subject, r.PathValue("id"))
+		return id, "", aerr
+	}
+	if _, id, aerr = s.multiplierPath(r); aerr != nil {
+		return "", "", aerr
+	}
+	if w, werr := canonicalID("ip", r.PathValue("id")); werr == nil && w != id {
+		whole = w
+	}
+	return id, whole, nil
 }
 
 // lockSubjects are the subject kinds velocity rules lock (7.1); a claim
@@ -215,17 +237,24 @@ var lockSubjects = map[string]bool{"account": true, "ip": true, "user": true, "d
 // each class-restricted rule's own, and records the lift; it
 // reports whether a lock was in force and false ok when it answered an
 // error. The lift of a device clears its claim's lock too: the limiter
-// answers both with scope "device". riskd learns of the lift from the
+// answers both with scope "device". An ip's whole address (lockPath; ""
+// for none) has its locks of the previous release cleared too; the
+// audit event names id. riskd learns of the lift from the
 // audit event: it resets the subject's velocity counts (a device's and
 // its claim's) and never re-asserts the lock (6.5).
-func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, id string) (was, ok bool) {
-	for _, kind := range lockKinds(subject) {
-		cleared, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: kind, ID: id})
-		if err != nil {
-			s.storeError(w, rid, err)
-			return false, false
+func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, id, whole string) (was, ok bool) {
+	for _, sid := range []string{id, whole} {
+		if sid == "" {
+			continue
 		}
-		was = was || cleared
+		for _, kind := range lockKinds(subject) {
+			cleared, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: kind, ID: sid})
+			if err != nil {
+				s.storeError(w, rid, err)
+				return false, false
+			}
+			was = was || cleared
+		}
 	}
 	return was, s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: subject, ID: id, Cleared: &was})
 }
@@ -315,34 +344,42 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 // lockouts returns the views of the locks in force on the subject of
 // the admin path, the longest lasting first (nil when none; a subject
 // holds several when class-restricted rules lock it too): an ip's locks
-// are kept under the whole address, not the IPv6 prefix id names (a
-// prefix holds no lock), and a device's view shows its claim's locks when
-// the device has none.
+// are kept under the id the view names (an IPv6 address's prefix, 7.1),
+// and for an IPv6 address also under the address itself while the
+// previous release's locks last (lockPath); a device's view shows its
+// claim's locks when the device has none.
 func (s *Server) lockouts(r *http.Request, subject, id string) ([]lockView, error) {
 	if !lockSubjects[subject] {
 		return nil, nil
 	}
+	ids := []string{id}
 	if subject == "ip" {
-		whole, aerr := canonicalID("ip", r.PathValue("id"))
-		if aerr != nil {
-			return nil, nil
+		if _, whole, aerr := s.lockPath(r, subject); aerr == nil && whole != "" {
+			ids = append(ids, whole)
 		}
-		id = whole
 	}
+	var ls []bucket.Lock
 	for _, kind := range lockKinds(subject) {
-		ls, err := s.o.Store.Locks(r.Context(), bucket.Subject{Kind: kind, ID: id})
-		if err != nil {
-			return nil, err
+		for _, sid := range ids {
+			l, err := s.o.Store.Locks(r.Context(), bucket.Subject{Kind: kind, ID: sid})
+			if err != nil {
+				return nil, err
+			}
+			ls = append(ls, l...)
 		}
 		if len(ls) > 0 {
-			out := make([]lockView, 0, len(ls))
-			for _, l := range ls {
-				out = append(out, lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)})
-			}
-			return out, nil
+			break
 		}
 	}
-	return nil, nil
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(ls, func(a, b bucket.Lock) int { return b.Until.Compare(a.Until) })
+	out := make([]lockView, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, lockView{Kind: l.Kind, Rule: l.Rule, ExpiresAt: l.Until.UTC().Format(time.RFC3339)})
+	}
+	return out, nil
 }
 
 // storeError answers a failed admin store call with 503.

@@ -63,9 +63,11 @@ func TestAdminLockoutsOfEverySubject(t *testing.T) {
 // TestAdminClaimAndIPv6Lockouts (7.1): the lock of a claim (a device id
 // sent without its token) is shown in the device's view and in its own,
 // lifted by the claim's DELETE and by the device's (the limiter answers
-// it with scope "device"); an IPv6 address's lock, kept under the whole
-// address, is shown in the address's view (whose id is its prefix) and
-// lifted by the address.
+// it with scope "device"); an IPv6 client's lock, kept under its /64
+// (rules by ip lock the prefix), is shown in the view of every address of
+// it and of the prefix, and lifted by any of them, the audit naming the
+// prefix; a whole address's lock of the previous release is shown in that
+// address's view only, and lifted by it with the prefix's.
 func TestAdminClaimAndIPv6Lockouts(t *testing.T) {
 	t.Parallel()
 	auth := []string{"Authorization", "Bearer tok"}
@@ -96,17 +98,46 @@ func TestAdminClaimAndIPv6Lockouts(t *testing.T) {
 		t.Errorf("audit events %+v", audit.list)
 	}
 
-	if err := f.store.SetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::1"}, lock); err != nil {
+	if err := f.store.SetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::/64"}, lock); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/admin/subjects/ip/2001:db8::1", "/v1/admin/subjects/ip/2001:db8::ffff:2", "/v1/admin/subjects/ip/2001:db8::%2F64"} {
+		w := f.do(t, "GET", path, "", auth...)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `"id":"2001:db8::/64"`) || !strings.Contains(w.Body.String(), view) {
+			t.Errorf("GET %s = %d %s; want the prefix id and its lock", path, w.Code, w.Body)
+		}
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/2001:db8::ffff:2", "", auth...), 200, `{"cleared":true,"id":"2001:db8::/64","request_id":"req-1","subject":"ip"}`)
+	if _, ok, _ := f.store.GetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::/64"}); ok {
+		t.Error("the prefix's lock is still in force")
+	}
+	if n := len(audit.list); n != 3 || audit.list[2].Subject != "ip" || audit.list[2].ID != "2001:db8::/64" {
+		t.Errorf("audit events %+v; want the lift of the prefix", audit.list)
+	}
+
+	// a lock of the previous release, on the whole address
+	old := bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(30 * time.Minute)}
+	if err := f.store.SetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::1"}, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SetLock(ctx, bucket.Subject{Kind: "ip", ID: "2001:db8::/64"}, lock); err != nil {
 		t.Fatal(err)
 	}
 	w := f.do(t, "GET", "/v1/admin/subjects/ip/2001:db8::1", "", auth...)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), `"id":"2001:db8::/64"`) || !strings.Contains(w.Body.String(), view) {
-		t.Errorf("the IPv6 address's view = %d %s; want its prefix id and its lock", w.Code, w.Body)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), view+`,"lockouts":[{"kind":"lockout","rule":"r","expires_at":"2024-04-19T11:30:00Z"},{"kind":"lockout","rule":"r","expires_at":"2024-04-19T11:00:00Z"}]`) {
+		t.Errorf("the address's view = %d %s; want the prefix's lock, then the address's", w.Code, w.Body)
 	}
-	if w := f.do(t, "GET", "/v1/admin/subjects/ip/2001:db8::2", "", auth...); !strings.Contains(w.Body.String(), `"lockout":null`) {
-		t.Errorf("another address of the prefix shows a lock: %s", w.Body)
+	if w := f.do(t, "GET", "/v1/admin/subjects/ip/2001:db8::2", "", auth...); strings.Contains(w.Body.String(), "11:00:00Z") {
+		t.Errorf("another address of the prefix shows the address's lock: %s", w.Body)
 	}
-	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/2001:db8::1", "", auth...), 200, `{"cleared":true,"id":"2001:db8::1","request_id":"req-1","subject":"ip"}`)
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/2001:db8::1", "", auth...), 200, `{"cleared":true,"id":"2001:db8::/64","request_id":"req-1","subject":"ip"}`)
+	for _, id := range []string{"2001:db8::/64", "2001:db8::1"} {
+		if _, ok, _ := f.store.GetLock(ctx, bucket.Subject{Kind: "ip", ID: id}); ok {
+			t.Errorf("the lock of %s is still in force", id)
+		}
+	}
+	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/ip/2001:db8::%2F48", "", auth...), 400,
+		`{"error":{"code":"BAD_REQUEST","message":"id \"2001:db8::/48\" is not an IP address, nor an IPv6 prefix of identity.ipv6_prefix's length (/64)","details":{},"request_id":"req-1"}}`)
 }
 
 // [a-z][a-z0-9_]{0,63}; others are refused naming the field.

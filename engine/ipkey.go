@@ -7,11 +7,11 @@ import (
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
-// IPKey returns the value limits and multipliers keyed by ip use for a
-// client address under p (7.1): the address itself for IPv4 (and with
-// identity.ipv6_prefix 128), else its IPv6 prefix (default /64) as
-// bucket.IPSubjectID writes it. Lists, reputation, lockouts and events
-// keep the whole address. It returns ip itself when that is already its
+// IPKey returns the value limits, multipliers and locks keyed by ip use
+// for a client address under p (7.1): the address itself for IPv4 (and
+// with identity.ipv6_prefix 128), else its IPv6 prefix (default /64) as
+// bucket.IPSubjectID writes it (riskd's signals count and lock by the
+// same id). Lists, reputation and events keep the whole address. It returns ip itself when that is already its
 // key, without allocating; an address that does not parse is returned
 // as it is.
 func IPKey(p *policy.Policy, ip string, addr netip.Addr) string {

@@ -56,15 +56,16 @@ func (e *Engine) lockPartsOf(p *policy.Policy, ci int) ([]policy.KeyPart, [][]st
 // ci checks (account first, with the account's trust set for a proven
 // device: exempt_attested locks spare it): for each subject its lock key,
 // then the own lock key of each class-restricted lock rule of the class
-// keyed by it. It reports whether it appended any.
+// keyed by it. An IPv6 client's ip locks are its prefix's (IPKey, as
+// riskd counts and writes them, 7.1), then, while an upgrade's last
+// locks last, its whole address's (the previous release wrote those;
+// an IPv4 client has one id, so no key more). It reports whether it
+// appended any.
 func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, verifiedDevice bool) bool {
 	locks := false
 	parts, own := e.lockPartsOf(p, ci)
 	for i, part := range parts {
 		id := value(in, part, "")
-		if part == policy.PartIP {
-			id = in.IP // lockouts keep whole addresses, as riskd writes them (not the IPv6 prefix of the buckets)
-		}
 		if id == "" {
 			continue
 		}
@@ -74,6 +75,11 @@ func (e *Engine) appendLocks(p *policy.Policy, ci int, in *Input, d *Decision, v
 		}
 		kind := subjectKinds[part]
 		e.appendSubjectLocks(d, kind, id, rules, part == policy.PartAccount && verifiedDevice)
+		if part == policy.PartIP && id != in.IP && in.IP != "" {
+			// whole-address locks of the previous release (docs/operations.md,
+			// upgrading): they end within their rule's duration
+			e.appendSubjectLocks(d, kind, in.IP, rules, false)
+		}
 		if part == policy.PartDevice && !verifiedDevice {
 			// a token-less claim of the id is bound by the locks riskd
 			// computed from claims too (7.1: signals count claims apart),

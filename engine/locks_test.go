@@ -2,6 +2,10 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,6 +158,83 @@ func TestLockPartsByClass(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("LockParts(%s) = %q, want %q", class, got, want)
+		}
+	}
+}
+
+// ipLockPolicy locks by ip on the auth class; %s is identity.ipv6_prefix.
+const ipLockPolicy = `version: 1
+identity:
+  ipv6_prefix: %s
+routes:
+  - {match: "POST /auth/login", class: auth}
+limits:
+  - {name: login-ip, by: [ip], rate: 5/min, if: {class: auth}}
+risk:
+  velocity:
+    - {name: ip-spray, event: login_failed, by: ip, threshold: 50, window: 10m, action: lockout, duration: 15m}
+`
+
+// TestIPv6LocksByPrefix (7.1): the ip lock of an IPv6 client is checked
+// under its identity.ipv6_prefix id, where riskd writes it, so a lock of
+// a /64 refuses every address of it and none of the next; a whole
+// address's lock (the previous release's) still answers for that address
+// alone; an IPv4 client, and every client with ipv6_prefix 128, checks
+// one ip lock key, its address's.
+func TestIPv6LocksByPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	for _, tc := range []struct {
+		prefix string
+		want   map[string]Outcome // by client address
+		keys   map[string]string  // the ip lock keys' ids checked, by client address
+	}{
+		{"64", map[string]Outcome{
+			"2001:db8:1:2::abc": Locked, "2001:db8:1:2:ffff::1": Locked, "2001:db8:1:3::1": Allowed,
+			"2001:db8:9::7": Locked, "2001:db8:9::8": Allowed, "192.0.2.9": Locked, "192.0.2.10": Allowed,
+		}, map[string]string{
+			"2001:db8:1:3::1": "2001:db8:1:3::/64 2001:db8:1:3::1", "192.0.2.10": "192.0.2.10",
+		}},
+		{"128", map[string]Outcome{
+			"2001:db8:1:2::abc": Allowed, "2001:db8:9::7": Locked, "2001:db8:9::8": Allowed, "192.0.2.9": Locked,
+		}, map[string]string{
+			"2001:db8:1:3::1": "2001:db8:1:3::1", "192.0.2.10": "192.0.2.10",
+		}},
+	} {
+		rs := &recordingStore{MemoryStore: bucket.NewMemoryStore(bucket.MemoryOptions{})}
+		e := newEngine(t, fmt.Sprintf(ipLockPolicy, tc.prefix), rs)
+		for _, id := range []string{"2001:db8:1:2::/64", "2001:db8:9::7", "192.0.2.9"} {
+			if err := rs.SetLock(ctx, bucket.Subject{Kind: "ip", ID: id}, bucket.Lock{Kind: "lockout", Rule: "ip-spray", Until: until}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		decide := func(ip string) Decision {
+			in := Input{Endpoint: "POST /auth/login", IP: ip, Cost: 1}
+			var d Decision
+			if err := e.Decide(ctx, &in, &d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		for ip, want := range tc.want {
+			if d := decide(ip); d.Outcome != want || want == Locked && d.LockScope != "ip" {
+				t.Errorf("ipv6_prefix %s, %s: %v scope %q; want %v", tc.prefix, ip, d.Outcome, d.LockScope, want)
+			}
+		}
+		for ip, want := range tc.keys {
+			decide(ip)
+			var ids []string
+			for _, k := range rs.req.Locks {
+				for _, id := range []string{ip, IPKey(e.o.Policy(), ip, netip.Addr{})} {
+					if k == bucket.LockKey(rs.Prefix(), "ip", id) && !slices.Contains(ids, id) {
+						ids = append(ids, id)
+					}
+				}
+			}
+			if got := strings.Join(ids, " "); got != want || len(rs.req.Locks) != len(ids) {
+				t.Errorf("ipv6_prefix %s, %s: ip lock ids %q of %d lock keys; want %q alone", tc.prefix, ip, got, len(rs.req.Locks), want)
+			}
 		}
 	}
 }

@@ -71,7 +71,7 @@ func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, erro
 		return nil, err
 	}
 	s.eng = eng
-	s.sig = signals.NewSingleGoroutine(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.SignalKeys})
+	s.sig = signals.NewSingleGoroutine(signals.Options{Risk: p.Risk, Limits: p.Limits, IPv6Prefix: p.Identity.IPv6Prefix, MaxKeys: o.SignalKeys})
 	return s, nil
 }
 

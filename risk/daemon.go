@@ -169,7 +169,7 @@ func New(o Options) (*Daemon, error) {
 	p := o.Policy()
 	d := &Daemon{
 		o: o, js: o.Publisher.JetStream(), log: o.Logger,
-		eng:     signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: o.MaxKeys}),
+		eng:     signals.New(signals.Options{Risk: p.Risk, Limits: p.Limits, IPv6Prefix: p.Identity.IPv6Prefix, MaxKeys: o.MaxKeys}),
 		polName: p,
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
@@ -734,7 +734,7 @@ func TrustFor(p *policy.Policy) time.Duration {
 // refreshPolicy hands a reloaded policy to the engine; mu held.
 func (d *Daemon) refreshPolicy() {
 	if p := d.o.Policy(); p != d.polName {
-		d.eng.SetPolicy(signals.Options{Risk: p.Risk, Limits: p.Limits, MaxKeys: d.o.MaxKeys})
+		d.eng.SetPolicy(signals.Options{Risk: p.Risk, Limits: p.Limits, IPv6Prefix: p.Identity.IPv6Prefix, MaxKeys: d.o.MaxKeys})
 		d.polName = p
 	}
 }

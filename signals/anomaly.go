@@ -116,6 +116,9 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 	if value == "" {
 		return out
 	}
+	if a.By == policy.PartIP {
+		value = e.ipKey(value) // an IPv6 client's prefix (7.1)
+	}
 	subject, key := a.subject, value
 	if a.By == policy.PartDevice && !d.DeviceVerified {
 		subject, key = ClaimSubject, claimKey(value) // claims count apart (7.1)

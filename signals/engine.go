@@ -2,10 +2,12 @@ package signals
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -22,6 +24,14 @@ type Options struct {
 	// Limits are the policy's limits; repeat offenders are counted per
 	// (limit, key), the key made of the limit's `by` parts.
 	Limits []policy.Limit
+	// IPv6Prefix is the policy's identity.ipv6_prefix (7.1): measures
+	// keyed by ip (velocity rules and the anomaly detector by ip, repeat
+	// offenders of limits keyed by ip) count, lock and tighten an IPv6
+	// client by this prefix of its address, under the id its buckets use
+	// (bucket.IPSubjectID: 2001:db8:1:2::/64), so that rotating addresses
+	// within it evades no threshold. 0 means policy.DefaultIPv6Prefix
+	// (64); 128 keeps whole addresses. IPv4 addresses are always whole.
+	IPv6Prefix int
 	// MaxKeys bounds the keys tracked by each structure (velocity counters,
 	// anomaly rings, repeat-offender counters, measures in force). When a
 	// structure is full, its least recently seen key is evicted. Zero or
@@ -62,6 +72,7 @@ type Engine struct {
 	unshared bool // made by NewSingleGoroutine: lock and unlock do nothing
 
 	maxKeys   int
+	ident     policy.Identity // IPv6Prefix only: ipKey's prefix
 	vrules    []*velRule
 	anomaly   *anomalyRule // nil: anomaly detection off
 	limits    map[string]*limitRule
@@ -89,6 +100,11 @@ type Engine struct {
 	bound int64
 
 	buf []byte // scratch for composite keys
+
+	// ipPrefix is the IPv6 prefix ipKey last masked an address to, ipID
+	// its id: the addresses of one client's prefix share one string.
+	ipPrefix netip.Prefix
+	ipID     string
 }
 
 // New returns an Engine for the options.
@@ -116,6 +132,28 @@ func NewSingleGoroutine(o Options) *Engine {
 	e := New(o)
 	e.unshared = true
 	return e
+}
+
+// ipKey returns the id measures keyed by ip count and act on for the
+// address ip (7.1): the IPv6 prefix of Options.IPv6Prefix as
+// bucket.IPSubjectID writes it (engine.IPKey's id, that of the limiter's
+// buckets and locks), else ip itself: an IPv4 (or IPv4-mapped) address,
+// every address with prefix 128, an id that is no address (a prefix id
+// given back, as an admin lift's). It allocates only when the prefix
+// differs from the last one masked. Callers hold e.mu.
+func (e *Engine) ipKey(ip string) string {
+	if e.ident.IPv6Prefix == 128 {
+		return ip
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() || a.Is4In6() {
+		return ip
+	}
+	p := e.ident.IPKeyPrefix(a)
+	if p != e.ipPrefix || e.ipID == "" {
+		e.ipPrefix, e.ipID = p, bucket.IPSubjectID(p)
+	}
+	return e.ipID
 }
 
 // SetPolicy swaps in new rules (a policy reload). Counters of velocity
@@ -400,6 +438,8 @@ func (e *Engine) configure(o Options) {
 	if e.maxKeys <= 0 {
 		e.maxKeys = DefaultMaxKeys
 	}
+	e.ident = policy.Identity{IPv6Prefix: o.IPv6Prefix}
+	e.ipPrefix, e.ipID = netip.Prefix{}, ""
 	e.configureVelocity(o.Risk.Velocity)
 	e.configureAnomaly(o.Risk.Anomaly)
 	e.configureOffenders(o.Risk.RepeatOffender, o.Limits)

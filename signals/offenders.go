@@ -132,6 +132,9 @@ func (e *Engine) offenderDecision(d *streams.Decision, ns int64, out []Action) [
 			e.buf = b
 			return out // the limit does not apply to this request
 		}
+		if p == policy.PartIP {
+			v = e.ipKey(v) // the limit's bucket key: an IPv6 client's prefix (7.1)
+		}
 		if i > 0 {
 			b = append(b, 0) // no id holds a NUL (control characters are refused); "|" can be in one
 		}
@@ -245,9 +248,12 @@ func (e *Engine) sweepEpisodes() {
 
 // alertOffender appends the repeat_offender alert of (lim, key).
 func (e *Engine) alertOffender(lim *limitRule, d *streams.Decision, key string, count uint64, out []Action) []Action {
-	id := d.IP
+	id := e.ipKey(d.IP)
 	if lim.subjectPart >= 0 {
 		id = decisionPart(d, lim.By[lim.subjectPart])
+		if lim.By[lim.subjectPart] == policy.PartIP {
+			id = e.ipKey(id)
+		}
 	}
 	p := e.perMinute
 	a := streams.Alert{

@@ -174,6 +174,9 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if value == "" {
 			continue
 		}
+		if rule.By == policy.PartIP {
+			value = e.ipKey(value) // an IPv6 client's prefix (7.1)
+		}
 		subject, key := rule.subject, value
 		if rule.By == policy.PartDevice && !r.Attested {
 			subject, key = ClaimSubject, claimKey(value) // claims count apart (7.1)
@@ -440,7 +443,9 @@ func (e *Engine) LiftLock(account string, ts time.Time) bool {
 // had such a lock in force. Events that arrive later with a time at or
 // before ts are not counted. The lift of a device lifts its claim too
 // (the token-less reports of its id, counted apart: the limiter answers
-// both with scope "device"); a claim's lift is the claim's alone.
+// both with scope "device"); a claim's lift is the claim's alone. The
+// lift of an ip that is an IPv6 address lifts its prefix (ipKey: the id
+// rules by ip count and lock it under), as does the prefix's own id.
 func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	ns, ok := eventTime(ts)
 	if id == "" || subject == "" || !ok {
@@ -449,6 +454,9 @@ func (e *Engine) LiftSubjectLock(subject, id string, ts time.Time) bool {
 	e.lock()
 	defer e.unlock()
 	e.advanceClock(ns)
+	if subject == "ip" {
+		id = e.ipKey(id)
+	}
 	lifted := e.liftLocked(subject, id, ns)
 	if subject == "device" {
 		lifted = e.liftLocked(ClaimSubject, id, ns) || lifted
