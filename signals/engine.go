@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,11 +140,12 @@ func NewSingleGoroutine(o Options) *Engine {
 // bucket.IPSubjectID writes it (engine.IPKey's id, that of the limiter's
 // buckets and locks), else ip itself: an IPv4 (or IPv4-mapped) address,
 // every address with prefix 128, an id that is no address (a prefix id
-// given back, as an admin lift's). It allocates only when the prefix
-// differs from the last one masked. Callers hold e.mu.
+// given back, as an admin lift's). Only an ip with a colon is parsed, and
+// it allocates only when its prefix differs from the last one masked.
+// Callers hold e.mu.
 func (e *Engine) ipKey(ip string) string {
-	if e.ident.IPv6Prefix == 128 {
-		return ip
+	if e.ident.IPv6Prefix == 128 || strings.IndexByte(ip, ':') < 0 {
+		return ip // IPv4 (or no address): not even parsed, so free
 	}
 	a, err := netip.ParseAddr(ip)
 	if err != nil || !a.Is6() || a.Is4In6() {

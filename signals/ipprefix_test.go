@@ -129,19 +129,26 @@ func TestAnomalyAndOffendersByIPv6Prefix(t *testing.T) {
 	}
 }
 
-// TestVelocityIPv6RotationAllocs: counting rotating addresses of one /64
-// allocates nothing once the prefix's counter is held.
-func TestVelocityIPv6RotationAllocs(t *testing.T) {
-	rule := ipSpray()
-	rule.Threshold = 1000
-	e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{rule}}})
-	rs := make([]*streams.Report, 200)
-	for i := range rs {
-		rs[i] = failedFrom(fmt.Sprintf("2001:db8:1:2::%x", i+1), sec(float64(i)/1000))
-	}
-	e.ApplyReport(0, 0, rs[0], nil)
-	i := 0
-	if n := testing.AllocsPerRun(100, func() { i++; e.ApplyReport(0, 0, rs[i], nil) }); n != 0 {
-		t.Errorf("a report of a rotating /64 allocates %v times", n)
+// TestVelocityIPRotationAllocs: counting rotating addresses of one /64
+// allocates nothing once the prefix's counter is held, nor does counting
+// an IPv4 address or an id that is no address (masking neither).
+func TestVelocityIPRotationAllocs(t *testing.T) {
+	for name, ip := range map[string]func(int) string{
+		"IPv6 /64":   func(i int) string { return fmt.Sprintf("2001:db8:1:2::%x", i) },
+		"IPv4":       func(int) string { return "192.0.2.7" },
+		"no address": func(int) string { return "ip-7" },
+	} {
+		rule := ipSpray()
+		rule.Threshold = 1000
+		e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{rule}}})
+		rs := make([]*streams.Report, 200)
+		for i := range rs {
+			rs[i] = failedFrom(ip(i+1), sec(float64(i)/1000))
+		}
+		e.ApplyReport(0, 0, rs[0], nil)
+		i := 0
+		if n := testing.AllocsPerRun(100, func() { i++; e.ApplyReport(0, 0, rs[i], nil) }); n != 0 {
+			t.Errorf("%s: a report allocates %v times", name, n)
+		}
 	}
 }
