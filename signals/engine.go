@@ -163,7 +163,8 @@ func (e *Engine) ipKey(ip string) string {
 // threshold or window changed); anomaly rings are kept when `by` and the
 // window geometry are unchanged; repeat-offender counters are kept for
 // limits whose name and `by` are unchanged. Measures in force are kept.
-// Everything else is dropped.
+// Everything else is dropped. A changed IPv6Prefix counts IPv6 clients
+// under new ids from then on; the counts under the old ones age out.
 func (e *Engine) SetPolicy(o Options) {
 	e.lock()
 	defer e.unlock()
