@@ -227,6 +227,26 @@ func (c *Console) handleLift(r *http.Request, _ string) (string, error) {
 	return "Lifted the lockout of " + subject + " " + id + ".", nil
 }
 
+// handleForgetAttestation frees a device id through the admin API
+// (DELETE /v1/admin/attestations/{device_id}): the way back for an owner
+// who lost both the App Attest key and the last device token.
+func (c *Console) handleForgetAttestation(r *http.Request, _ string) (string, error) {
+	id := strings.TrimSpace(r.PostFormValue("id"))
+	if id == "" {
+		return "", errors.New("a device id is needed")
+	}
+	var out struct {
+		Cleared bool `json:"cleared"`
+	}
+	if err := c.call(r, "DELETE", "/v1/admin/attestations/"+url.PathEscape(id), nil, &out); err != nil {
+		return "", err
+	}
+	if !out.Cleared {
+		return "No attestation was kept for device " + id + " (recorded anyway).", nil
+	}
+	return "Forgot the attestation of device " + id + ": any genuine device may attest it now.", nil
+}
+
 func (c *Console) handleMultipliers(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title, v.Refresh = "Multipliers", 30
 	var ms []multiplier

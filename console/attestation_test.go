@@ -1,0 +1,120 @@
+package console_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/attestation/attestationtest"
+	"github.com/tollgate-dev/tollgate/service"
+)
+
+const testAppID = "TEAMID1234.com.example.app"
+
+// startAttesting runs the one-process default under a policy that
+// verifies App Attest from a test CA, and returns its base URL and the CA.
+func startAttesting(t *testing.T) (string, *attestationtest.CA) {
+	t.Helper()
+	ca := attestationtest.NewCA(t, time.Now())
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root.pem")
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(root, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pol, []byte(`version: 1
+limits:
+  - {name: device, by: [device], rate: 60/min}
+risk:
+  attestation:
+    valid_for: 24h
+    apple: {app_id: `+testAppID+`, environment: production, root_ca_file: `+root+`}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := service.Start(ctx, service.Config{Listen: "127.0.0.1:0", AdminToken: adminToken, ConfigPath: pol, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-r.Done })
+	return "http://" + r.Addr, ca
+}
+
+// attest attests device with a fresh App Attest key and returns the status.
+func attest(t *testing.T, base string, ca *attestationtest.CA, device string) int {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	post := func(path, body string) (int, string) {
+		resp, err := c.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	_, body := post("/v1/attest/challenge", `{"device_id":"`+device+`"}`)
+	var ch struct{ Challenge string }
+	if err := json.Unmarshal([]byte(body), &ch); err != nil || ch.Challenge == "" {
+		t.Fatalf("challenge: %s", body)
+	}
+	hash := sha256.Sum256([]byte(ch.Challenge))
+	att := ca.Attest(t, attestationtest.Options{AppID: testAppID, ClientDataHash: hash[:]})
+	b64 := base64.StdEncoding.EncodeToString
+	code, _ := post("/v1/attest/apple", `{"device_id":"`+device+`","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
+	return code
+}
+
+// TestForgetAttestation: the device's subject page shows its attestation
+// and a button to forget it; pressed, the console frees the id through
+// the admin API (audited as attestation_forget) and another key may then
+// attest it.
+func TestForgetAttestation(t *testing.T) {
+	t.Parallel()
+	base, ca := startAttesting(t)
+	if code := attest(t, base, ca, "d-lost"); code != 200 {
+		t.Fatalf("first attestation: %d", code)
+	}
+	if code := attest(t, base, ca, "d-lost"); code != 400 {
+		t.Fatalf("a new key while the id is bound: %d, want 400", code)
+	}
+	c := newClient(t)
+	csrf := signIn(t, c, base)
+	page := "/console/subjects?subject=device&id=d-lost"
+	if _, body := do(t, c, "GET", base+page, nil); !strings.Contains(body, `data-forget="d-lost"`) {
+		t.Fatalf("no forget button on the device's page: %s", body)
+	}
+	resp, _ := do(t, c, "POST", base+"/console/attestations/forget", url.Values{"csrf": {csrf}, "id": {"d-lost"}, "back": {page}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != page {
+		t.Fatalf("forget: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	_, body := do(t, c, "GET", base+page, nil)
+	if !strings.Contains(body, "Forgot the attestation of device d-lost") || strings.Contains(body, `data-forget=`) {
+		t.Fatalf("after the forget: %s", body)
+	}
+	if code := attest(t, base, ca, "d-lost"); code != 200 {
+		t.Fatalf("the owner's new key after the forget: %d", code)
+	}
+	waitFor(t, func() string {
+		for _, e := range list(t, base, "/v1/admin/audit") {
+			if e.Action == "attestation_forget" && e.Subject == "device" && e.ID == "d-lost" {
+				return ""
+			}
+		}
+		return "no attestation_forget audited"
+	})
+}
