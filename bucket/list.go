@@ -226,12 +226,19 @@ func (s *RedisStore) ListMultipliers(ctx context.Context, limit int) ([]Multipli
 
 // scanIndex walks idx newest first in pages, handing each page to read
 // (which returns the members no longer in force, then pruned from idx)
-// until have() reaches limit or idx ends.
+// until have() reaches limit or idx ends. Pages follow the scores (the
+// next starts at the last one read, past the members kept at it), not
+// positions: an entry written or lifted while a listing runs moves none
+// that is not yet read (except one lifted at the very millisecond a page
+// ended on, which may move one other of that millisecond past it), and
+// each member is handed to read once.
 func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read func([]redis.Z) ([]redis.Z, error), have func() int) error {
 	const page = 500
-	for start := int64(0); have() < limit && start < MaxListed; start += page {
+	upTo, ties := "+inf", 0
+	seen := make(map[string]bool)
+	for walked := 0; have() < limit && walked < MaxListed; {
 		pipe := s.c.Pipeline()
-		zr := pipe.ZRevRangeWithScores(ctx, idx, start, start+page-1)
+		zr := pipe.ZRevRangeByScoreWithScores(ctx, idx, &redis.ZRangeBy{Max: upTo, Min: "-inf", Offset: int64(ties), Count: page})
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("%w: list %s: %w", ErrUnavailable, idx, err)
 		}
@@ -239,16 +246,40 @@ func (s *RedisStore) scanIndex(ctx context.Context, idx string, limit int, read 
 		if len(members) == 0 {
 			return nil
 		}
-		gone, err := read(members)
+		walked += len(members)
+		fresh := make([]redis.Z, 0, len(members))
+		for _, m := range members {
+			if k, _ := m.Member.(string); !seen[k] {
+				seen[k] = true
+				fresh = append(fresh, m)
+			}
+		}
+		gone, err := read(fresh)
 		if err != nil {
 			return fmt.Errorf("%w: list %s: %w", ErrUnavailable, idx, err)
 		}
-		start -= int64(s.prune(ctx, idx, gone))
+		s.prune(ctx, idx, gone)
+		last := members[len(members)-1].Score
+		if at := strconv.FormatFloat(last, 'f', -1, 64); at != upTo {
+			upTo, ties = at, 0
+		}
+		ties += atScore(members, last) - atScore(gone, last)
 		if len(members) < page {
 			return nil
 		}
 	}
 	return nil
+}
+
+// atScore counts the members of zs with score.
+func atScore(zs []redis.Z, score float64) int {
+	n := 0
+	for _, z := range zs {
+		if z.Score == score {
+			n++
+		}
+	}
+	return n
 }
 
 // ListLocks implements Admin: the locks in force at the store's clock.
