@@ -220,7 +220,8 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 	if e.o.L1 != nil && !e.o.L1.noSubjects {
 		e.subjectsFromL1(req, start)
 	}
-	if !e.o.Breaker.Allow() {
+	bc, allowed := e.o.Breaker.Allow()
+	if !allowed {
 		e.fail(d, p, ci, bucket.ErrUnavailable, start)
 		e.record(d, p, start)
 		return nil
@@ -231,13 +232,13 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		// deadline): no verdict on the store, so neither a store error nor
 		// a failure for the breaker (a burst of disconnects would open it
 		// for everyone else).
-		e.o.Breaker.Abandon()
+		e.o.Breaker.Abandon(bc)
 		e.fail(d, p, ci, err, start)
 		d.abandoned = true
 		e.record(d, p, start)
 		return nil
 	}
-	e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
+	e.o.Breaker.Done(bc, err == nil || errors.Is(err, bucket.ErrBadRequest))
 	if err != nil {
 		if errors.Is(err, bucket.ErrBadRequest) {
 			return fmt.Errorf("engine: %w", err)

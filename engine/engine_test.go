@@ -160,31 +160,26 @@ func TestBreaker(t *testing.T) {
 	var states []BreakerState
 	b := NewBreaker(BreakerOptions{Failures: 3, Cooldown: time.Second}, func() time.Time { return now }, func(s BreakerState) { states = append(states, s) })
 	for i := 0; i < 3; i++ {
-		if !b.Allow() {
-			t.Fatalf("closed breaker refused call %d", i)
-		}
-		b.Done(false)
+		b.Done(allow(t, b, "call of a closed breaker"), false)
 	}
-	if b.State() != BreakerOpen || b.Allow() {
+	if _, ok := b.Allow(); b.State() != BreakerOpen || ok {
 		t.Fatal("3 failures must open it and refuse calls")
 	}
 	now = now.Add(time.Second)
-	if !b.Allow() || b.State() != BreakerHalfOpen {
+	probe, ok := b.Allow()
+	if !ok || b.State() != BreakerHalfOpen {
 		t.Fatal("after the cooldown one probe goes through")
 	}
-	if b.Allow() {
+	if _, ok := b.Allow(); ok {
 		t.Fatal("only one probe at a time")
 	}
-	b.Done(false)
-	if b.State() != BreakerOpen || b.Allow() {
+	b.Done(probe, false)
+	if _, ok := b.Allow(); b.State() != BreakerOpen || ok {
 		t.Fatal("a failed probe reopens")
 	}
 	now = now.Add(time.Second)
-	if !b.Allow() {
-		t.Fatal("second probe")
-	}
-	b.Done(true)
-	if b.State() != BreakerClosed || !b.Allow() {
+	b.Done(allow(t, b, "second probe"), true)
+	if _, ok := b.Allow(); b.State() != BreakerClosed || !ok {
 		t.Fatal("a good probe closes")
 	}
 	want := []BreakerState{BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerClosed}

@@ -156,15 +156,16 @@ func (e *Engine) allowListLocks(ctx context.Context, p *policy.Policy, ci int, i
 		if e.o.L1 != nil && e.fromL1(p, ci, d, req, start) {
 			return true
 		}
-		if !e.o.Breaker.Allow() {
+		bc, allowed := e.o.Breaker.Allow()
+		if !allowed {
 			break
 		}
 		err := e.o.Store.Decide(ctx, req, &d.bres)
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			e.o.Breaker.Abandon()
+			e.o.Breaker.Abandon(bc)
 			break
 		}
-		e.o.Breaker.Done(err == nil || errors.Is(err, bucket.ErrBadRequest))
+		e.o.Breaker.Done(bc, err == nil || errors.Is(err, bucket.ErrBadRequest))
 		if err != nil || !d.bres.Locked {
 			break
 		}
