@@ -303,3 +303,58 @@ func TestClusterKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyShorterLeaseTTLKeepsOlderLeases: a lease taken under a
+// shorter lease_ttl (a policy reload shortened it) does not shorten the
+// life of its set's key below the older leases' expiry: the set would
+// vanish with their slots still held, and the limit would admit its
+// capacity again beside them. The key lives until its latest lease
+// expires (plus the store's slack), and the older lease keeps its slot
+// for the TTL it was granted; a longer TTL later lengthens the key.
+func TestConcurrencyShorterLeaseTTLKeepsOlderLeases(t *testing.T) {
+	t.Parallel()
+	c, p := testenv.Redis(t)
+	// the limiter's slack (the default, 1s): the key's life is the lease's
+	s := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second, Prefix: p})
+	defer s.Close()
+	ctx := context.Background()
+	key := p + "{user:u}:b:exports"
+	decide := func(id string, ttl time.Duration) {
+		t.Helper()
+		var res bucket.Result
+		req := bucket.Request{Cost: 1, Lease: id, Limits: []bucket.Limit{{Key: key, Kind: bucket.KindConcurrency, Burst: 2, LeaseTTL: ttl}}}
+		if err := s.Decide(ctx, &req, &res); err != nil || !res.Allowed {
+			t.Fatalf("decide %s (lease_ttl %v): %+v %v", id, ttl, res, err)
+		}
+	}
+	pttl := func() time.Duration {
+		t.Helper()
+		d, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	decide(lease(0), time.Hour)
+	if d := pttl(); d < time.Hour-time.Minute || d > time.Hour+2*time.Second {
+		t.Fatalf("PTTL %v after a lease of 1h, want about 1h and 1s", d)
+	}
+	decide(lease(1), time.Second) // the policy now says lease_ttl: 1s
+	if d := pttl(); d < time.Hour-time.Minute {
+		t.Fatalf("PTTL %v after a lease of 1s beside one of 1h: the set vanishes with the older lease's slot held", d)
+	}
+	if sc, err := c.ZScore(ctx, key, lease(0)).Result(); err != nil {
+		t.Fatal(err)
+	} else if now, err := c.Time(ctx).Result(); err != nil {
+		t.Fatal(err)
+	} else if left := time.UnixMicro(int64(sc)).Sub(now); left < time.Hour-time.Minute || left > time.Hour {
+		t.Fatalf("the older lease expires in %v, want the hour it was granted", left)
+	}
+	if ok, err := s.Release(ctx, lease(0), []string{key}); err != nil || !ok {
+		t.Fatalf("release of the older lease: %v %v", ok, err)
+	}
+	decide(lease(2), 2*time.Hour) // lengthened again
+	if d := pttl(); d < 2*time.Hour-time.Minute || d > 2*time.Hour+2*time.Second {
+		t.Fatalf("PTTL %v after a lease of 2h, want about 2h and 1s", d)
+	}
+}

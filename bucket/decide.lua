@@ -255,7 +255,8 @@ end
 -- their expiry in µs (rate 0, period_us the lease's TTL). A decision that
 -- takes (cost > 0) adds its lease, the decision's two last numbers, to
 -- every concurrency limit's set; the caller's release removes it, and an
--- expired lease no longer counts. tokens counts free slots in micro-units
+-- expired lease no longer counts. The set's key lives until its latest
+-- lease expires (plus the slack), whatever TTL the newest one had. tokens counts free slots in micro-units
 -- (U per slot), reset is when the earliest lease in force expires (now
 -- when none).
 local kinds, xused, xreset, xend = {}, {}, {}, {}
@@ -369,7 +370,12 @@ local function lease(kb, nl, a, now, slack)
       local key = KEYS[kb + i]
       rcall("ZADD", key, fmtus(xend[i]), id)
       rcall("ZREMRANGEBYSCORE", key, "-inf", fmtus(now))
-      rcall("PEXPIRE", key, string.format("%d", ceil((xend[i] - now) / 1000) + slack))
+      -- the set lives until its latest lease expires, which may be an
+      -- older one's: a reload that shortened lease_ttl must not make the
+      -- set vanish with the slots of longer leases still held
+      local last = tonumber(rcall("ZRANGE", key, -1, -1, "WITHSCORES")[2])
+      if last < xend[i] then last = xend[i] end
+      rcall("PEXPIRE", key, string.format("%d", ceil((last - now) / 1000) + slack))
     end
   end
   return id ~= nil
