@@ -607,15 +607,57 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 		actions, got = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
-		if err := d.execute(ctx, m, actions); err != nil {
+		if err := d.finish(ctx, m, actions); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		ackDone(m, len(actions) > 0)
 		d.countApplied(got)
 	}
+}
+
+// finishGrace bounds how long a message in flight when the run ends
+// still has its actions done; finishPoll is how often the daemon asks
+// meanwhile whether it may still act.
+const (
+	finishGrace = 5 * time.Second
+	finishPoll  = 20 * time.Millisecond
+)
+
+// finish does a message's actions and acknowledges it. Once applied, a
+// message is finished even when ctx ends meanwhile (a stop, a handover of
+// the leadership), for up to finishGrace after its end and only while
+// the daemon may act (a call under way is cancelled once it may not): a
+// message cut short midway (an alert published, the next action not
+// done) would stay unacknowledged, and the riskd after this one, its
+// state rebuilt only up to the ack floor, would act on it again and
+// publish the alert twice.
+func (d *Daemon) finish(ctx context.Context, m jetstream.Msg, actions []signals.Action) error {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() {
+		grace := time.NewTimer(finishGrace)
+		defer grace.Stop()
+		poll := time.NewTicker(finishPoll)
+		defer poll.Stop()
+		for d.Leading() {
+			select {
+			case <-fctx.Done():
+				return
+			case <-grace.C:
+				cancel()
+				return
+			case <-poll.C:
+			}
+		}
+		cancel()
+	})()
+	if err := d.execute(fctx, m, actions); err != nil {
+		return err
+	}
+	ackDone(m, len(actions) > 0)
+	return nil
 }
 
 // ackWait bounds how long a message whose actions were done waits for
