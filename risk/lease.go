@@ -78,7 +78,7 @@ func (l *Lease) run(ctx context.Context, script *redis.Script) (bool, error) {
 	go func() {
 		n, err := script.Run(ctx, l.c, []string{l.key}, l.owner, l.ttl.Milliseconds()).Int()
 		if err == nil && n != 1 {
-			err = errLost
+			err = ErrLeaseLost
 		}
 		done <- err
 	}()
@@ -125,12 +125,12 @@ func (l *Lease) Acquire(ctx context.Context, poll time.Duration) error {
 	}
 }
 
-// errLost is returned by Hold when the lease was lost.
-var errLost = errors.New("risk: leadership lease lost")
+// ErrLeaseLost is returned by Hold and Lead when the lease was lost.
+var ErrLeaseLost = errors.New("risk: leadership lease lost")
 
 // Hold renews the lease every ttl/3 until ctx ends (then releases it) or
 // a renewal fails or does not answer within ttl/3 (then it returns an
-// error wrapping errLost: Valid is false already, stop acting).
+// error wrapping ErrLeaseLost: Valid is false already, stop acting).
 func (l *Lease) Hold(ctx context.Context) error {
 	t := time.NewTicker(l.ttl / 3)
 	defer t.Stop()
@@ -149,12 +149,44 @@ func (l *Lease) Hold(ctx context.Context) error {
 					continue
 				}
 				l.until.Store(0)
-				if errors.Is(err, errLost) {
-					return errLost
+				if errors.Is(err, ErrLeaseLost) {
+					return ErrLeaseLost
 				}
-				return errors.Join(errLost, err)
+				return errors.Join(ErrLeaseLost, err)
 			}
 			l.held(sent)
 		}
+	}
+}
+
+// Lead runs run while the lease, acquired, is held, renewing it
+// meanwhile (Hold). run's context ends when ctx ends or when the lease is
+// lost (Valid is false already). When ctx ends the lease stays held, and
+// renewed, until run has returned, and is released only then: what run
+// still finishes after its context ended (a message in flight) it does as
+// the leader, and no other holder can act before it has stopped. Lead
+// returns run's error, else one wrapping ErrLeaseLost when the lease was
+// lost, else nil.
+func (l *Lease) Lead(ctx context.Context, run func(ctx context.Context) error) error {
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	// Hold ends (and releases) only when told, once run has returned
+	hctx, release := context.WithCancel(context.WithoutCancel(ctx))
+	defer release()
+	held := make(chan error, 1)
+	go func() { held <- l.Hold(hctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- run(rctx) }()
+	select {
+	case lost := <-held:
+		stop()
+		if err := <-ran; err != nil {
+			return err
+		}
+		return lost
+	case err := <-ran:
+		release()
+		<-held
+		return err
 	}
 }

@@ -2,6 +2,8 @@ package risk_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,5 +148,78 @@ func TestLeaseStalledRedis(t *testing.T) {
 	wg.Wait()
 	if n := both.Load(); n != 0 {
 		t.Fatalf("both held a valid lease at %d samples", n)
+	}
+}
+
+// TestLeadReleasesAfterRun: Lead runs its function while the lease is
+// held; when Lead's context ends, the function's context ends first and
+// the lease stays held (and valid, another contender kept out) until the
+// function has returned, so what it finishes after its end (the message
+// in flight) is done by the leader; only then is the lease released. A
+// lease taken over underneath ends the function's context too, and Lead
+// returns ErrLeaseLost once the function has returned.
+func TestLeadReleasesAfterRun(t *testing.T) {
+	t.Parallel()
+	c, prefix := testenv.Redis(t)
+	key := prefix + "leader"
+	const ttl = 300 * time.Millisecond
+	a := risk.NewLease(c, key, "a", ttl)
+	b := risk.NewLease(c, key, "b", ttl)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	ended := make(chan struct{})
+	finish := make(chan struct{})
+	var during []string
+	led := make(chan error, 1)
+	go func() {
+		led <- a.Lead(lctx, func(ctx context.Context) error {
+			<-ctx.Done()
+			close(ended)
+			<-finish // the message in flight is finished now
+			// b tries for two TTLs: the lease stays only if it is renewed
+			v, _ := c.Get(context.Background(), key).Result()
+			short, cancel := context.WithTimeout(context.Background(), 2*ttl)
+			defer cancel()
+			took := b.Acquire(short, 10*time.Millisecond) == nil
+			during = append(during, fmt.Sprintf("valid=%v holder=%s b-acquired=%v", a.Valid(), v, took))
+			return nil
+		})
+	}()
+	stop()
+	<-ended
+	close(finish)
+	if err := <-led; err != nil {
+		t.Fatalf("Lead after its context ended: %v", err)
+	}
+	if want := "valid=true holder=a b-acquired=false"; len(during) != 1 || during[0] != want {
+		t.Fatalf("while the function finished: %v, want %s", during, want)
+	}
+	if v, _ := c.Get(ctx, key).Result(); v != "" {
+		t.Fatalf("lease still held by %q after Lead returned", v)
+	}
+	// lost underneath: the function's context ends, Lead says so
+	if err := b.Acquire(ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		led <- b.Lead(ctx, func(ctx context.Context) error {
+			<-ctx.Done()
+			if b.Valid() {
+				return errors.New("valid after the lease was lost")
+			}
+			return nil
+		})
+	}()
+	c.Set(ctx, key, "intruder", time.Minute)
+	select {
+	case err := <-led:
+		if !errors.Is(err, risk.ErrLeaseLost) {
+			t.Fatalf("Lead after the lease was lost: %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lead did not notice the lost lease")
 	}
 }

@@ -135,8 +135,7 @@ func (r *riskComponent) Run(ctx context.Context) error {
 		return r.serve(ctx, r.cur.Load())
 	}
 	for {
-		r.leader.Store(false)
-		r.metrics.StandBy()
+		r.standBy()
 		if err := r.lease.Acquire(ctx, leasePoll); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -154,41 +153,42 @@ func (r *riskComponent) Run(ctx context.Context) error {
 
 // lead runs a new daemon while the lease is held. It returns nil when ctx
 // ends or the lease is lost (the caller stands by again), the daemon's
-// error when it fails.
+// error when it fails. The lease is released only once the daemon (and
+// its alert delivery) has stopped, so the message it finishes on its way
+// out is finished by the leader, and never also by the next one
+// (risk.Lease.Lead).
 func (r *riskComponent) lead(ctx context.Context) error {
 	d, err := r.newDaemon()
 	if err != nil {
 		return err
 	}
-	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	held := make(chan error, 1)
-	go func() { held <- r.lease.Hold(tctx) }()
-	ran := make(chan error, 1)
-	go func() { ran <- r.serve(tctx, d) }()
-	select {
-	case err := <-held:
-		// not leading from now: the daemon has stopped acting (Valid
-		// is false) and stops; what it still holds waits for it
-		r.leader.Store(false)
-		r.metrics.StandBy()
-		cancel()
-		<-ran
-		if ctx.Err() == nil {
-			r.c.Logger.Warn("leadership lost; standing by", "err", err)
-		}
+	err = r.lease.Lead(ctx, func(ctx context.Context) error {
+		// not the leader from the moment the daemon is told to stop (the
+		// lease lost, or riskd stopping): it acts on nothing new, and a
+		// Redis call that stalls does not keep it reported as leading
+		defer context.AfterFunc(ctx, r.standBy)()
+		return r.serve(ctx, d)
+	})
+	r.standBy()
+	switch {
+	case ctx.Err() != nil:
 		return nil
-	case err := <-ran:
-		r.leader.Store(false)
-		r.metrics.StandBy()
-		cancel()
-		<-held // releases the lease
-		if errors.Is(err, risk.ErrNotLeading) {
-			r.c.Logger.Warn("leadership lease not renewed in time; stopped acting, standing by")
-			return nil
-		}
-		return err
+	case errors.Is(err, risk.ErrLeaseLost):
+		// the daemon stopped acting when the lease turned invalid; what
+		// it held waits for the next leader
+		r.c.Logger.Warn("leadership lost; standing by", "err", err)
+		return nil
+	case errors.Is(err, risk.ErrNotLeading):
+		r.c.Logger.Warn("leadership lease not renewed in time; stopped acting, standing by")
+		return nil
 	}
+	return err
+}
+
+// standBy reports this process as not leading (readiness, metric).
+func (r *riskComponent) standBy() {
+	r.leader.Store(false)
+	r.metrics.StandBy()
 }
 
 // leading reports whether this process may act now: it holds a valid
