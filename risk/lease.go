@@ -23,6 +23,12 @@ import (
 // TTL has stopped acting a third of the TTL before the lease can pass to
 // another riskd, even while Redis stalls.
 type Lease struct {
+	// StopGrace bounds how long Lead keeps the lease for a run that has
+	// not returned after Lead's context ended (default DefaultStopGrace):
+	// a riskd stuck on its way out does not keep its standby out for
+	// ever.
+	StopGrace time.Duration
+
 	c     redis.UniversalClient
 	key   string
 	owner string
@@ -33,9 +39,13 @@ type Lease struct {
 	until atomic.Int64
 }
 
+// DefaultStopGrace is Lease.StopGrace when unset: the daemon's grace for
+// the message in flight (5 s) and its alert delivery's stop, with room.
+const DefaultStopGrace = 10 * time.Second
+
 // NewLease returns a lease on key held as owner for ttl at a time.
 func NewLease(c redis.UniversalClient, key, owner string, ttl time.Duration) *Lease {
-	return &Lease{c: c, key: key, owner: owner, ttl: ttl, base: time.Now()}
+	return &Lease{c: c, key: key, owner: owner, ttl: ttl, base: time.Now(), StopGrace: DefaultStopGrace}
 }
 
 // acquireScript takes the lease when it is free, or when it is still this
@@ -138,6 +148,7 @@ func (l *Lease) Hold(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			l.until.Store(0) // not valid from before the release on
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_ = releaseScript.Run(rctx, l.c, []string{l.key}, l.owner).Err()
 			cancel()
@@ -164,21 +175,29 @@ func (l *Lease) Hold(ctx context.Context) error {
 // lost (Valid is false already). When ctx ends the lease stays held, and
 // renewed, until run has returned, and is released only then: what run
 // still finishes after its context ended (a message in flight) it does as
-// the leader, and no other holder can act before it has stopped. Lead
-// returns run's error, else one wrapping ErrLeaseLost when the lease was
-// lost, else nil.
+// the leader, and no other holder can act before it has stopped. A run
+// that has not returned StopGrace after ctx ended loses the lease all
+// the same (Valid turns false, then the lease is released). Lead returns
+// run's error, else one wrapping ErrLeaseLost when the lease was lost,
+// else nil.
 func (l *Lease) Lead(ctx context.Context, run func(ctx context.Context) error) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	// Hold ends (and releases) only when told, once run has returned
+	// Hold ends (and releases) only when told: once run has returned, or
+	// StopGrace after ctx ended
 	hctx, release := context.WithCancel(context.WithoutCancel(ctx))
 	defer release()
+	grace := l.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(grace, release) })()
 	held := make(chan error, 1)
 	go func() { held <- l.Hold(hctx) }()
 	ran := make(chan error, 1)
 	go func() { ran <- run(rctx) }()
 	select {
-	case lost := <-held:
+	case lost := <-held: // lost (Valid is false), or released after the grace
 		stop()
 		if err := <-ran; err != nil {
 			return err

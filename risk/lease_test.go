@@ -223,3 +223,50 @@ func TestLeadReleasesAfterRun(t *testing.T) {
 		t.Fatal("Lead did not notice the lost lease")
 	}
 }
+
+// TestLeadStopGrace: a run that does not return after Lead's context
+// ended keeps the lease only for StopGrace: then Valid turns false and the
+// lease is released, and another contender acquires it, while the run is
+// still stuck.
+func TestLeadStopGrace(t *testing.T) {
+	t.Parallel()
+	c, prefix := testenv.Redis(t)
+	key := prefix + "leader"
+	const ttl = 300 * time.Millisecond
+	a := risk.NewLease(c, key, "a", ttl)
+	a.StopGrace = 4 * ttl
+	b := risk.NewLease(c, key, "b", ttl)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	stuck := make(chan struct{})
+	led := make(chan error, 1)
+	go func() {
+		led <- a.Lead(lctx, func(ctx context.Context) error {
+			<-ctx.Done()
+			<-stuck // ignores its end
+			return nil
+		})
+	}()
+	stop()
+	t0 := time.Now()
+	actx, cancel := context.WithTimeout(ctx, a.StopGrace+5*time.Second)
+	defer cancel()
+	if err := b.Acquire(actx, 10*time.Millisecond); err != nil {
+		t.Fatalf("b did not acquire the lease of a stuck run: %v", err)
+	}
+	took := time.Since(t0)
+	if a.Valid() {
+		t.Fatal("a still valid after b acquired the lease")
+	}
+	// held (renewed) through the grace, released at its end
+	if took < a.StopGrace || took > a.StopGrace+time.Second {
+		t.Fatalf("b acquired the lease %v after a's stop, want after StopGrace %v", took, a.StopGrace)
+	}
+	close(stuck)
+	if err := <-led; err != nil {
+		t.Fatalf("Lead: %v", err)
+	}
+}
