@@ -374,6 +374,7 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, ui
 		MaxAckPending: 20000,
 	}
 	var floor uint64
+	create := d.js.CreateOrUpdateConsumer
 	c, err := d.js.Consumer(ctx, s.stream, s.durable)
 	switch {
 	case err == nil && filterOf(c.CachedInfo().Config) == s.filter && !held(c.CachedInfo()):
@@ -391,6 +392,7 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, ui
 		if err := d.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil {
 			return nil, 0, fmt.Errorf("risk: delete consumer %s: %w", s.durable, err)
 		}
+		create = d.recreate // the position lives only in cfg now: do not lose it
 		switch {
 		case info.AckFloor.Stream > 0:
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.AckFloor.Stream+1
@@ -406,7 +408,7 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, ui
 	default:
 		return nil, 0, fmt.Errorf("risk: consumer %s: %w", s.durable, err)
 	}
-	c, err = d.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
+	c, err = create(ctx, s.stream, cfg)
 	if err != nil {
 		return nil, 0, fmt.Errorf("risk: create consumer %s: %w", s.durable, err)
 	}
@@ -414,6 +416,33 @@ func (d *Daemon) consumer(ctx context.Context, s source) (jetstream.Consumer, ui
 		return nil, 0, fmt.Errorf("risk: consumer %s: the server applied filter %q, not %q", s.durable, got, s.filter)
 	}
 	return c, floor, nil
+}
+
+// recreateFor bounds how long recreate retries a consumer's create.
+const recreateFor = 30 * time.Second
+
+// recreate creates the consumer riskd has just deleted to move it (its
+// filter, or what another riskd left undone), retrying a failed create
+// for recreateFor whatever ctx: its position is known only to cfg, and a
+// create given up would leave no consumer, so the next start would begin
+// at now - window with nothing acted on, redoing what was done and never
+// reading what came before the window.
+func (d *Daemon) recreate(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recreateFor)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		c, err := d.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err == nil {
+			return c, nil
+		}
+		d.log.Warn("recreating a consumer at its position failed; retrying", "consumer", cfg.Durable, "from_seq", cfg.OptStartSeq, "err", err)
+		select {
+		case <-ctx.Done():
+			d.log.Error("consumer not recreated: its position is lost; the next start begins at now - window", "consumer", cfg.Durable, "from_seq", cfg.OptStartSeq)
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // held reports whether a consumer holds messages delivered and not
