@@ -96,3 +96,73 @@ func BenchmarkDaemonDecisions(b *testing.B) {
 	<-done
 	b.ReportMetric(want/elapsed.Seconds(), "events/s")
 }
+
+// lockoutPolicy locks an account at its first failed login, so that
+// every report is a lockout: a lock written and an alert published.
+const lockoutPolicy = `version: 1
+limits:
+  - {name: ip, by: [ip], rate: 600/min}
+risk:
+  velocity:
+    - {name: first-failure, event: login_failed, by: account, threshold: 1, window: 10m, action: lockout, duration: 15m}
+`
+
+// BenchmarkDaemonLockouts measures how many lockouts one riskd makes per
+// second when every event is one (a credential-stuffing run across many
+// accounts): b.N login_failed reports of distinct accounts are published
+// to an embedded JetStream (file storage, as deployed), then the daemon is
+// timed until it has published their b.N alerts. Each lockout writes its
+// lock, publishes its alert and waits for JetStream's confirmation of
+// both the alert and the report's acknowledgement.
+func BenchmarkDaemonLockouts(b *testing.B) {
+	e, err := streams.StartEmbedded(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Stop()
+	nc, err := streams.Connect(e.URL, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	ctx := context.Background()
+	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Parse("bench.yaml", []byte(lockoutPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for i := 0; i < b.N; i++ {
+		r := streams.Report{V: 1, ID: fmt.Sprint("r", i), TS: now, Type: streams.ReportLoginFailed, Source: "api", Account: fmt.Sprintf("user%d@example.com", i)}
+		if err := pub.Report(ctx, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := risk.NewMetrics(reg)
+	d, err := risk.New(risk.Options{Publisher: pub, Store: bucket.NewMemoryStore(bucket.MemoryOptions{}),
+		Policy: func() *policy.Policy { return p }, Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = d.Run(rctx); close(done) }()
+	for testutil.ToFloat64(m.Alerts.WithLabelValues(streams.AlertLockout)) < float64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "lockouts/s")
+}
