@@ -30,26 +30,34 @@ risk:
   repeat_offender: {per_minute: 100}
 `
 
+// benchPublisher starts an embedded JetStream (file storage) for b and
+// returns a publisher connected to it.
+func benchPublisher(b *testing.B) *streams.Publisher {
+	b.Helper()
+	e, err := streams.StartEmbedded(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Stop)
+	nc, err := streams.Connect(e.URL, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pub.Close)
+	return pub
+}
+
 // BenchmarkDaemonDecisions measures how many decision events one riskd
 // consumes and processes per second: b.N batches of 256 decisions (10,000
 // devices, 20% denied) are published to an embedded JetStream first, then
 // the daemon is started and timed until it has processed them all.
 func BenchmarkDaemonDecisions(b *testing.B) {
-	e, err := streams.StartEmbedded(b.TempDir(), 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Stop()
-	nc, err := streams.Connect(e.URL, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
+	pub := benchPublisher(b)
 	ctx := context.Background()
 	cfg := streams.Config{Memory: true}
 	if err := streams.EnsureStreams(ctx, pub.JetStream(), cfg); err != nil {
@@ -115,21 +123,7 @@ risk:
 // lock, publishes its alert and waits for JetStream's confirmation of
 // both the alert and the report's acknowledgement.
 func BenchmarkDaemonLockouts(b *testing.B) {
-	e, err := streams.StartEmbedded(b.TempDir(), 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Stop()
-	nc, err := streams.Connect(e.URL, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
+	pub := benchPublisher(b)
 	ctx := context.Background()
 	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
 		b.Fatal(err)

@@ -62,22 +62,12 @@ func testCA(t *testing.T) (*attestationtest.CA, string) {
 // attestApple attests device through the limiter at base and returns its device token.
 func attestApple(t *testing.T, base string, ca *attestationtest.CA, device string) string {
 	t.Helper()
-	_, body := post(t, base+"/v1/attest/challenge", `{"device_id":"`+device+`"}`)
-	var ch struct{ Challenge string }
-	if err := json.Unmarshal([]byte(body), &ch); err != nil || ch.Challenge == "" {
-		t.Fatalf("challenge: %s", body)
+	st, body, _ := attestAppleAs(t, base, ca, device, "")
+	token := deviceTokenOf(body)
+	if st != 200 || token == "" {
+		t.Fatalf("attest %s: %d %s", device, st, body)
 	}
-	hash := sha256.Sum256([]byte(ch.Challenge))
-	att := ca.Attest(t, attestationtest.Options{AppID: attackAppID, ClientDataHash: hash[:]})
-	b64 := base64.StdEncoding.EncodeToString
-	resp, body := post(t, base+"/v1/attest/apple", `{"device_id":"`+device+`","key_id":"`+b64(att.KeyID)+`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
-	var v struct {
-		DeviceToken string `json:"device_token"`
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil || resp.StatusCode != 200 || v.DeviceToken == "" {
-		t.Fatalf("attest %s: %d %s", device, resp.StatusCode, body)
-	}
-	return v.DeviceToken
+	return token
 }
 
 // forged is token with one character of its MAC changed: never the token
