@@ -3,14 +3,17 @@
 // Slack incoming webhooks, as the policy's `alerting` section says.
 //
 // Delivery is at least once, and nothing is lost: a Deliverer reads the
-// alerts from their JetStream stream through a durable consumer and
-// acknowledges an alert only when every sink has taken it (answered 2xx)
-// or has been given up after `retry_for` (counted as failed). Until then
-// the alert stays pending on the consumer (its ack deadline pushed back
-// while it is worked on), so a receiver outage only delays it and a
-// process that stops or dies leaves it to be delivered again by the next
-// one. Receivers may thus see a delivery twice, with the same
-// delivery_id: they dedupe on it.
+// alerts from their JetStream stream through one durable consumer per
+// sink ("<durable>-am-<hash>", "<durable>-wh-<hash>", the hash of the
+// sink's url and format), and each consumer acknowledges an alert only
+// when its sink has taken it (answered 2xx) or has given it up after
+// `retry_for` (counted as failed). Until then the alert stays pending on
+// that sink's consumer (its ack deadline pushed back while it is worked
+// on), so a receiver outage only delays that receiver, whose backlog
+// waits in the stream (at most MaxPending of it in memory), and a process
+// that stops or dies leaves it to be delivered again by the next one.
+// Receivers may thus see a delivery twice, with the same delivery_id:
+// they dedupe on it.
 //
 // Repeats of one (kind, subject, id) within `fold` of the first (by the
 // alerts' own ts) become one delivery carrying `folded`, sent when the
@@ -20,17 +23,17 @@ package alerting
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/policy"
@@ -51,7 +54,10 @@ type Options struct {
 	Leading func() bool
 	// Streams names the subjects and streams (must match the limiter's).
 	Streams streams.Config
-	// Durable is the durable consumer's name (default "riskd-alerts").
+	// Durable starts the names of the sinks' durable consumers (default
+	// "riskd-alerts": "riskd-alerts-wh-<hash>"). A consumer of this very
+	// name is the single consumer of earlier versions: the sinks'
+	// consumers start at its ack floor, then it is deleted.
 	Durable string
 	// Getenv reads the webhooks' secrets (default os.Getenv).
 	Getenv func(string) string
@@ -71,13 +77,19 @@ type Options struct {
 	// process that died is delivered again within it. Alerts being worked
 	// on are marked in progress every AckWait/3.
 	AckWait time.Duration
-	// MaxPending bounds the alerts taken and not yet acknowledged
-	// (default 10,000).
+	// MaxPending bounds, per sink, the alerts taken and not yet
+	// acknowledged (default 10,000): a sink that owes that many takes no
+	// more from the stream, the others go on.
 	MaxPending int
-	// StartBack is how far back a newly created consumer starts in the
-	// stream (default 10m): alerts published just before the first
-	// delivering process started are still delivered.
+	// StartBack is how far back the first consumers start in the stream
+	// when there is none yet (default 10m): alerts published just before
+	// the first delivering process started are still delivered. A sink
+	// added later starts with the alerts published from then on.
 	StartBack time.Duration
+	// Reconcile is how often the policy's sinks are compared with the
+	// consumers running (default 1s): a reload that adds or removes a
+	// sink takes effect within it.
+	Reconcile time.Duration
 }
 
 // Defaults of Options.
@@ -89,6 +101,7 @@ const (
 	DefaultAckWait     = 30 * time.Second
 	DefaultMaxPending  = 10_000
 	DefaultStartBack   = 10 * time.Minute
+	DefaultReconcile   = time.Second
 	recentRecords      = 100
 )
 
@@ -129,6 +142,9 @@ func (o *Options) defaults() {
 	if o.StartBack <= 0 {
 		o.StartBack = DefaultStartBack
 	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
+	}
 	if o.Streams.Prefix == "" {
 		o.Streams.Prefix = streams.DefaultPrefix
 	}
@@ -137,16 +153,13 @@ func (o *Options) defaults() {
 // Deliverer delivers alerts from the stream. Use New, then Run; Recent
 // may be called from any goroutine.
 type Deliverer struct {
-	o   Options
-	log *slog.Logger
-	sem chan struct{} // one slot per alert taken and not yet acknowledged
-	wg  sync.WaitGroup
-
-	mu      sync.Mutex // guards pending, groups, recent
-	pending map[jetstream.Msg]struct{}
-	groups  map[foldKey]*group
-	recent  []Record // ring, newest at next-1
-	next    int
+	o      Options
+	log    *slog.Logger
+	ours   *regexp.Regexp // the names of the sinks' consumers
+	passes atomic.Int64   // reconciles done (for tests)
+	mu     sync.Mutex     // guards recent
+	recent []Record       // ring, newest at next-1
+	next   int
 }
 
 // New validates o and returns a Deliverer.
@@ -155,10 +168,7 @@ func New(o Options) (*Deliverer, error) {
 		return nil, errors.New("alerting: jetstream and policy are required")
 	}
 	o.defaults()
-	return &Deliverer{
-		o: o, log: o.Logger, sem: make(chan struct{}, o.MaxPending),
-		pending: map[jetstream.Msg]struct{}{}, groups: map[foldKey]*group{},
-	}, nil
+	return &Deliverer{o: o, log: o.Logger, ours: regexp.MustCompile(`^` + regexp.QuoteMeta(o.Durable) + `-(am|wh)-[0-9a-f]{12}$`)}, nil
 }
 
 // item is one alert taken from the stream.
@@ -171,75 +181,204 @@ type item struct {
 }
 
 // Run delivers until ctx ends (then alerts not yet delivered are handed
-// back to the stream for the next process) or the consumer fails (its
-// error). It returns once every delivery it started has ended.
+// back to the stream for the next process) or a sink's consumer is
+// deleted under it (its error). Every Reconcile, while leading, it
+// compares the policy's sinks with the consumers it runs: a new sink's
+// consumer is created and run, a removed sink's consumer is stopped and
+// deleted. It returns once every delivery it started has ended.
 func (d *Deliverer) Run(ctx context.Context) error {
-	c, err := d.consumer(ctx)
-	if err != nil {
-		return err
-	}
-	// The deliveries outlive intake: they are stopped (and hand their
-	// alerts back) only once no pull request of this process is left on
-	// the server, which would take the handed-back alerts again.
-	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	go d.keepAlive(dctx)
-	err = d.intake(ctx, dctx, c)
-	cancel()
-	d.wg.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
-// fetchWait bounds each pull request: at most one, this long, is open on
-// the server at any time.
-const fetchWait = time.Second
-
-// notLeadingPause is how often a deliverer that is not leading asks again
-// whether it leads.
-const notLeadingPause = 250 * time.Millisecond
-
-// intake fetches alerts and starts their deliveries (under dctx) until
-// ctx ends or the consumer is gone. It returns after its last pull
-// request has ended.
-func (d *Deliverer) intake(ctx, dctx context.Context, c jetstream.Consumer) error {
-	for ctx.Err() == nil {
-		if !d.o.Leading() {
-			// Another process delivers: a pull request of this one would
-			// take alerts only to hand them back, and, with both pulling,
-			// could take them again and again before the leader does.
-			pause(ctx, notLeadingPause)
-			continue
+	lanes := map[string]*lane{}
+	defer func() {
+		for _, l := range lanes {
+			l.stop()
 		}
-		n := min(cap(d.sem)-len(d.sem), 256)
-		if n == 0 {
-			n = 1 // waits for a free slot below
-		}
-		batch, err := c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("alerting: consume %s: %w", d.o.Durable, err)
-		}
-		if err != nil {
-			d.log.Warn("alerting: fetch", "err", err)
-			pause(ctx, 250*time.Millisecond)
-			continue
-		}
-		for m := range batch.Messages() {
-			select {
-			case d.sem <- struct{}{}: // freed as deliveries end
-				d.take(dctx, m)
-			case <-ctx.Done():
-				_ = m.Nak() // every slot taken and stopping: the next process takes it
+	}()
+	failed := make(chan error, 1)
+	first, seen := true, uint64(0) // seen: the stream's last sequence at the last reconcile
+	t := time.NewTicker(d.o.Reconcile)
+	defer t.Stop()
+	for {
+		if d.o.Leading() {
+			last, err := d.reconcile(ctx, lanes, first, seen, failed)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				d.log.Warn("alerting: reconcile the sinks' consumers", "err", err)
+			default:
+				first, seen = false, last
+				d.passes.Add(1)
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			d.log.Warn("alerting: fetch", "err", err)
-			pause(ctx, 250*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		case <-t.C:
 		}
 	}
-	return nil
+}
+
+// reconcile makes lanes run the consumers of the policy's sinks: it
+// creates and starts those missing, stops the removed ones and deletes
+// their consumers (and, on the first call, the consumers of sinks removed
+// while no process delivered), and deletes the single consumer of earlier
+// versions once every sink's consumer started from its ack floor. seen
+// is the stream's last sequence at the previous reconcile, read before that reconcile read the policy: a sink that was not
+// in that policy starts after seen, so it gets every alert published
+// after the reload that added it. It returns the stream's last sequence,
+// read before the policy.
+func (d *Deliverer) reconcile(ctx context.Context, lanes map[string]*lane, first bool, seen uint64, failed chan<- error) (uint64, error) {
+	stream, err := d.o.JetStream.Stream(ctx, d.o.Streams.Stream(streams.EventsStream))
+	if err != nil {
+		return 0, fmt.Errorf("alerting: stream: %w", err)
+	}
+	last := stream.CachedInfo().State.LastSeq
+	var al *policy.Alerting
+	if p := d.o.Policy(); p != nil {
+		al = p.Alerting
+	}
+	want := map[string]sinkKey{}
+	var names []string
+	for _, r := range sinkRefs(al) {
+		name := consumerName(d.o.Durable, r.key)
+		want[name] = r.key
+		names = append(names, name)
+	}
+	changed := first
+	for _, name := range names {
+		changed = changed || lanes[name] == nil
+	}
+	for name := range lanes {
+		_, kept := want[name]
+		changed = changed || !kept
+	}
+	if !changed {
+		return last, nil
+	}
+	existing := map[string]bool{}
+	lister := stream.ConsumerNames(ctx)
+	for name := range lister.Name() {
+		existing[name] = true
+	}
+	if err := lister.Err(); err != nil {
+		return 0, fmt.Errorf("alerting: list consumers: %w", err)
+	}
+	start, err := d.startOf(ctx, stream, existing, first, seen)
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range names {
+		if lanes[name] != nil {
+			continue
+		}
+		var c jetstream.Consumer
+		if existing[name] {
+			c, err = stream.Consumer(ctx, name)
+		} else {
+			cfg := d.consumerConfig(name, want[name])
+			start(&cfg)
+			c, err = stream.CreateConsumer(ctx, cfg)
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				c, err = stream.Consumer(ctx, name)
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("alerting: consumer %s: %w", name, err)
+		}
+		lanes[name] = d.startLane(ctx, name, want[name], c, failed)
+		d.log.Info("alerting: delivering to a sink", "consumer", name)
+	}
+	for name, l := range lanes {
+		if _, kept := want[name]; kept {
+			continue
+		}
+		l.stop() // hands its alerts back
+		delete(lanes, name)
+		existing[name] = true
+	}
+	for name := range existing {
+		if _, kept := want[name]; kept || !d.ours.MatchString(name) {
+			continue
+		}
+		if err := stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, fmt.Errorf("alerting: delete the consumer %s of a removed sink: %w", name, err)
+		}
+		d.log.Info("alerting: a sink removed; its consumer deleted", "consumer", name)
+	}
+	if existing[d.o.Durable] && len(names) > 0 {
+		if err := stream.DeleteConsumer(ctx, d.o.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, fmt.Errorf("alerting: delete the single consumer %s: %w", d.o.Durable, err)
+		}
+		d.log.Info("alerting: the single consumer replaced by one per sink", "consumer", d.o.Durable)
+	}
+	return last, nil
+}
+
+// startOf returns how a sink's consumer created now starts:
+//   - upgrading (the single consumer <durable> exists): after its ack floor;
+//   - a sink added by a reload (seen > 0): after seen;
+//   - at start, beside the consumers of other sinks: after the furthest
+//     of their ack floors (where delivery had got to);
+//   - at start with no consumer at all (the first delivering process):
+//     StartBack ago.
+func (d *Deliverer) startOf(ctx context.Context, stream jetstream.Stream, existing map[string]bool, first bool, seen uint64) (func(*jetstream.ConsumerConfig), error) {
+	after := func(seq uint64) func(*jetstream.ConsumerConfig) {
+		return func(c *jetstream.ConsumerConfig) {
+			c.DeliverPolicy, c.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+		}
+	}
+	floor := func(name string) (uint64, error) {
+		c, err := stream.Consumer(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("alerting: consumer %s: %w", name, err)
+		}
+		return c.CachedInfo().AckFloor.Stream, nil
+	}
+	if existing[d.o.Durable] {
+		f, err := floor(d.o.Durable)
+		return after(f), err
+	}
+	if !first {
+		return after(seen), nil
+	}
+	var furthest uint64
+	found := false
+	for name := range existing {
+		if !d.ours.MatchString(name) {
+			continue
+		}
+		f, err := floor(name)
+		if err != nil {
+			return nil, err
+		}
+		furthest, found = max(furthest, f), true
+	}
+	if found {
+		return after(furthest), nil
+	}
+	since := d.o.Now().Add(-d.o.StartBack)
+	return func(c *jetstream.ConsumerConfig) {
+		c.DeliverPolicy, c.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}, nil
+}
+
+// consumerConfig is the configuration of k's consumer (its start aside).
+func (d *Deliverer) consumerConfig(name string, k sinkKey) jetstream.ConsumerConfig {
+	what := "Alertmanager"
+	if k.kind == "wh" {
+		what = "a " + k.format + " webhook"
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "Tollgate alert delivery to " + what + " (alerting section)", // no url: it may be a secret
+		FilterSubject: d.o.Streams.Prefix + "alerts.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.o.AckWait,
+		MaxAckPending: d.o.MaxPending,
+		Replicas:      d.o.Streams.Replicas, // 0: the stream's
+	}
 }
 
 // pause waits d or until ctx ends.
@@ -250,155 +389,6 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// consumer returns the durable consumer of the alerts, creating it to
-// start StartBack ago when it does not exist.
-func (d *Deliverer) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	stream := d.o.Streams.Stream(streams.EventsStream)
-	c, err := d.o.JetStream.Consumer(ctx, stream, d.o.Durable)
-	if err == nil {
-		return c, nil
-	}
-	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("alerting: consumer %s: %w", d.o.Durable, err)
-	}
-	start := d.o.Now().Add(-d.o.StartBack)
-	c, err = d.o.JetStream.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       d.o.Durable,
-		Description:   "Tollgate alert delivery (alerting section)",
-		FilterSubject: d.o.Streams.Prefix + "alerts.>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       d.o.AckWait,
-		MaxAckPending: d.o.MaxPending,
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
-		OptStartTime:  &start,
-		Replicas:      d.o.Streams.Replicas, // 0: the stream's
-	})
-	if err != nil {
-		return nil, fmt.Errorf("alerting: create consumer %s: %w", d.o.Durable, err)
-	}
-	return c, nil
-}
-
-// take starts the delivery of m (or acknowledges it when there is
-// nothing to deliver). It holds one slot of d.sem, which the delivery
-// gives back.
-func (d *Deliverer) take(ctx context.Context, m jetstream.Msg) {
-	d.mu.Lock()
-	d.pending[m] = struct{}{}
-	d.mu.Unlock()
-	d.o.Metrics.Pending.Inc()
-	var a streams.Alert
-	if err := json.Unmarshal(m.Data(), &a); err != nil || a.Kind == "" {
-		d.log.Error("alerting: undecodable alert dropped", "subject", m.Subject(), "err", err)
-		d.done(m, m.Term)
-		return
-	}
-	var al *policy.Alerting
-	if p := d.o.Policy(); p != nil {
-		al = p.Alerting
-	}
-	if al == nil || a.Shadow && !al.Shadow {
-		d.done(m, m.Ack)
-		return
-	}
-	it := item{msg: m, alert: a, published: d.o.Now()}
-	if meta, err := m.Metadata(); err == nil {
-		it.published = meta.Timestamp
-	}
-	if al.Fold <= 0 {
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.deliver(ctx, []item{it})
-		}()
-		return
-	}
-	d.fold(ctx, it, al.Fold)
-}
-
-// done finishes m with settle (Ack, Nak or Term) and frees its slot.
-func (d *Deliverer) done(m jetstream.Msg, settle func() error) {
-	if err := settle(); err != nil {
-		d.log.Warn("alerting: settle alert", "subject", m.Subject(), "err", err)
-	}
-	d.mu.Lock()
-	delete(d.pending, m)
-	d.mu.Unlock()
-	d.o.Metrics.Pending.Dec()
-	<-d.sem
-}
-
-// keepAlive marks every pending alert in progress every AckWait/3, so a
-// delivery retried (or a fold held) longer than AckWait is not handed to
-// the consumer again meanwhile.
-func (d *Deliverer) keepAlive(ctx context.Context) {
-	t := time.NewTicker(d.o.AckWait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.mu.Lock()
-		msgs := make([]jetstream.Msg, 0, len(d.pending))
-		for m := range d.pending {
-			msgs = append(msgs, m)
-		}
-		d.mu.Unlock()
-		for _, m := range msgs {
-			_ = m.InProgress()
-		}
-	}
-}
-
-// deliver delivers items (one alert, or the repeats folded together) to
-// every sink that takes their kind, then acknowledges them all; when ctx
-// ends first it hands them back (Nak) for the next process.
-func (d *Deliverer) deliver(ctx context.Context, items []item) {
-	settle := jetstream.Msg.Ack
-	if !d.deliverAll(ctx, items) {
-		settle = jetstream.Msg.Nak
-	}
-	for _, it := range items {
-		d.done(it.msg, func() error { return settle(it.msg) })
-	}
-}
-
-// deliverAll reports whether every sink has taken items or given up.
-func (d *Deliverer) deliverAll(ctx context.Context, items []item) bool {
-	var al *policy.Alerting
-	if p := d.o.Policy(); p != nil {
-		al = p.Alerting
-	}
-	if al == nil {
-		return true // the section was removed meanwhile: nothing to deliver
-	}
-	last := items[len(items)-1].alert
-	dl := Delivery{ID: items[0].alert.ID, Alert: last, Folded: len(items)}
-	if dl.ID == "" {
-		dl.ID = fmt.Sprintf("%s-%d", last.Kind, items[0].published.UnixNano())
-	}
-	deadline := items[0].published.Add(al.RetryFor)
-	sinks := sinksFor(al, last.Kind, d.o.Getenv)
-	finished := make([]bool, len(sinks))
-	var wg sync.WaitGroup
-	for i, s := range sinks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			finished[i] = d.attempts(ctx, s, dl, deadline)
-		}()
-	}
-	wg.Wait()
-	for _, f := range finished {
-		if !f {
-			return false
-		}
-	}
-	return true
 }
 
 // attempts sends dl to s until it takes it (true), deadline (the

@@ -231,9 +231,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	})
 }
 
-// ackPending is the alert consumer's unacknowledged count.
-func (e *env) ackPending(name string) int {
-	c, err := e.js.Consumer(context.Background(), e.cfg.Stream(streams.EventsStream), name)
+// sinkConsumer is the consumer name of the i-th sink of p (Alertmanager
+// first, then the webhooks).
+func sinkConsumer(p *policy.Policy, i int) string {
+	return consumerName(DefaultDurable, sinkRefs(p.Alerting)[i].key)
+}
+
+// consumerInfo is the consumer of the i-th sink of p.
+func (e *env) consumerInfo(p *policy.Policy, i int) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	c, err := e.js.Consumer(context.Background(), e.cfg.Stream(streams.EventsStream), sinkConsumer(p, i))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -241,7 +248,19 @@ func (e *env) ackPending(name string) int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return info.NumAckPending + int(info.NumPending)
+	return info
+}
+
+// ackPending is the unacknowledged count of every sink's consumer of p:
+// the alerts taken and not acknowledged, and those not yet taken.
+func (e *env) ackPending(p *policy.Policy) int {
+	e.t.Helper()
+	n := 0
+	for i := range sinkRefs(p.Alerting) {
+		info := e.consumerInfo(p, i)
+		n += info.NumAckPending + int(info.NumPending)
+	}
+	return n
 }
 
 // TestReceiverOutageLosesNothing: a webhook that answers 503 to the first
@@ -264,7 +283,7 @@ func TestReceiverOutageLosesNothing(t *testing.T) {
 		}
 	}
 	waitFor(t, "every alert acknowledged", func() bool {
-		return e.ackPending(DefaultDurable) == 0 && testutil.ToFloat64(m.Pending) == 0
+		return e.ackPending(p) == 0 && testutil.ToFloat64(m.Pending) == 0
 	})
 	// Acknowledged: every attempt is counted by now.
 	if n := testutil.ToFloat64(m.Deliveries.WithLabelValues("webhooks[0]", ResultRetried)); n != 8 {
@@ -329,7 +348,7 @@ func TestCrashMidDeliveryLosesNothing(t *testing.T) {
 			t.Errorf("delivery %s lost", id)
 		}
 	}
-	waitFor(t, "every alert acknowledged", func() bool { return e.ackPending(DefaultDurable) == 0 })
+	waitFor(t, "every alert acknowledged", func() bool { return e.ackPending(p) == 0 })
 }
 
 // TestFoldAndFilters: repeats of one (kind, subject, id) within fold
@@ -367,7 +386,7 @@ func TestFoldAndFilters(t *testing.T) {
 	pub("s1", streams.AlertAnomaly, "d1", true)
 	pub("b1", streams.AlertLockout, "d2", false)
 	waitFor(t, "two deliveries", func() bool { return len(r.ids()) == 2 })
-	waitFor(t, "everything acknowledged", func() bool { return e.ackPending(DefaultDurable) == 0 })
+	waitFor(t, "everything acknowledged", func() bool { return e.ackPending(p) == 0 })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byID := map[string]WebhookBody{}
@@ -415,13 +434,9 @@ func TestNotLeadingDeliversNothing(t *testing.T) {
 	if n := testutil.CollectAndCount(follower.Deliveries); n != 0 {
 		t.Errorf("the follower counted %d attempt series, want none", n)
 	}
-	c, err := e.js.Consumer(context.Background(), e.cfg.Stream(streams.EventsStream), DefaultDurable)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The consumer sequence counts every delivery, redeliveries included.
-	if info, err := c.Info(context.Background()); err != nil || info.Delivered.Consumer != uint64(len(ids)) {
-		t.Errorf("consumer info %+v, %v: want %d deliveries, each alert once (the follower takes none)", info, err, len(ids))
+	if info := e.consumerInfo(p, 0); info.Delivered.Consumer != uint64(len(ids)) {
+		t.Errorf("consumer info %+v: want %d deliveries, each alert once (the follower takes none)", info, len(ids))
 	}
 	got := r.ids()
 	for _, id := range ids {

@@ -14,19 +14,19 @@ type group struct {
 	start  time.Time
 	items  []item
 	flush  chan struct{} // closed to deliver before the window's end
-	closed bool          // taken for delivery: joins no more (guarded by Deliverer.mu)
+	closed bool          // taken for delivery: joins no more (guarded by lane.mu)
 }
 
 // fold adds it to the open group of its key when its ts falls in that
 // group's window; otherwise it delivers the open group at once and opens
 // a new one, delivered when fold has passed (in this process's time:
 // the repeats that arrive meanwhile join it).
-func (d *Deliverer) fold(ctx context.Context, it item, fold time.Duration) {
+func (l *lane) fold(ctx context.Context, it item, fold time.Duration) {
 	a := it.alert
 	k := foldKey{a.Kind, a.Subject, a.SubjectID}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if g := d.groups[k]; g != nil && !g.closed {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g := l.groups[k]; g != nil && !g.closed {
 		if within(a.TS, g.start, fold) {
 			g.items = append(g.items, it)
 			return
@@ -35,10 +35,10 @@ func (d *Deliverer) fold(ctx context.Context, it item, fold time.Duration) {
 		close(g.flush)
 	}
 	g := &group{start: a.TS, items: []item{it}, flush: make(chan struct{})}
-	d.groups[k] = g
-	d.wg.Add(1)
+	l.groups[k] = g
+	l.wg.Add(1)
 	go func() {
-		defer d.wg.Done()
+		defer l.wg.Done()
 		t := time.NewTimer(fold)
 		select {
 		case <-t.C:
@@ -47,14 +47,14 @@ func (d *Deliverer) fold(ctx context.Context, it item, fold time.Duration) {
 		case <-ctx.Done():
 			t.Stop()
 		}
-		d.mu.Lock()
+		l.mu.Lock()
 		g.closed = true
-		if d.groups[k] == g {
-			delete(d.groups, k)
+		if l.groups[k] == g {
+			delete(l.groups, k)
 		}
 		items := g.items
-		d.mu.Unlock()
-		d.deliver(ctx, items)
+		l.mu.Unlock()
+		l.deliver(ctx, items)
 	}()
 }
 

@@ -19,7 +19,8 @@ type Metrics struct {
 	// tollgate_alert_deliveries_total{sink,result}.
 	Deliveries *prometheus.CounterVec
 	// Pending is the number of alerts taken from the stream and not yet
-	// acknowledged (being delivered, retried or folded):
+	// acknowledged (being delivered, retried or folded), summed over the
+	// sinks' consumers (an alert two sinks still owe counts twice):
 	// tollgate_alert_delivery_pending.
 	Pending prometheus.Gauge
 }
@@ -31,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Alert delivery attempts by sink (alertmanager, webhooks[N]) and result (delivered, retried, failed: given up after retry_for)."},
 			[]string{"sink", "result"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_alert_delivery_pending",
-			Help: "Alerts taken from the alerts stream and not yet acknowledged: being delivered, retried or folded."}),
+			Help: "Alerts taken from the alerts stream and not yet acknowledged (being delivered, retried or folded), summed over the sinks' consumers."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Deliveries, m.Pending)

@@ -265,29 +265,87 @@ var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // commands in it stay text.
 func SlackEscape(s string) string { return slackEscaper.Replace(s) }
 
-// sinksFor builds the sinks of a that take alerts of kind; getenv reads
-// the webhooks' secrets. A webhook whose secret variable is empty (the
-// policy's checks refuse that at start and at reload) fails every attempt
-// rather than deliver unsigned.
-func sinksFor(a *policy.Alerting, kind string, getenv func(string) string) []sink {
-	var out []sink
+// sinkKey is a sink's identity, which names its durable consumer: what
+// it is, where it posts and in what format. Its place in the policy's
+// list, its kinds and its secret are not part of it, so reordering the
+// webhooks, narrowing their kinds or rotating a secret keeps each
+// sink's consumer, and its position in the stream.
+type sinkKey struct {
+	kind   string // "am" (Alertmanager) or "wh" (a webhook)
+	url    string
+	format string // "json" or "slack" ("" for Alertmanager)
+	n      int    // 0, or how many sinks of the same identity come before it
+}
+
+// consumerName is the name of k's durable consumer: durable, the kind and
+// 12 hex digits of a SHA-256 of the identity ("riskd-alerts-wh-3f2a...").
+// The url itself (a Slack webhook's url is its secret) is not in it.
+func consumerName(durable string, k sinkKey) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", k.kind, k.url, k.format, k.n)
+	return durable + "-" + k.kind + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// sinkRef is one sink of a policy: its identity and its place in
+// a.Webhooks (-1 for Alertmanager).
+type sinkRef struct {
+	key   sinkKey
+	index int
+}
+
+// sinkRefs lists the sinks of a (none when a is nil), Alertmanager first.
+func sinkRefs(a *policy.Alerting) []sinkRef {
+	if a == nil {
+		return nil
+	}
+	var out []sinkRef
+	seen := map[sinkKey]int{}
+	add := func(k sinkKey, index int) {
+		base := k
+		k.n = seen[base]
+		seen[base]++
+		out = append(out, sinkRef{key: k, index: index})
+	}
 	if a.Alertmanager != nil {
-		out = append(out, newAlertmanager(a.Alertmanager))
+		add(sinkKey{kind: "am", url: a.Alertmanager.URL}, -1)
 	}
 	for i := range a.Webhooks {
 		w := &a.Webhooks[i]
-		if !w.Wants(kind) {
+		format := policy.FormatJSON
+		if w.Format == policy.FormatSlack {
+			format = policy.FormatSlack
+		}
+		add(sinkKey{kind: "wh", url: w.URL, format: format}, i)
+	}
+	return out
+}
+
+// sinkOf builds the sink of a whose identity is k, when a has it and it
+// takes alerts of kind (else nil); getenv reads a webhook's secret. A
+// webhook whose secret variable is empty (the policy's checks refuse that
+// at start and at reload) fails every attempt rather than deliver
+// unsigned.
+func sinkOf(a *policy.Alerting, k sinkKey, kind string, getenv func(string) string) sink {
+	for _, r := range sinkRefs(a) {
+		if r.key != k {
 			continue
 		}
-		s := &webhookSink{label: fmt.Sprintf("webhooks[%d]", i), url: w.URL, slack: w.Format == policy.FormatSlack}
+		if r.index < 0 {
+			return newAlertmanager(a.Alertmanager)
+		}
+		w := &a.Webhooks[r.index]
+		if !w.Wants(kind) {
+			return nil
+		}
+		s := &webhookSink{label: fmt.Sprintf("webhooks[%d]", r.index), url: w.URL, slack: w.Format == policy.FormatSlack}
 		if w.SecretEnv != "" {
 			if secret := getenv(w.SecretEnv); secret != "" {
 				s.secret = []byte(secret)
 			} else {
-				s.broken = fmt.Errorf("alerting: webhooks[%d]: environment variable %s (secret_env) is empty", i, w.SecretEnv)
+				s.broken = fmt.Errorf("alerting: webhooks[%d]: environment variable %s (secret_env) is empty", r.index, w.SecretEnv)
 			}
 		}
-		out = append(out, s)
+		return s
 	}
-	return out
+	return nil
 }

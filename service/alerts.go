@@ -29,8 +29,8 @@ func checkAlertingAtStart(h *policy.Holder, getenv func(string) string) error {
 }
 
 // newAlertDeliverer builds the alert deliverer of the risk component: it
-// reads the alerts stream through the durable consumer <Durable>-alerts
-// and delivers as the policy's alerting section says, each attempt only
+// reads the alerts stream through one durable consumer per sink
+// (<Durable>-alerts-<am|wh>-<hash>) and delivers as the policy's alerting section says, each attempt only
 // while leading says this process may act (7.5).
 func newAlertDeliverer(c riskConfig, leading func() bool) (*alerting.Deliverer, error) {
 	return alerting.New(alerting.Options{
@@ -41,7 +41,8 @@ func newAlertDeliverer(c riskConfig, leading func() bool) (*alerting.Deliverer, 
 
 // deliverAlerts runs d while ctx lives (the process leads): a deliverer
 // that fails (its consumer deleted) is logged and started again a second
-// later, never taking the risk daemon down. The returned function stops
+// later, never taking the risk daemon down (each sink resumes from its
+// consumer's floor). The returned function stops
 // it and waits until its deliveries have ended (those not done are handed
 // back to the stream for the next leader).
 func deliverAlerts(ctx context.Context, d *alerting.Deliverer, log *slog.Logger) (stop func()) {
