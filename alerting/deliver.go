@@ -225,10 +225,11 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // their consumers (and, on the first call, the consumers of sinks removed
 // while no process delivered), and deletes the single consumer of earlier
 // versions once every sink's consumer started from its ack floor. seen
-// is the stream's last sequence at the previous reconcile, read before that reconcile read the policy: a sink that was not
-// in that policy starts after seen, so it gets every alert published
-// after the reload that added it. It returns the stream's last sequence,
-// read before the policy.
+// is the stream's last sequence at the previous reconcile, read before
+// that reconcile read the policy: a sink that was not in that policy
+// starts after seen, so it gets every alert published after the reload
+// that added it. It returns the stream's last sequence, read before the
+// policy.
 func (d *Deliverer) reconcile(ctx context.Context, lanes map[string]*lane, first bool, seen uint64, failed chan<- error) (uint64, error) {
 	stream, err := d.o.JetStream.Stream(ctx, d.o.Streams.Stream(streams.EventsStream))
 	if err != nil {
