@@ -1,13 +1,11 @@
 package console_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/attestation/attestationtest"
-	"github.com/tollgate-dev/tollgate/service"
 )
 
 const testAppID = "TEAMID1234.com.example.app"
@@ -27,30 +24,18 @@ const testAppID = "TEAMID1234.com.example.app"
 func startAttesting(t *testing.T) (string, *attestationtest.CA) {
 	t.Helper()
 	ca := attestationtest.NewCA(t, time.Now())
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root.pem")
-	pol := filepath.Join(dir, "policy.yaml")
+	root := filepath.Join(t.TempDir(), "root.pem")
 	if err := os.WriteFile(root, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root.Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(pol, []byte(`version: 1
+	return startPolicy(t, adminToken, `version: 1
 limits:
   - {name: device, by: [device], rate: 60/min}
 risk:
   attestation:
     valid_for: 24h
     apple: {app_id: `+testAppID+`, environment: production, root_ca_file: `+root+`}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r, err := service.Start(ctx, service.Config{Listen: "127.0.0.1:0", AdminToken: adminToken, ConfigPath: pol, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-r.Done })
-	return "http://" + r.Addr, ca
+`), ca
 }
 
 // attest attests device with a fresh App Attest key and returns the status.

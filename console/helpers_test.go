@@ -9,12 +9,14 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -25,12 +27,26 @@ const adminToken = "console-test-token"
 // in-process risk engine) with adminToken and returns its base URL.
 func startLimiter(t testing.TB, token string) string {
 	t.Helper()
+	return startPolicy(t, token, "")
+}
+
+// startPolicy is startLimiter under the policy text (the built-in policy
+// when "").
+func startPolicy(t testing.TB, token, text string) string {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("TG_DEBUG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	path := ""
+	if text != "" {
+		path = filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := service.Start(ctx, service.Config{Listen: "127.0.0.1:0", AdminToken: token, Logger: logger,
+	r, err := service.Start(ctx, service.Config{Listen: "127.0.0.1:0", AdminToken: token, ConfigPath: path, Logger: logger,
 		Getenv: func(k string) string {
 			if k == "TOLLGATE_USER_KEY" {
 				return "test-user-key"
@@ -43,6 +59,13 @@ func startLimiter(t testing.TB, token string) string {
 	}
 	t.Cleanup(func() { cancel(); <-r.Done })
 	return "http://" + r.Addr
+}
+
+// ipLockPolicy is the example policy with a rule that locks an ip (an
+// IPv6 client's prefix) at its third failed login.
+func ipLockPolicy() string {
+	return strings.Replace(string(policy.Example()), "  velocity:\n", "  velocity:\n"+
+		"    - {name: ip-failures, event: login_failed, by: ip, threshold: 3, window: 10m, action: lockout, duration: 5m}\n", 1)
 }
 
 // newClient returns a client with a cookie jar that does not follow

@@ -1,17 +1,10 @@
 package console_test
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tollgate-dev/tollgate/policy"
-	"github.com/tollgate-dev/tollgate/service"
 )
 
 // TestLiftLockoutOfAnIP lifts a lockout of another kind than account
@@ -19,21 +12,7 @@ import (
 // console's lift is DELETE /v1/admin/lockouts/ip/{id}: gone and audited.
 func TestLiftLockoutOfAnIP(t *testing.T) {
 	t.Parallel()
-	text := strings.Replace(string(policy.Example()), "  velocity:\n", "  velocity:\n"+
-		"    - {name: ip-failures, event: login_failed, by: ip, threshold: 3, window: 10m, action: lockout, duration: 5m}\n", 1)
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r, err := service.Start(ctx, service.Config{ConfigPath: path, Listen: "127.0.0.1:0", AdminToken: adminToken,
-		Logger: slog.New(slog.DiscardHandler), Getenv: func(k string) string { return "test-user-key" }})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-r.Done })
-	base := "http://" + r.Addr
+	base := startPolicy(t, adminToken, ipLockPolicy())
 	for range 3 {
 		resp, err := http.Post(base+"/v1/report", "application/json", strings.NewReader(`{"type":"login_failed","ip":"198.51.100.44"}`))
 		if err != nil {
