@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -118,14 +119,36 @@ risk:
 // BenchmarkDaemonLockouts measures how many lockouts one riskd makes per
 // second when every event is one (a credential-stuffing run across many
 // accounts): b.N login_failed reports of distinct accounts are published
-// to an embedded JetStream (file storage, as deployed), then the daemon is
-// timed until it has published their b.N alerts. Each lockout writes its
-// lock, publishes its alert and waits for JetStream's confirmation of
-// both the alert and the report's acknowledgement.
+// first, then the daemon is timed until it has published their b.N alerts.
+// Each lockout writes its lock, publishes its alert and has JetStream
+// confirm both the alert and the report's acknowledgement. "embedded" runs
+// on the one-process default's embedded JetStream (file storage);
+// "cluster" on a three-node nats-server cluster with every stream and
+// consumer replicated three times, where each confirmation waits for a
+// quorum (docs/scaling.md's deployment).
 func BenchmarkDaemonLockouts(b *testing.B) {
-	pub := benchPublisher(b)
+	b.Run("embedded", func(b *testing.B) { benchLockouts(b, benchPublisher(b), streams.Config{}) })
+	b.Run("cluster", func(b *testing.B) {
+		c := testenv.StartNATSCluster(b, 3)
+		nc, err := streams.Connect(c.URLs(), "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pub.Close)
+		benchLockouts(b, pub, streams.Config{Replicas: 3})
+	})
+}
+
+// benchLockouts runs BenchmarkDaemonLockouts on pub's JetStream, its
+// streams and consumers made by cfg.
+func benchLockouts(b *testing.B, pub *streams.Publisher, cfg streams.Config) {
 	ctx := context.Background()
-	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
+	if err := streams.EnsureStreams(ctx, pub.JetStream(), cfg); err != nil {
 		b.Fatal(err)
 	}
 	p, err := policy.Parse("bench.yaml", []byte(lockoutPolicy))
@@ -142,7 +165,7 @@ func BenchmarkDaemonLockouts(b *testing.B) {
 	reg := prometheus.NewRegistry()
 	m := risk.NewMetrics(reg)
 	d, err := risk.New(risk.Options{Publisher: pub, Store: bucket.NewMemoryStore(bucket.MemoryOptions{}),
-		Policy: func() *policy.Policy { return p }, Metrics: m})
+		Policy: func() *policy.Policy { return p }, Streams: cfg, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -580,14 +580,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 const pullExpiry = 5 * time.Second
 
 // consume processes the durable consumer's messages until ctx ends, one
-// at a time and in order: a message is acknowledged only once its
-// actions are written (execute retries them), so the consumer's ack floor
-// is always an event whose actions, and all before it, took effect. It
+// at a time and in order: it applies a message, does its store actions
+// and sends its alerts, and a settler acknowledges it, in order, only
+// once its alerts are stored too (execute retries what failed), so the
+// consumer's ack floor is always an event whose actions, and all before
+// it, took effect. It
 // returns an error when the consumer can no longer deliver (deleted,
 // refused, its iterator closed under it): riskd must not go on without
 // it; and ErrNotLeading, without acknowledging, once the daemon may no
 // longer act.
-func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) error {
+func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) (err error) {
 	stream := s.stream
 	// A pull that lives 5 s is heartbeaten every 2.5 s, so a consumer whose
 	// NATS node died is noticed and pulled from its new leader within
@@ -598,6 +600,12 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
+	set := d.newSettler(ctx)
+	defer func() {
+		if serr := set.stop(); err == nil && ctx.Err() == nil && errors.Is(serr, ErrNotLeading) {
+			err = serr
+		}
+	}()
 	var actions []signals.Action
 	for {
 		m, err := it.Next()
@@ -636,7 +644,11 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 		actions, got = d.apply(m, actions[:0])
 		d.last[stream] = meta.Sequence.Stream
 		d.mu.Unlock()
-		if err := d.finish(ctx, m, actions); err != nil {
+		p, err := d.send(set, m, actions)
+		if err == nil {
+			err = set.add(p)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -646,47 +658,41 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) er
 	}
 }
 
-// finishGrace bounds how long a message in flight when the run ends
-// still has its actions done; finishPoll is how often the daemon asks
-// meanwhile whether it may still act.
+// finishGrace bounds how long the messages in flight when the run ends
+// still have their actions done and are settled; finishPoll is how often
+// the daemon asks meanwhile whether it may still act.
 const (
 	finishGrace = 5 * time.Second
 	finishPoll  = 20 * time.Millisecond
 )
 
-// finish does a message's actions and acknowledges it. Once applied, a
-// message is finished even when ctx ends meanwhile (a stop, a handover of
-// the leadership), for up to finishGrace after its end and only while
-// the daemon may act (a call under way is cancelled once it may not): a
-// message cut short midway (an alert published, the next action not
-// done) would stay unacknowledged, and the riskd after this one, its
-// state rebuilt only up to the ack floor, would act on it again and
-// publish the alert twice.
-func (d *Daemon) finish(ctx context.Context, m jetstream.Msg, actions []signals.Action) error {
-	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, func() {
-		grace := time.NewTimer(finishGrace)
-		defer grace.Stop()
-		poll := time.NewTicker(finishPoll)
-		defer poll.Stop()
-		for d.Leading() {
-			select {
-			case <-fctx.Done():
-				return
-			case <-grace.C:
-				cancel()
-				return
-			case <-poll.C:
+// send does m's store actions, in order, and publishes its alerts without
+// waiting for their acks, returning m for set to settle. The actions run
+// under set's context, which outlives the consume's end by its grace: a
+// message cut short midway (a lock written, its alert not sent) would be
+// acted on again by the riskd after this one.
+func (d *Daemon) send(set *settler, m jetstream.Msg, actions []signals.Action) (*inflight, error) {
+	p := &inflight{m: m, acted: len(actions) > 0}
+	progress := func() { _ = m.InProgress(); set.progress() }
+	for i := range actions {
+		a := &actions[i]
+		if a.Kind != signals.Alert {
+			if err := d.execute(set.ctx, progress, actions[i:i+1]); err != nil {
+				return nil, err
 			}
+			continue
 		}
-		cancel()
-	})()
-	if err := d.execute(fctx, m, actions); err != nil {
-		return err
+		if !d.Leading() {
+			return nil, ErrNotLeading
+		}
+		f, err := d.o.Publisher.AlertAsync(&a.Alert)
+		if err != nil {
+			// settled by publishing it again, with retries
+			d.count("alert")
+		}
+		p.sent = append(p.sent, sentAlert{a: *a, f: f})
 	}
-	ackDone(m, len(actions) > 0)
-	return nil
+	return p, nil
 }
 
 // ackWait bounds how long a message whose actions were done waits for
@@ -824,10 +830,10 @@ const (
 // the consumer (the events wait in the stream) rather than lose a measure.
 // It returns nil once all are done, ErrNotLeading (not all done) once the
 // daemon may no longer act, and ctx's error when ctx ends first.
-func (d *Daemon) execute(ctx context.Context, m jetstream.Msg, actions []signals.Action) error {
+func (d *Daemon) execute(ctx context.Context, progress func(), actions []signals.Action) error {
 	for i := range actions {
 		a := &actions[i]
-		wait, progress := retryFirst, time.Now()
+		wait, marked := retryFirst, time.Now()
 		for attempt := 1; ; attempt++ {
 			err := d.do(ctx, a)
 			if err == nil {
@@ -843,9 +849,9 @@ func (d *Daemon) execute(ctx context.Context, m jetstream.Msg, actions []signals
 				d.log.Warn("action failed; retrying (the event is not acknowledged until it succeeds)",
 					"kind", a.Kind, "subject", a.Subject, "id", a.ID, "attempts", attempt, "err", err)
 			}
-			if m != nil && time.Since(progress) >= progressEvery {
-				_ = m.InProgress()
-				progress = time.Now()
+			if progress != nil && time.Since(marked) >= progressEvery {
+				progress()
+				marked = time.Now()
 			}
 			select {
 			case <-ctx.Done():
@@ -869,17 +875,7 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 			d.count("alert")
 			return err
 		}
-		switch {
-		case m != nil && a.Alert.Shadow:
-			m.ShadowAlerts.WithLabelValues(a.Alert.Kind, a.Alert.Rule).Inc()
-		case m != nil:
-			m.Alerts.WithLabelValues(a.Alert.Kind).Inc()
-			if velocityKind(a.Alert.Kind) {
-				m.Actions.WithLabelValues(a.Alert.Kind, a.Alert.Rule).Inc()
-			}
-		}
-		d.log.Info("alert", "kind", a.Alert.Kind, "subject", a.Alert.Subject, "id", a.Alert.SubjectID, "rule", a.Alert.Rule,
-			"shadow", a.Alert.Shadow, "reason", a.Alert.Reason)
+		d.alerted(&a.Alert)
 		return nil
 	}
 	if err := WriteAction(ctx, d.o.Store, d.o.Policy(), a); err != nil {
@@ -895,6 +891,21 @@ func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 		}
 	}
 	return nil
+}
+
+// alerted counts and logs an alert JetStream has stored.
+func (d *Daemon) alerted(a *streams.Alert) {
+	if m := d.o.Metrics; m != nil {
+		if a.Shadow {
+			m.ShadowAlerts.WithLabelValues(a.Kind, a.Rule).Inc()
+		} else {
+			m.Alerts.WithLabelValues(a.Kind).Inc()
+			if velocityKind(a.Kind) {
+				m.Actions.WithLabelValues(a.Kind, a.Rule).Inc()
+			}
+		}
+	}
+	d.log.Info("alert", "kind", a.Kind, "subject", a.Subject, "id", a.SubjectID, "rule", a.Rule, "shadow", a.Shadow, "reason", a.Reason)
 }
 
 // velocityKind reports whether an alert kind is a velocity rule's measure

@@ -285,6 +285,27 @@ func (p *Publisher) Audit(ctx context.Context, a *Audit) error {
 	return nil
 }
 
+// AlertAsync publishes a on <prefix>alerts.<kind> without waiting for
+// the ack: the future carries it (or the failure). a.ID is the message
+// id, as with Alert, so publishing a again after a failed or unanswered
+// future stores it once. riskd sends a run of lockouts' alerts this way
+// and waits for their acks together (docs/scaling.md).
+func (p *Publisher) AlertAsync(a *Alert) (jetstream.PubAckFuture, error) {
+	if !p.nc.IsConnected() {
+		return nil, ErrNotConnected
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("streams: encode alert: %w", err)
+	}
+	msg := &nats.Msg{Subject: p.o.alertsSubject(a.Kind), Data: data}
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(a.ID), jetstream.WithStallWait(p.o.ReportTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("streams: publish alert %s: %w", a.ID, err)
+	}
+	return f, nil
+}
+
 // Alert publishes a on <prefix>alerts.<kind> and waits for the ack. a.ID
 // is the message id, so a replayed episode is stored once.
 func (p *Publisher) Alert(ctx context.Context, a *Alert) error {
