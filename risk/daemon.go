@@ -584,12 +584,11 @@ const pullExpiry = 5 * time.Second
 // and sends its alerts, and a settler acknowledges it, in order, only
 // once its alerts are stored too (execute retries what failed), so the
 // consumer's ack floor is always an event whose actions, and all before
-// it, took effect. It
-// returns an error when the consumer can no longer deliver (deleted,
-// refused, its iterator closed under it): riskd must not go on without
-// it; and ErrNotLeading, without acknowledging, once the daemon may no
-// longer act.
-func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) (err error) {
+// it, took effect. It returns an error when the consumer can no longer
+// deliver (deleted, refused, its iterator closed under it): riskd must
+// not go on without it; and ErrNotLeading, without acknowledging, once
+// the daemon may no longer act.
+func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) error {
 	stream := s.stream
 	// A pull that lives 5 s is heartbeaten every 2.5 s, so a consumer whose
 	// NATS node died is noticed and pulled from its new leader within
@@ -601,11 +600,8 @@ func (d *Daemon) consume(ctx context.Context, s source, c jetstream.Consumer) (e
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
 	set := d.newSettler(ctx)
-	defer func() {
-		if serr := set.stop(); err == nil && ctx.Err() == nil && errors.Is(serr, ErrNotLeading) {
-			err = serr
-		}
-	}()
+	// what it could not settle stays unacknowledged, the next leader's
+	defer func() { _ = set.stop() }()
 	var actions []signals.Action
 	for {
 		m, err := it.Next()
