@@ -168,6 +168,9 @@ func (s *settler) run() {
 	for p := s.next(); p != nil; p = s.next() {
 		if err := s.settle(p); err != nil {
 			s.err = err
+			if unconfirmed > 0 {
+				s.d.flushAcks()
+			}
 			return
 		}
 		s.mu.Lock()
@@ -187,6 +190,15 @@ func (s *settler) run() {
 		} else {
 			_ = p.m.Ack()
 		}
+	}
+}
+
+// flushAcks waits, within ackWait, until the server has what the daemon
+// sent, the plain acknowledgements among it: a settler that stops midway
+// has no later message whose confirmation would confirm them.
+func (d *Daemon) flushAcks() {
+	if d.js != nil {
+		_ = d.js.Conn().FlushTimeout(ackWait)
 	}
 }
 
