@@ -137,8 +137,12 @@ func (s *settler) stop() error {
 	s.closed = true
 	s.mu.Unlock()
 	signal(s.more)
+	if s.unhook() {
+		// the consume stopped on its own (its consumer gone), not by its
+		// context: the drain gets the same grace
+		go s.d.graceWhileLeading(s.ctx, s.cancel)
+	}
 	<-s.done
-	s.unhook()
 	s.cancel()
 	return s.err
 }

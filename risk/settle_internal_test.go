@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/signals"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -167,5 +168,39 @@ func TestStopNotLeadingLeavesTheRest(t *testing.T) {
 	}
 	if got := log.String(); got != "ack m1" {
 		t.Fatalf("acknowledgements %q, want only m1's", got)
+	}
+}
+
+// TestStopOnItsOwnIsBounded: a consume that stops without its context
+// ending (its consumer deleted) drains for the grace, no longer, when an
+// alert's ack never comes and publishing it again keeps failing (a
+// nats-server without the streams).
+func TestStopOnItsOwnIsBounded(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	nc, err := streams.Connect(ns.URL, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	d := settleDaemon()
+	d.o.Publisher = pub
+	log := &ackLog{}
+	s := d.newSettler(context.Background())
+	alertMsg(t, s, log, "m1")
+	start := time.Now()
+	if err := s.stop(); err == nil {
+		t.Fatal("stop settled m1, whose alert was never stored")
+	}
+	if took := time.Since(start); took > finishGrace+time.Second {
+		t.Fatalf("stop took %v, more than the grace", took)
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("acknowledgements %q, want none", got)
 	}
 }
