@@ -277,23 +277,24 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		err := p.unmarshal(data, in)
-		if err == nil && p.notUTF8 != "" {
-			// decoded with its strings made valid, to be denied: only a
-			// message proto.Unmarshal refuses for its strings
-			v, where := toValidUTF8(data, p.msg.ProtoReflect().Descriptor())
-			var made rlsv3.RateLimitRequest
-			if wantErr == nil || !strings.Contains(wantErr.Error(), "invalid UTF-8") || where != p.notUTF8 || proto.Unmarshal(v, &made) != nil || !proto.Equal(&made, &p.msg) {
-				t.Fatalf("decoded %v (not UTF-8 at %s), proto.Unmarshal's %v", &p.msg, p.notUTF8, wantErr)
-			}
-			return
-		}
 		if err == nil && wantErr != nil {
-			// only for a string that is not UTF-8 (Map then denies it),
-			// or was and was replaced by a later value of its field, as
-			// protobuf's last-one-wins has it (proto.Unmarshal still
-			// refuses the message for the first)
+			// only for a string that is not UTF-8 (Map then denies it when
+			// mapped), or was and was replaced by a later value of its
+			// field, as protobuf's last-one-wins has it (proto.Unmarshal
+			// still refuses the message for the first); and decoded as
+			// proto.Unmarshal decodes the message with its strings made
+			// valid, the strings then put back as sent
 			if !strings.Contains(wantErr.Error(), "invalid UTF-8") || allUTF8(&p.msg) && !replacedNonUTF8(data) {
 				t.Fatalf("decoded %v, proto.Unmarshal's %v", &p.msg, wantErr)
+			}
+			v, where := toValidUTF8(data, p.msg.ProtoReflect().Descriptor())
+			var made rlsv3.RateLimitRequest
+			if where == "" || proto.Unmarshal(v, &made) != nil {
+				t.Fatalf("decoded %v, which proto.Unmarshal refuses with its strings made valid", &p.msg)
+			}
+			restoreStrings(data, &made)
+			if !proto.Equal(&made, &p.msg) {
+				t.Fatalf("decoded %v, want %v", &p.msg, &made)
 			}
 			return
 		}

@@ -540,3 +540,32 @@ func TestShouldRateLimitNotUTF8(t *testing.T) {
 	}
 	wantStatuses(t, resp, 4, rlsv3.RateLimitResponse_OK, "user-read", 5, 4, 12*time.Second)
 }
+
+// TestShouldRateLimitNotUTF8FullerForm: in a message of the fuller form
+// (a descriptor with a `limit` override, which the plain decoder does not
+// read), a mapped entry's value that is not UTF-8 is refused as in the
+// plain form, naming the entry, and an unmapped entry's is ignored as in
+// the plain form: a header the policy does not use denies no one.
+func TestShouldRateLimitNotUTF8FullerForm(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	override := &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: 2}
+	mapped := feed("u_1", 0)
+	mapped.Descriptors = append(mapped.Descriptors, desc("device_id", "MARK"))
+	mapped.Descriptors[len(mapped.Descriptors)-1].Limit = override
+	resp, err := e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawCodec{notUTF8(t, mapped, "MARK")}))
+	if err != nil {
+		t.Fatalf("a gRPC error, which Envoy lets through: %v", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(string(resp.RawBody), `"code":"BAD_REQUEST","message":"entry \"device_id\" (device) is not valid UTF-8"`) {
+		t.Fatalf("not the 400 denial naming the entry: %v", resp)
+	}
+	unmapped := feed("u_1", 0)
+	unmapped.Descriptors = append(unmapped.Descriptors, desc("generic_key", "MARK"))
+	unmapped.Descriptors[len(unmapped.Descriptors)-1].Limit = override
+	resp, err = e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{}, grpc.ForceCodec(rawCodec{notUTF8(t, unmapped, "MARK")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, resp, 4, rlsv3.RateLimitResponse_OK, "user-read", 5, 4, 12*time.Second)
+}

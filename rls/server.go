@@ -122,19 +122,18 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	if err := dec(p); err != nil {
 		return nil, err
 	}
-	notUTF8 := p.notUTF8
 	if interceptor == nil {
-		return s.answer(ctx, &p.msg, notUTF8)
+		return s.answer(ctx, &p.msg)
 	}
 	return interceptor(ctx, &p.msg, &grpc.UnaryServerInfo{Server: srv, FullMethod: FullMethod}, func(ctx context.Context, req any) (any, error) {
-		return s.answer(ctx, req.(*rlsv3.RateLimitRequest), notUTF8)
+		return s.answer(ctx, req.(*rlsv3.RateLimitRequest))
 	})
 }
 
 // answer is shouldRateLimit with a nil *pooledResponse turned into a nil
 // interface (gRPC marshals what a handler returns unless the error is set).
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, notUTF8 string) (any, error) {
-	p, err := s.shouldRateLimit(ctx, req, notUTF8)
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest) (any, error) {
+	p, err := s.shouldRateLimit(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +157,7 @@ var inputPool = sync.Pool{New: func() any { return new(engine.Input) }}
 // server calls shouldRateLimit through serviceDesc, with pooled
 // messages; this is the generated interface's method.)
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	p, err := s.shouldRateLimit(ctx, req, "")
+	p, err := s.shouldRateLimit(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +165,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // shouldRateLimit decides on req and returns the answer in a pooled
-// response (putResponse gives it back). notUTF8, when set, is where the
-// request as sent had a string that is not UTF-8 (the decoder made it
-// valid): it is refused as Map refuses a bad value.
-func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, notUTF8 string) (*pooledResponse, error) {
+// response (putResponse gives it back).
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*pooledResponse, error) {
 	e := s.o.Policy().Envoy
 	if e == nil || req.GetDomain() != e.Domain {
 		s.byResult[2].Inc()
@@ -182,7 +179,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	in := inputPool.Get().(*engine.Input)
 	defer inputPool.Put(in)
 	rid := ulid.Make().String()
-	if err := mapValid(e, req, in, notUTF8); err != nil {
+	if err := Map(e, req, in); err != nil {
 		// Descriptor values are mostly the client's headers (x-device-id,
 		// :path, an account header). A gRPC error would let Envoy apply
 		// failure_mode_deny, which the documented configuration sets to
@@ -210,15 +207,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.byResult[1].Inc()
 	}
 	return p, nil
-}
-
-// mapValid is Map, refusing a request the decoder found strings that are
-// not UTF-8 in (notUTF8 names the first).
-func mapValid(e *policy.Envoy, req *rlsv3.RateLimitRequest, in *engine.Input, notUTF8 string) error {
-	if notUTF8 != "" {
-		return bad("%s is not valid UTF-8", notUTF8)
-	}
-	return Map(e, req, in)
 }
 
 func domainOf(e *policy.Envoy) string {

@@ -22,9 +22,6 @@ type pooledRequest struct {
 	used    int // descs in use
 	epool   []*commonv3.RateLimitDescriptor_Entry
 	eused   int
-	// notUTF8 is where the message had a string that is not UTF-8, when
-	// it was decoded made valid (toValidUTF8): the request is denied.
-	notUTF8 string
 }
 
 // ProtoReflect makes p a proto.Message (its RateLimitRequest), so that
@@ -50,7 +47,6 @@ func (p *pooledRequest) reset() {
 	p.msg.Reset()
 	p.msg.Descriptors = p.list[:0]
 	p.used, p.eused = 0, 0
-	p.notUTF8 = ""
 }
 
 // unmarshal decodes b (a RateLimitRequest in protobuf wire format) into
@@ -67,8 +63,8 @@ func (p *pooledRequest) reset() {
 // passes unlimited). Decoded, Map refuses the value as it refuses any
 // bad value: a denial. A message of another form whose strings are not
 // all UTF-8 (a descriptor `limit` override, a field a newer Envoy sends)
-// is decoded with its strings made valid and p.notUTF8 set, so that it
-// is denied too.
+// is decoded with its strings made valid and then put back as sent
+// (restoreStrings), so that Map judges it as it judges the plain form.
 func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 	p.reset()
 	if p.decode(b, in, true) {
@@ -86,7 +82,7 @@ func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 	p.reset()
 	if v, where := toValidUTF8(b, p.msg.ProtoReflect().Descriptor()); where != "" {
 		if proto.Unmarshal(v, &p.msg) == nil {
-			p.notUTF8 = where
+			restoreStrings(b, &p.msg)
 			return nil
 		}
 		p.reset()
