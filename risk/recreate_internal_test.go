@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/bucket"
-	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -42,17 +41,7 @@ func (f *failingCreate) CreateOrUpdateConsumer(ctx context.Context, stream strin
 // whatever the caller's context, so the consumer comes back at its floor.
 func TestRecreateSurvivesAFailedCreate(t *testing.T) {
 	t.Parallel()
-	ns := testenv.StartNATS(t)
-	nc, err := streams.Connect(ns.URL, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pub.Close)
+	pub := privatePublisher(t)
 	ctx := context.Background()
 	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
 		t.Fatal(err)

@@ -177,19 +177,8 @@ func TestStopNotLeadingLeavesTheRest(t *testing.T) {
 // nats-server without the streams).
 func TestStopOnItsOwnIsBounded(t *testing.T) {
 	t.Parallel()
-	ns := testenv.StartNATS(t)
-	nc, err := streams.Connect(ns.URL, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pub.Close)
 	d := settleDaemon()
-	d.o.Publisher = pub
+	d.o.Publisher = privatePublisher(t)
 	log := &ackLog{}
 	s := d.newSettler(context.Background())
 	alertMsg(t, s, log, "m1")
@@ -203,4 +192,20 @@ func TestStopOnItsOwnIsBounded(t *testing.T) {
 	if got := log.String(); got != "" {
 		t.Fatalf("acknowledgements %q, want none", got)
 	}
+}
+
+// privatePublisher returns a publisher on a nats-server of t's own.
+func privatePublisher(t *testing.T) *streams.Publisher {
+	t.Helper()
+	nc, err := streams.Connect(testenv.StartNATS(t).URL, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return pub
 }
