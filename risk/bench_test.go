@@ -40,23 +40,7 @@ func benchPublisher(b *testing.B) *streams.Publisher {
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Stop)
-	return publisherAt(b, e.URL)
-}
-
-// publisherAt returns a publisher connected to the NATS server(s) at url.
-func publisherAt(b *testing.B, url string) *streams.Publisher {
-	b.Helper()
-	nc, err := streams.Connect(url, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pub.Close)
-	return pub
+	return replayPublisher(b, e.URL)
 }
 
 // BenchmarkDaemonDecisions measures how many decision events one riskd
@@ -136,7 +120,7 @@ func BenchmarkDaemonLockouts(b *testing.B) {
 	b.Run("embedded", func(b *testing.B) { benchLockouts(b, benchPublisher(b), streams.Config{}) })
 	b.Run("cluster", func(b *testing.B) {
 		c := testenv.StartNATSCluster(b, 3)
-		benchLockouts(b, publisherAt(b, c.URLs()), streams.Config{Replicas: 3})
+		benchLockouts(b, replayPublisher(b, c.URLs()), streams.Config{Replicas: 3})
 	})
 }
 

@@ -669,10 +669,10 @@ const (
 // acted on again by the riskd after this one.
 func (d *Daemon) send(set *settler, m jetstream.Msg, actions []signals.Action) (*inflight, error) {
 	p := &inflight{m: m, acted: len(actions) > 0}
-	progress := func() { _ = m.InProgress(); set.progress() }
 	for i := range actions {
 		a := &actions[i]
 		if a.Kind != signals.Alert {
+			progress := func() { _ = m.InProgress(); set.progress() }
 			if err := d.execute(set.ctx, progress, actions[i:i+1]); err != nil {
 				return nil, err
 			}

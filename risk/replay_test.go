@@ -114,7 +114,7 @@ func TestReplayOutlastsFailedFetches(t *testing.T) {
 
 // replayPublisher is a publisher on its own connection to url, closed at
 // cleanup.
-func replayPublisher(t *testing.T, url string) *streams.Publisher {
+func replayPublisher(t testing.TB, url string) *streams.Publisher {
 	t.Helper()
 	nc, err := streams.Connect(url, "test")
 	if err != nil {

@@ -287,9 +287,9 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			if !strings.Contains(wantErr.Error(), "invalid UTF-8") || allUTF8(&p.msg) && !replacedNonUTF8(data) {
 				t.Fatalf("decoded %v, proto.Unmarshal's %v", &p.msg, wantErr)
 			}
-			v, where := toValidUTF8(data, p.msg.ProtoReflect().Descriptor())
+			v, changed := toValidUTF8(data, p.msg.ProtoReflect().Descriptor())
 			var made rlsv3.RateLimitRequest
-			if where == "" || proto.Unmarshal(v, &made) != nil {
+			if !changed || proto.Unmarshal(v, &made) != nil {
 				t.Fatalf("decoded %v, which proto.Unmarshal refuses with its strings made valid", &p.msg)
 			}
 			restoreStrings(data, &made)

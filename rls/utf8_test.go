@@ -10,8 +10,9 @@ import (
 )
 
 // TestToValidUTF8: every string that is not UTF-8 is made valid, the
-// first is named by its path, and the rest of the message (a limit
-// override, a field this build does not know) is kept as it was.
+// rest of the message (a limit override, a field this build does not
+// know) is kept as it was, and restoreStrings puts the strings back as
+// sent.
 func TestToValidUTF8(t *testing.T) {
 	lim := desc("k", "MARK")
 	lim.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: 3}
@@ -22,9 +23,9 @@ func TestToValidUTF8(t *testing.T) {
 	b = bytes.ReplaceAll(b, []byte("MARK"), []byte{'M', 0xff, 'K', 0xc3})
 	b = append(b, 0xf8, 0x06, 0x01) // field 111 (unknown), varint 1
 	md := (&rlsv3.RateLimitRequest{}).ProtoReflect().Descriptor()
-	v, where := toValidUTF8(b, md)
-	if where != "descriptors[1].entries[0].value" {
-		t.Fatalf("where %q", where)
+	v, made := toValidUTF8(b, md)
+	if !made {
+		t.Fatal("no string made valid")
 	}
 	var got rlsv3.RateLimitRequest
 	if err := proto.Unmarshal(v, &got); err != nil {
@@ -39,10 +40,15 @@ func TestToValidUTF8(t *testing.T) {
 	if !proto.Equal(&got, want) {
 		t.Fatalf("got %v\nwant %v", &got, want)
 	}
-	if _, where := toValidUTF8(v, md); where != "" {
-		t.Fatalf("a valid message: where %q", where)
+	restoreStrings(b, &got)
+	sent := string([]byte{'M', 0xff, 'K', 0xc3})
+	if got.Descriptors[1].Entries[0].Value != sent || got.Descriptors[2].Entries[0].Key != sent || got.Descriptors[0].Entries[0].Value != "b" {
+		t.Fatalf("restored %q", &got)
 	}
-	if _, where := toValidUTF8([]byte{0x12, 0x05, 0x0a}, md); where != "" {
-		t.Fatalf("a malformed message: where %q", where)
+	if _, made := toValidUTF8(v, md); made {
+		t.Fatal("a valid message: a string made valid")
+	}
+	if _, made := toValidUTF8([]byte{0x12, 0x05, 0x0a}, md); made {
+		t.Fatal("a malformed message: a string made valid")
 	}
 }

@@ -80,7 +80,7 @@ func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 		return nil
 	}
 	p.reset()
-	if v, where := toValidUTF8(b, p.msg.ProtoReflect().Descriptor()); where != "" {
+	if v, made := toValidUTF8(b, p.msg.ProtoReflect().Descriptor()); made {
 		if proto.Unmarshal(v, &p.msg) == nil {
 			restoreStrings(b, &p.msg)
 			return nil

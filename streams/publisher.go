@@ -291,14 +291,10 @@ func (p *Publisher) Audit(ctx context.Context, a *Audit) error {
 // future stores it once. riskd sends a run of lockouts' alerts this way
 // and waits for their acks together (docs/scaling.md).
 func (p *Publisher) AlertAsync(a *Alert) (jetstream.PubAckFuture, error) {
-	if !p.nc.IsConnected() {
-		return nil, ErrNotConnected
-	}
-	data, err := json.Marshal(a)
+	msg, err := p.alertMsg(a)
 	if err != nil {
-		return nil, fmt.Errorf("streams: encode alert: %w", err)
+		return nil, err
 	}
-	msg := &nats.Msg{Subject: p.o.alertsSubject(a.Kind), Data: data}
 	f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(a.ID), jetstream.WithStallWait(p.o.ReportTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("streams: publish alert %s: %w", a.ID, err)
@@ -306,19 +302,28 @@ func (p *Publisher) AlertAsync(a *Alert) (jetstream.PubAckFuture, error) {
 	return f, nil
 }
 
-// Alert publishes a on <prefix>alerts.<kind> and waits for the ack. a.ID
-// is the message id, so a replayed episode is stored once.
-func (p *Publisher) Alert(ctx context.Context, a *Alert) error {
+// alertMsg is a's message, once connected.
+func (p *Publisher) alertMsg(a *Alert) (*nats.Msg, error) {
 	if !p.nc.IsConnected() {
-		return ErrNotConnected
+		return nil, ErrNotConnected
 	}
 	data, err := json.Marshal(a)
 	if err != nil {
-		return fmt.Errorf("streams: encode alert: %w", err)
+		return nil, fmt.Errorf("streams: encode alert: %w", err)
+	}
+	return &nats.Msg{Subject: p.o.alertsSubject(a.Kind), Data: data}, nil
+}
+
+// Alert publishes a on <prefix>alerts.<kind> and waits for the ack. a.ID
+// is the message id, so a replayed episode is stored once.
+func (p *Publisher) Alert(ctx context.Context, a *Alert) error {
+	msg, err := p.alertMsg(a)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.o.ReportTimeout)
 	defer cancel()
-	if _, err := p.js.Publish(ctx, p.o.alertsSubject(a.Kind), data, jetstream.WithMsgID(a.ID)); err != nil {
+	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(a.ID)); err != nil {
 		return fmt.Errorf("streams: publish alert %s: %w", a.ID, err)
 	}
 	return nil
