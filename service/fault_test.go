@@ -50,7 +50,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	const deadline = 100 * time.Millisecond
 	_, base := start(t, Config{RedisURL: "redis://" + srv.Addr + "/0", StoreTimeout: deadline})
 	var bad, slow, total, refused atomic.Int64
-	var worst atomic.Int64
+	var worst, slowest atomic.Int64
 	client := &http.Client{Timeout: 5 * time.Second}
 	check := func(body string, want ...int) {
 		t0 := time.Now()
@@ -75,14 +75,26 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		// 6.6 bounds every answer by --store-timeout + 10 ms of its
 		// arrival: the contract's own bound, with slack for a loaded
 		// machine (the client's clock starts before the request is sent).
-		if took > 2*deadline+150*time.Millisecond {
-			slow.Add(1)
-		}
+		// Answers are judged once the run is over, against the bound plus
+		// what the machine itself added to a wait (the control below).
 		if int64(took) > worst.Load() {
 			worst.Store(int64(took))
 		}
+		if took > 2*deadline+150*time.Millisecond {
+			slow.Add(1)
+			slowest.Store(max(slowest.Load(), int64(took)))
+		}
 	}
 	stop := make(chan struct{})
+	// The control: a goroutine of this process sleeping for the deadline
+	// over and over; the most it overslept is the machine's noise, which
+	// explains a late answer by as much and no more.
+	var noise atomic.Int64
+	control := hammer(1, stop, func() {
+		t0 := time.Now()
+		time.Sleep(deadline)
+		noise.Store(max(noise.Load(), int64(time.Since(t0)-deadline)))
+	})
 	wg := hammer(8, stop, func() {
 		check(`{"endpoint":"GET /feed","ip":"192.0.2.9","user_id":"u_42"}`, 200, 429) // never 5xx: reads fail open
 		check(`{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"a"}`, 200, 429, 503)
@@ -101,8 +113,10 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	answered("logins refused during the outage", refused.Load, 100)
 	close(stop)
 	wg.Wait()
-	if bad.Load() != 0 || slow.Load() != 0 {
-		t.Fatalf("%d of %d answers wrong, %d slower than the deadline allows (worst %v)", bad.Load(), total.Load(), slow.Load(), time.Duration(worst.Load()))
+	control.Wait()
+	late := slowest.Load() > int64(2*deadline+150*time.Millisecond)+noise.Load()
+	if bad.Load() != 0 || late {
+		t.Fatalf("%d of %d answers wrong; %d slower than the deadline allows, worst %v, the machine's timers overslept up to %v", bad.Load(), total.Load(), slow.Load(), time.Duration(worst.Load()), time.Duration(noise.Load()))
 	}
 	srv.Restart(t)
 	eventually(t, 10*time.Second, func() string {
