@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -31,8 +32,19 @@ func startRiskdOn(t *testing.T, policyPath, redisURL, keyPrefix, natsURL string,
 	}
 	t.Cleanup(func() { cancel(); <-rr.Done })
 	eventually(t, 30*time.Second, func() string {
-		if _, body := get(t, "http://"+rr.Addr+"/readyz"); !strings.Contains(body, `"status":"ready"`) {
-			return "riskd: " + body
+		select {
+		case <-rr.Done:
+			t.Fatalf("riskd stopped before it was ready: %v", rr.Err)
+		default:
+		}
+		resp, err := client.Get("http://" + rr.Addr + "/readyz")
+		if err != nil {
+			return "riskd: " + err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"status":"ready"`) {
+			return "riskd: " + string(b)
 		}
 		return ""
 	})

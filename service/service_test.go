@@ -276,7 +276,7 @@ func TestRedisOptions(t *testing.T) {
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	cl := testenv.StartCluster(t)
-	_, base := start(t, Config{RedisURL: "redis+cluster://" + strings.Join(cl.Addrs, ",")})
+	_, base := start(t, Config{RedisURL: "redis+cluster://" + strings.Join(cl.Addrs, ","), StoreTimeout: slowOK})
 	login := `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`
 	for i := 4; i >= 0; i-- {
 		resp, body := post(t, base+"/v1/check", login)

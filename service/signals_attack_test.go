@@ -99,7 +99,7 @@ func TestAttackCopiedDeviceIDIsUnverified(t *testing.T) {
 	_, keyPrefix := testenv.Redis(t)
 	for name, cfg := range map[string]Config{
 		"memory": {ConfigPath: path},
-		"redis":  {ConfigPath: path, RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix},
+		"redis":  {ConfigPath: path, RedisURL: "redis://" + testenv.RedisAddr() + "/0", KeyPrefix: keyPrefix, StoreTimeout: slowOK},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
