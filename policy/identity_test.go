@@ -10,6 +10,11 @@ func TestNormalizeAccount(t *testing.T) {
 		{"  alice\t\n", "alice"},
 		{"Jose\u0301", "jos\u00e9"}, // NFD e + combining acute -> NFC é
 		{"JOS\u00c9", "jos\u00e9"},
+		// no precomposed capital: lower-casing makes the pair composable
+		{"J\u030cane", "\u01f0ane"},
+		{"j\u030cane", "\u01f0ane"},
+		{"H\u0331", "\u1e96"},
+		{"\u0130\u0301", "\u00ed"}, // İ lower-cases to i, which takes the acute
 		{"", ""},
 		{"   ", ""},
 	} {
@@ -17,6 +22,20 @@ func TestNormalizeAccount(t *testing.T) {
 			t.Errorf("NormalizeAccount(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
+}
+
+// FuzzNormalizeAccount: normalising an account is idempotent, so a path
+// that normalises an account normalised already (riskd) keys it alike.
+func FuzzNormalizeAccount(f *testing.F) {
+	for _, s := range []string{"Alice@Example.COM", "J\u030cane", "H\u0331", "\u0130\u0301", "Jose\u0301", " \u212a "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := NormalizeAccount(s)
+		if again := NormalizeAccount(n); again != n {
+			t.Fatalf("NormalizeAccount not idempotent: %q -> %q -> %q", s, n, again)
+		}
+	})
 }
 
 func TestNormalizePath(t *testing.T) {
