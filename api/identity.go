@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
@@ -93,19 +94,23 @@ func deleteHeader(h http.Header, name string) {
 // upstream would (6.4): a JSON object's top-level keys match field as
 // encoding/json matches struct fields, case-insensitively with Unicode
 // simple folding (escaped keys decoded); an
-// application/x-www-form-urlencoded body's keys likewise, and the query
-// string's, which many frameworks merge with the body (Go's FormValue,
-// Rails' params, Laravel's input(), Spring's @RequestParam). A field
-// given more than once, in any spelling or place, is a 400; a login with
-// none, or whose field is not a string, has no account.
+// application/x-www-form-urlencoded or multipart/form-data body's field
+// names likewise, and the query string's, which many frameworks merge
+// with the body (Go's FormValue, Rails' params, Laravel's input(),
+// Spring's @RequestParam). A field given more than once, in any spelling
+// or place, is a 400; a login with none, or whose field is not a string,
+// has no account.
 func accountFromBody(body []byte, contentType, rawQuery, field string) (string, *apiError) {
 	var acct string
 	n := 0
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		n, acct = jsonField(t, field)
 	}
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
+	switch mt, params, _ := mime.ParseMediaType(contentType); mt {
+	case "application/x-www-form-urlencoded":
 		n, acct = formField(string(body), field, n, acct)
+	case "multipart/form-data":
+		n, acct = multipartField(body, params["boundary"], field, n, acct)
 	}
 	n, acct = formField(rawQuery, field, n, acct)
 	if n > 1 {
@@ -131,6 +136,33 @@ func formField(form, field string, n int, acct string) (int, string) {
 		}
 	}
 	return n, acct
+}
+
+// multipartField adds the parts of a multipart/form-data body whose
+// field name matches field (case-insensitively) to n, as formField does
+// for a url-encoded form, and returns the account: acct when one was
+// found before, else the first such part's content. The parts are read
+// with mime/multipart, as Go's ParseMultipartForm reads them (names in
+// RFC 2231 form, quoted-printable parts decoded), up to the first error:
+// a laxer parser may still take the fields before it. A part with a file
+// name counts too, whatever the upstream makes of it.
+func multipartField(body []byte, boundary, field string, n int, acct string) (int, string) {
+	if boundary == "" {
+		return n, acct
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		part, err := mr.NextPart()
+		if err != nil {
+			return n, acct
+		}
+		if strings.EqualFold(part.FormName(), field) {
+			if n++; n == 1 {
+				v, _ := io.ReadAll(part) // within the body, at most MaxBody
+				acct = string(v)
+			}
+		}
+	}
 }
 
 // jsonField counts the top-level keys of a JSON object that match field

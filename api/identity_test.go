@@ -20,6 +20,15 @@ import (
 func TestAccountFromBody(t *testing.T) {
 	t.Parallel()
 	const form = "application/x-www-form-urlencoded"
+	const multi = "multipart/form-data; boundary=b"
+	mp := func(kv ...string) string { // a multipart body of fields name, value
+		var b strings.Builder
+		for i := 0; i+1 < len(kv); i += 2 {
+			b.WriteString("--b\r\nContent-Disposition: form-data; name=\"" + kv[i] + "\"\r\n\r\n" + kv[i+1] + "\r\n")
+		}
+		b.WriteString("--b--\r\n")
+		return b.String()
+	}
 	for _, c := range []struct {
 		name, body, ctype, query, want, wantErr string
 	}{
@@ -47,6 +56,14 @@ func TestAccountFromBody(t *testing.T) {
 		{"query and form", "username=a", form, "username=b", "", "in the body or the query string"},
 		{"query and json", `{"username":"a"}`, "application/json", "USERNAME=b", "", "more than once"},
 		{"query twice", "", "", "username=a&username=b", "", "more than once"},
+		{"multipart", mp("username", "alice", "password", "x"), multi, "", "alice", ""},
+		{"multipart capital", mp("Username", "alice"), multi, "", "alice", ""},
+		{"multipart twice", mp("username", "a", "username", "b"), multi, "", "", "more than once"},
+		{"multipart and query", mp("username", "a"), multi, "username=b", "", "in the body or the query string"},
+		{"multipart quoted-printable", "--b\r\nContent-Disposition: form-data; name=\"username\"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n=61lice\r\n--b--\r\n", multi, "", "alice", ""},
+		{"multipart RFC 2231 name", "--b\r\nContent-Disposition: form-data; name*=UTF-8''username\r\n\r\nalice\r\n--b--\r\n", multi, "", "alice", ""},
+		{"multipart cut short", "--b\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nalice\r\n--b\r\nContent-Disp", multi, "", "alice", ""},
+		{"multipart without a boundary", mp("username", "alice"), "multipart/form-data", "", "", ""},
 	} {
 		got, aerr := accountFromBody([]byte(c.body), c.ctype, c.query, "username")
 		switch {

@@ -76,8 +76,8 @@ risk:
 
 // upstream is the API behind the proxy: it reads logins the way a Go
 // service does (encoding/json into a struct, or r.FormValue for form
-// bodies, which also reads the query string, as Rails' params, Laravel's
-// input() and Spring's @RequestParam do) and routes leniently, like most frameworks (a trailing slash,
+// bodies, url-encoded or multipart, which also reads the query string, as
+// Rails' params, Laravel's input() and Spring's @RequestParam do) and routes leniently, like most frameworks (a trailing slash,
 // repeated slashes and dot segments do not matter). It records what it saw.
 type upstream struct {
 	srv *httptest.Server
@@ -105,7 +105,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 			Username string `json:"username"`
 			Password string `json:"password"`
 		}
-		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/x-www-form-urlencoded") || strings.HasPrefix(ct, "multipart/form-data") {
 			login.Username, login.Password = r.FormValue("username"), r.FormValue("password")
 		} else if err := json.NewDecoder(r.Body).Decode(&login); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
