@@ -103,6 +103,7 @@ func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.o.Upstream)
 	pr.Out.Host = pr.In.Host
 	if id, ok := pr.In.Context().Value(identityKey{}).(*identity); ok {
+		setClientAddr(pr.Out.Header, id.in.IP)
 		if id.xff != "" {
 			pr.Out.Header.Set("X-Forwarded-For", id.xff+", "+peerHost(pr.In.RemoteAddr))
 		} else {
@@ -111,6 +112,45 @@ func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Set("X-Forwarded-Proto", scheme(pr.In))
 	pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
+}
+
+// addrHeaders are the headers besides X-Forwarded-For in which an
+// upstream may read the client's address: NGINX's X-Real-IP (read by
+// Echo, Gin and chi, whose RealIP takes True-Client-IP first), and the
+// CDNs' (Akamai, Cloudflare, Fastly). A client can write any of them.
+var addrHeaders = [...]string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Client-Ip", "X-Cluster-Client-Ip",
+	"Cf-Connecting-Ip", "Fastly-Client-Ip"}
+
+// xfHeaders are the X-Forwarded headers rewrite sets; ReverseProxy drops
+// their canonical spellings only.
+var xfHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host"}
+
+// setClientAddr rewrites the outgoing header h so that no address the
+// client wrote reaches the upstream as its own: each addrHeaders header
+// present, in any spelling an upstream merges (sameHeaderName), is sent
+// once, as addr, the client address decided on; the other spellings of
+// xfHeaders (X_Forwarded_For: CGI, WSGI and Rack read it as
+// X-Forwarded-For) are dropped.
+func setClientAddr(h http.Header, addr string) {
+	var present uint16
+	for k := range h {
+		for i, name := range addrHeaders {
+			if sameHeaderName(k, name) {
+				delete(h, k)
+				present |= 1 << i
+			}
+		}
+		for _, name := range xfHeaders {
+			if sameHeaderName(k, name) {
+				delete(h, k) // set again by rewrite, in the canonical spelling
+			}
+		}
+	}
+	for i, name := range addrHeaders {
+		if present&(1<<i) != 0 {
+			h[name] = []string{addr}
+		}
+	}
 }
 
 // upstreamFailed answers a request the upstream did not: a 4xx when the

@@ -439,6 +439,35 @@ func TestProxyForwardedChain(t *testing.T) {
 	}
 }
 
+// TestSetClientAddr: every header naming the client's address, in any
+// spelling an upstream merges, leaves as the address decided on, once;
+// the X-Forwarded headers' other spellings are dropped; the rest stays.
+func TestSetClientAddr(t *testing.T) {
+	t.Parallel()
+	h := http.Header{
+		"X-Real-Ip":        {"10.0.0.1"},
+		"X_real_ip":        {"10.0.0.2"},
+		"True-Client-Ip":   {"10.0.0.3", "10.0.0.4"},
+		"X_forwarded_for":  {"10.0.0.5"},
+		"X-Forwarded_host": {"evil.example"},
+		"X-User-Id":        {"alice"},
+	}
+	setClientAddr(h, "198.51.100.7")
+	want := http.Header{
+		"X-Real-Ip":      {"198.51.100.7"},
+		"True-Client-Ip": {"198.51.100.7"},
+		"X-User-Id":      {"alice"},
+	}
+	if len(h) != len(want) {
+		t.Errorf("header %v, want %v", h, want)
+	}
+	for k, vs := range want {
+		if got := h[k]; len(got) != 1 || got[0] != vs[0] {
+			t.Errorf("%s: %q, want %q", k, got, vs)
+		}
+	}
+}
+
 // TestProxyClientGivesUp: a client that gives up before the upstream
 // answers is not an upstream failure: not counted (OnUpstreamError), not
 // warned of; a debug line tells of it. An upstream that fails is still
