@@ -1,6 +1,9 @@
 package policy
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Route returns the class of a request and the route it matched: the first
 // route whose method ("*" matches any; otherwise equality ignoring ASCII
@@ -34,7 +37,8 @@ func (p *Policy) defaultClassIndex() int {
 
 // globMatch reports whether s matches pattern, where `*` matches any run of
 // bytes ('/' included) and every other byte matches itself, ASCII letters
-// in either case (7.1). It keeps a single
+// in either case and also as the non-ASCII letters that case-map to them
+// (foldedASCII; 7.1). It keeps a single
 // backtrack point (the last star), so it runs in O(len(pattern)*len(s)) time
 // and does not allocate.
 func globMatch(pattern, s string) bool {
@@ -54,6 +58,13 @@ func globMatch(pattern, s string) bool {
 				px++
 				sx++
 				continue
+			}
+			if sx < len(s) && s[sx] >= utf8.RuneSelf {
+				if b, n := foldedASCII(s[sx:]); n > 0 && b == lowerASCII(c) {
+					px++
+					sx += n
+					continue
+				}
 			}
 		}
 		if starPx >= 0 && starSx < len(s) {

@@ -9,6 +9,10 @@ import "strings"
 //   - folds ASCII case in paths and methods: ASP.NET, IIS, Spring with a
 //     case-insensitive matcher and most file-backed servers serve
 //     /AUTH/login as /auth/login, and some stacks take "post" for POST;
+//     in paths, the four non-ASCII letters that case-map to ASCII ones
+//     match those too (foldedASCII): Java's equalsIgnoreCase, which
+//     Spring's matchers use when they ignore case, serves /auth/logİn
+//     and /to\u212Aen (a Kelvin sign) as /auth/login and /token;
 //   - drops ";" path parameters from every segment, as Tomcat and Jetty
 //     do (/auth/login;jsessionid=1 is /auth/login, and
 //     /auth/login/..;/login is /auth/login/../login, so /auth/login);
@@ -101,4 +105,23 @@ func lowerASCII(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
+}
+
+// foldedASCII returns the ASCII letter (lower case) that the letter at the
+// start of s case-maps to when that letter is not ASCII, and its length in
+// bytes; 0, 0 for any other start. Unicode has four: "İ" (U+0130)
+// lower-cases to "i", "ı" (U+0131) and "ſ" (U+017F) upper-case to "I"
+// and "S", and the Kelvin sign (U+212A) lower-cases to "k". Java's
+// String.equalsIgnoreCase compares both mappings, so a case-insensitive
+// Spring route takes each for its ASCII letter.
+func foldedASCII(s string) (byte, int) {
+	switch {
+	case len(s) >= 2 && s[0] == 0xc4 && (s[1] == 0xb0 || s[1] == 0xb1):
+		return 'i', 2
+	case len(s) >= 2 && s[0] == 0xc5 && s[1] == 0xbf:
+		return 's', 2
+	case len(s) >= 3 && s[0] == 0xe2 && s[1] == 0x84 && s[2] == 0xaa:
+		return 'k', 3
+	}
+	return 0, 0
 }

@@ -58,6 +58,8 @@ routes:
   - {match: "GET /config.json", class: static}
   - {match: "POST /auth/login", class: auth}
   - {match: "GET /Reports/*", class: expensive}
+  - {match: "GET /search*", class: expensive}
+  - {match: "POST /token", class: auth}
   - {match: "* *", class: write}
 limits: [{name: a, by: [ip], rate: 1/s}]
 `))
@@ -77,6 +79,12 @@ limits: [{name: a, by: [ip], rate: 1/s}]
 		{"POST", `/auth\login`, "POST /auth/login"},
 		{"POST", "/auth/login#x", "POST /auth/login"},
 		{"POST", "/AUTH/Login.json;x=1#y", "POST /auth/login"},
+		{"POST", "/auth/log\u0130n", "POST /auth/login"}, // İ lower-cases to i
+		{"POST", "/AUTH/LOG\u0131N", "POST /auth/login"}, // ı upper-cases to I
+		{"GET", "/\u017fearch", "GET /search*"},          // ſ upper-cases to S
+		{"POST", "/to\u212aen", "POST /token"},           // the Kelvin sign lower-cases to k
+		{"POST", "/auth/log\u00ecn", "* *"},              // ì is no i
+		{"POST", "/auth/log\u0130\u0130n", "* *"},
 		{"POST", "/auth/logins", "* *"},
 		{"POST", "/auth/login.json.bak", "* *"},
 		{"GET", "/config.json", "GET /config.json"},
