@@ -97,9 +97,9 @@ func deleteHeader(h http.Header, name string) {
 // application/x-www-form-urlencoded or multipart/form-data body's field
 // names likewise, and the query string's, which many frameworks merge
 // with the body (Go's FormValue, Rails' params, Laravel's input(),
-// Spring's @RequestParam). A field given more than once, in any spelling
-// or place, is a 400; a login with none, or whose field is not a string,
-// has no account.
+// Spring's @RequestParam), read split at ";" as well as "&". A field given
+// more than once, in any spelling or place, is a 400; a login with none,
+// or whose field is not a string, has no account.
 func accountFromBody(body []byte, contentType, rawQuery, field string) (string, *apiError) {
 	var acct string
 	n := 0
@@ -112,7 +112,10 @@ func accountFromBody(body []byte, contentType, rawQuery, field string) (string, 
 	case "multipart/form-data":
 		n, acct = multipartField(body, params["boundary"], field, n, acct)
 	}
-	n, acct = formField(rawQuery, field, n, acct)
+	// a ";" separates the query's fields too, as Traefik's proxy forwards
+	// it (turned into "&"), and Rack 2 and older Python parse it; Go's
+	// ParseQuery would skip the field after one
+	n, acct = formField(strings.ReplaceAll(rawQuery, ";", "&"), field, n, acct)
 	if n > 1 {
 		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling, in the body or the query string); send it once", field))
 	}
