@@ -270,7 +270,8 @@ func TestLockAndStepUp(t *testing.T) {
 	login := `{"endpoint":"POST /auth/login","ip":"198.51.100.7","account":"alice"}`
 	expect(t, f.do(t, "POST", "/v1/check", login), 429,
 		`{"error":{"code":"ACCOUNT_LOCKED","message":"Account temporarily locked after repeated failed logins","details":{"retry_after_ms":900000,"rule":"account-failures","scope":"account"},"request_id":"req-1"}}`,
-		"Retry-After", "900")
+		"Retry-After", "900", "X-RateLimit-Limit", "0", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1713523500",
+		"RateLimit-Policy", `"account-failures";q=0;w=900`, "RateLimit", `"account-failures";r=0;t=900`)
 	// other routes are not locked
 	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"GET /feed","ip":"198.51.100.7","account":"alice"}`), 200, "")
 	if err := f.store.SetLock(ctx, key, bucket.Lock{Kind: "step_up", Rule: "account-failures", Until: t0.Add(time.Hour)}); err != nil {

@@ -108,9 +108,7 @@ func WriteDecision(w http.ResponseWriter, rid string, d *engine.Decision) bool {
 		}
 		WriteError(w, rid, http.StatusTooManyRequests, CodeRateLimited, "Too many requests", string(b))
 	case engine.Locked:
-		h[HeaderLimit] = []string{"0"}
-		h[HeaderRemaining] = []string{"0"}
-		h[HeaderReset] = []string{strconv.FormatInt(CeilUnix(d.Lock.Until), 10)}
+		setLockHeaders(h, d)
 		SetRetryAfter(h, d.RetryAfter)
 		b = jsonw.AppendInt(jsonw.AppendMember(b, "retry_after_ms"), CeilMS(d.RetryAfter))
 		b = jsonw.AppendString(jsonw.AppendMember(b, "rule"), d.Lock.Rule)
@@ -154,6 +152,20 @@ func SetLimitHeaders(h http.Header, d *engine.Decision) {
 	}
 	h[HeaderPolicy] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(w, 10)}
 	h[HeaderRateLimit] = []string{name + ";r=" + remaining + ";t=" + strconv.FormatInt(tsec, 10)}
+}
+
+// setLockHeaders sets the rate-limit fields of a lockout: no bucket
+// binds, so the lockout's rule does, with nothing left (q=0, r=0) until
+// it lifts: X-RateLimit-Reset is its end, and the IETF fields' t (and w,
+// the one window there is) the seconds until then, as Retry-After.
+func setLockHeaders(h http.Header, d *engine.Decision) {
+	h[HeaderLimit] = []string{"0"}
+	h[HeaderRemaining] = []string{"0"}
+	h[HeaderReset] = []string{strconv.FormatInt(CeilUnix(d.Lock.Until), 10)}
+	left := strconv.FormatInt(max(1, int64((d.RetryAfter+time.Second-1)/time.Second)), 10)
+	name := string(AppendSFString(nil, d.Lock.Rule))
+	h[HeaderPolicy] = []string{name + ";q=0;w=" + left}
+	h[HeaderRateLimit] = []string{name + ";r=0;t=" + left}
 }
 
 // AppendSFString appends s as a structured-field string (RFC 8941).
