@@ -39,10 +39,10 @@ func flags(c *service.RiskdConfig) []cli.Flag {
 		cli.String(&c.KeyPrefix, "key-prefix", "TOLLGATE_KEY_PREFIX", service.DefaultKeyPrefix, "PREFIX", "prefix of every Redis key (must match the limiters')"),
 		cli.String(&c.SubjectPrefix, "subject-prefix", "TOLLGATE_SUBJECT_PREFIX", service.DefaultSubjectPrefix, "PREFIX", "prefix of every NATS subject (must match the limiters')"),
 		cli.String(&c.StreamName, "stream-name", "TOLLGATE_STREAM_NAME", service.DefaultStreamName, "NAME", "prefix of the JetStream stream names (must match the limiters')"),
-		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)"),
-		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", service.DefaultDecisionsMaxAge, "how long the decisions stream keeps decisions (for limiter replay); must match the limiters'"),
-		cli.Int(&c.StreamReplicas, "stream-replicas", "TOLLGATE_STREAM_REPLICAS", service.DefaultStreamReplicas, "copies a NATS cluster keeps of every JetStream stream and of riskd's consumers (3 on a three-node cluster; docs/scaling.md); give the limiters' value"),
-		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)"),
+		cli.Int64(&c.DecisionsMaxBytes, "decisions-max-bytes", "TOLLGATE_DECISIONS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream decisions stream, in bytes (reserved on the NATS server)").Positive(),
+		cli.Duration(&c.DecisionsMaxAge, "decisions-max-age", "TOLLGATE_DECISIONS_MAX_AGE", service.DefaultDecisionsMaxAge, "how long the decisions stream keeps decisions (for limiter replay); must match the limiters'").Positive(),
+		cli.Int(&c.StreamReplicas, "stream-replicas", "TOLLGATE_STREAM_REPLICAS", service.DefaultStreamReplicas, "copies a NATS cluster keeps of every JetStream stream and of riskd's consumers (3 on a three-node cluster; docs/scaling.md); give the limiters' value").Positive(),
+		cli.Int64(&c.EventsMaxBytes, "events-max-bytes", "TOLLGATE_EVENTS_MAX_BYTES", service.DefaultStreamMaxBytes, "bound on the JetStream reports-and-alerts stream, in bytes; give the limiters' value (reserved on the NATS server)").Positive(),
 		cli.String(&c.Durable, "durable", "TOLLGATE_DURABLE", service.DefaultDurable, "NAME", "name of riskd's durable consumers and of its leadership lease"),
 	})
 }

@@ -88,6 +88,38 @@ func Duration(p *time.Duration, name, env string, def time.Duration, usage strin
 	return Flag{Name: name, Env: env, Arg: "DURATION", Usage: usage, Value: (*durationValue)(p)}
 }
 
+// Positive returns f, a number or duration flag, refusing a value that is
+// not more than 0: a count, a size or a deadline to which 0 gives no
+// meaning (the daemons' configurations read a zero field as its default,
+// so a 0 given on purpose would be the default in silence).
+func (f Flag) Positive() Flag {
+	f.Value = positiveValue{f.Value}
+	return f
+}
+
+// positiveValue is a number or duration flag's value that must be more
+// than 0 (Flag.Positive).
+type positiveValue struct{ flag.Value }
+
+func (p positiveValue) Set(v string) error {
+	if err := p.Value.Set(v); err != nil {
+		return err
+	}
+	var n int64
+	switch x := p.Value.(type) {
+	case *intValue:
+		n = int64(*x)
+	case *int64Value:
+		n = int64(*x)
+	case *durationValue:
+		n = int64(*x)
+	}
+	if n <= 0 {
+		return errors.New("want more than 0")
+	}
+	return nil
+}
+
 // Bool declares a boolean flag (--name or --name=false; the variable takes
 // true, false, 1 or 0) that sets *p.
 func Bool(p *bool, name, env string, def bool, usage string) Flag {

@@ -30,8 +30,8 @@ func TestParse(t *testing.T) {
 		return []Flag{
 			String(&s, "listen", "T_LISTEN", "127.0.0.1:8080", "ADDR", "listen"),
 			Secret(&tok, "token", "T_TOKEN", "TOKEN", "token"),
-			Int(&n, "lanes", "T_LANES", 4, "lanes"),
-			Duration(&d, "timeout", "T_TIMEOUT", 50*time.Millisecond, "timeout"),
+			Int(&n, "lanes", "T_LANES", 4, "lanes").Positive(),
+			Duration(&d, "timeout", "T_TIMEOUT", 50*time.Millisecond, "timeout").Positive(),
 			Bool(&b, "off", "T_OFF", false, "off"),
 		}
 	}
@@ -51,6 +51,9 @@ func TestParse(t *testing.T) {
 		{"bad bool env", nil, env("T_OFF", "yes please"), "", `T_OFF="yes please" (for --off): want true or false`},
 		{"bad flag value", []string{"--lanes", "many"}, env(), "", `invalid value "many" for flag -lanes: want a whole number`},
 		{"unknown flag", []string{"--nope"}, env(), "", "flag provided but not defined: -nope (see cmd --help)"},
+		{"zero where 0 means nothing", []string{"--lanes", "0"}, env(), "", `invalid value "0" for flag -lanes: want more than 0`},
+		{"negative", []string{"--timeout", "-1s"}, env(), "", `invalid value "-1s" for flag -timeout: want more than 0`},
+		{"zero env", nil, env("T_TIMEOUT", "0"), "", `T_TIMEOUT="0" (for --timeout): want more than 0`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("cmd", table(), c.args, c.env)
