@@ -76,26 +76,44 @@ func (p *Play) Validate() error {
 // verB64 the base64 DER SubjectPublicKeyInfo of the EC P-256 verification
 // key. Surrounding white space is ignored; errors never include the keys.
 func ParsePlayKeys(decB64, verB64 string) (dec []byte, ver *ecdsa.PublicKey, err error) {
-	dec, err = decodeB64(decB64)
+	if dec, err = ParsePlayDecryptionKey(decB64); err != nil {
+		return nil, nil, err
+	}
+	if ver, err = ParsePlayVerificationKey(verB64); err != nil {
+		return nil, nil, err
+	}
+	return dec, ver, nil
+}
+
+// ParsePlayDecryptionKey decodes the Play Integrity decryption key (base64
+// of 32 bytes, AES-256).
+func ParsePlayDecryptionKey(b64 string) ([]byte, error) {
+	dec, err := decodeB64(b64)
 	if err != nil {
-		return nil, nil, fmt.Errorf("attestation: play decryption key: not base64: %w", err)
+		return nil, fmt.Errorf("attestation: play decryption key: not base64: %w", err)
 	}
 	if len(dec) != 32 {
-		return nil, nil, fmt.Errorf("attestation: play decryption key: %d bytes, want 32 (AES-256)", len(dec))
+		return nil, fmt.Errorf("attestation: play decryption key: %d bytes, want 32 (AES-256)", len(dec))
 	}
-	der, err := decodeB64(verB64)
+	return dec, nil
+}
+
+// ParsePlayVerificationKey decodes the Play Integrity verification key
+// (base64 of a DER EC P-256 public key).
+func ParsePlayVerificationKey(b64 string) (*ecdsa.PublicKey, error) {
+	der, err := decodeB64(b64)
 	if err != nil {
-		return nil, nil, fmt.Errorf("attestation: play verification key: not base64: %w", err)
+		return nil, fmt.Errorf("attestation: play verification key: not base64: %w", err)
 	}
 	k, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
-		return nil, nil, fmt.Errorf("attestation: play verification key: %w", err)
+		return nil, fmt.Errorf("attestation: play verification key: %w", err)
 	}
 	ver, ok := k.(*ecdsa.PublicKey)
 	if !ok || ver.Curve != elliptic.P256() {
-		return nil, nil, fmt.Errorf("attestation: play verification key: %T is not an EC P-256 key", k)
+		return nil, fmt.Errorf("attestation: play verification key: %T is not an EC P-256 key", k)
 	}
-	return dec, ver, nil
+	return ver, nil
 }
 
 // decodeB64 decodes standard or URL-safe base64, padded or not.

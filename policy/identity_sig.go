@@ -18,6 +18,7 @@ const DefaultUserSignatureMaxAge = 5 * time.Minute
 func (ps *parser) userSignature(g field, id *Identity) {
 	switch g.name {
 	case "user_signature_key_env":
+		id.UserSignatureKeyEnvLine = g.val.Line
 		if g.val.Kind != yaml.SequenceNode {
 			if s, ok := ps.envName(g); ok {
 				id.UserSignatureKeyEnvs = []string{s}

@@ -109,11 +109,11 @@ func TestLoadContractExample(t *testing.T) {
 		UserHeader:           "X-User-Id",
 		UserSignatureHeader:  "X-User-Signature",
 		UserSignatureKeyEnv:  "TOLLGATE_USER_KEY",
-		UserSignatureKeyEnvs: []string{"TOLLGATE_USER_KEY"},
-		UserSignatureMaxAge:  DefaultUserSignatureMaxAge,
-		DeviceHeader:         "X-Device-Id",
-		DeviceTokenHeader:    "X-Device-Token",
-		AccountBodyField:     "username",
+		UserSignatureKeyEnvs: []string{"TOLLGATE_USER_KEY"}, UserSignatureKeyEnvLine: 6,
+		UserSignatureMaxAge: DefaultUserSignatureMaxAge,
+		DeviceHeader:        "X-Device-Id",
+		DeviceTokenHeader:   "X-Device-Token",
+		AccountBodyField:    "username",
 	}
 	if !reflect.DeepEqual(p.Identity, wantID) {
 		t.Errorf("Identity = %+v, want %+v", p.Identity, wantID)
@@ -188,9 +188,9 @@ func TestLoadContractExample(t *testing.T) {
 	wantAtt := &Attestation{
 		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
-			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem")},
+			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem"), RootCAFileLine: 51},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
-			VerificationKeyEnv: "TOLLGATE_PI_VER_KEY", MaxAge: 5 * time.Minute},
+			VerificationKeyEnv: "TOLLGATE_PI_VER_KEY", DecryptionKeyEnvLine: 52, VerificationKeyEnvLine: 53, MaxAge: 5 * time.Minute},
 	}
 	if !reflect.DeepEqual(p.Risk.Attestation, wantAtt) {
 		t.Errorf("Attestation = %+v\napple %+v\nandroid %+v", p.Risk.Attestation, p.Risk.Attestation.Apple, p.Risk.Attestation.Android)

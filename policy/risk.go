@@ -398,6 +398,7 @@ func (ps *parser) apple(f field) (*AppleAttestation, bool) {
 			a.Environment, good = ps.oneOf(g, "production", "development")
 		case "root_ca_file":
 			a.RootCAFile, good = ps.existingFile(g)
+			a.RootCAFileLine = g.val.Line
 		}
 		ok = ok && good
 	}
@@ -445,8 +446,10 @@ func (ps *parser) android(f field) (*AndroidAttestation, bool) {
 			a.PackageName = s
 		case "decryption_key_env":
 			a.DecryptionKeyEnv, good = ps.envName(g)
+			a.DecryptionKeyEnvLine = g.val.Line
 		case "verification_key_env":
 			a.VerificationKeyEnv, good = ps.envName(g)
+			a.VerificationKeyEnvLine = g.val.Line
 		case "max_age":
 			a.MaxAge, good = ps.duration(g)
 		case "require_strong_integrity":

@@ -137,8 +137,10 @@ type Identity struct {
 	// key: the first of UserSignatureKeyEnvs.
 	UserSignatureKeyEnv string
 	// UserSignatureKeyEnvs name every variable holding a key that verifies
-	// (`user_signature_key_env`, one name or a list: key rotation).
-	UserSignatureKeyEnvs []string
+	// (`user_signature_key_env`, one name or a list: key rotation);
+	// UserSignatureKeyEnvLine is the field's line in the file.
+	UserSignatureKeyEnvs    []string
+	UserSignatureKeyEnvLine int
 	// UserSignatureMaxAge is how far a timestamped signature's t may be
 	// from the limiter's clock, either way (default 5m).
 	UserSignatureMaxAge time.Duration
@@ -386,8 +388,10 @@ type AppleAttestation struct {
 	// Environment is production (default) or development.
 	Environment string
 	// RootCAFile is the path of Apple's App Attestation root CA (PEM),
-	// resolved against the policy file's directory.
-	RootCAFile string
+	// resolved against the policy file's directory; RootCAFileLine is
+	// its line in the file, for errors found when it is read.
+	RootCAFile     string
+	RootCAFileLine int
 }
 
 // AndroidAttestation is `risk.attestation.android`.
@@ -395,9 +399,12 @@ type AndroidAttestation struct {
 	// PackageName is the app's package name (com.example.app).
 	PackageName string
 	// DecryptionKeyEnv and VerificationKeyEnv name the environment
-	// variables holding the Play Integrity keys.
-	DecryptionKeyEnv   string
-	VerificationKeyEnv string
+	// variables holding the Play Integrity keys; the Line fields are
+	// their lines in the file, for errors found when they are read.
+	DecryptionKeyEnv       string
+	VerificationKeyEnv     string
+	DecryptionKeyEnvLine   int
+	VerificationKeyEnvLine int
 	// MaxAge bounds the verdict's age (default 5m).
 	MaxAge time.Duration
 	// RequireStrongIntegrity demands MEETS_STRONG_INTEGRITY.

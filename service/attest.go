@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -45,18 +47,35 @@ func newAttestState(log *slog.Logger, rc redis.UniversalClient, prefix string) *
 	return a
 }
 
+// attestationFromPolicy builds the verifiers and the device-token key of
+// p's risk.attestation (none without it) from the files and environment
+// variables it names, as the start and `limiter validate` both do. Every
+// error begins with the policy's FILE:LINE and the field, and all are
+// reported at once.
+func attestationFromPolicy(p *policy.Policy, getenv func(string) string) (*attestation.Apple, *attestation.Play, *attestation.Tokens, error) {
+	pa := p.Risk.Attestation
+	if pa == nil {
+		return nil, nil, nil, nil
+	}
+	apple, play, err := attestation.FromPolicy(p.Source, pa, getenv)
+	t, terr := attestation.TokensFromPolicy(pa.TokenKeyEnv, getenv)
+	if terr != nil {
+		terr = fmt.Errorf("%s:%d: risk.attestation.token_key_env: %w", p.Source, pa.TokenKeyEnvLine, terr)
+	}
+	if err != nil || terr != nil {
+		return nil, nil, nil, errors.Join(err, terr)
+	}
+	return apple, play, t, nil
+}
+
 // apply builds the handler and the device-token verifier for p.
 func (a *attestState) apply(p *policy.Policy) error {
 	tokens := a.random
 	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Logger: a.log}
 	if pa := p.Risk.Attestation; pa != nil {
-		apple, play, err := attestation.FromPolicy(pa, a.getenv)
+		apple, play, t, err := attestationFromPolicy(p, a.getenv)
 		if err != nil {
-			return err // attestation's errors name their package, file or variable
-		}
-		t, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, a.getenv)
-		if err != nil {
-			return err // "attestation: device token key: environment variable ..."
+			return err // FILE:LINE, the field, the file or variable
 		}
 		if t != nil {
 			tokens = t

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/reputation"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -44,16 +43,8 @@ func Check(cfg Config) (*policy.Policy, error) {
 	if err := alertingCheck(cfg.Getenv)(p); err != nil {
 		return nil, err
 	}
-	if pa := p.Risk.Attestation; pa != nil {
-		if _, _, err := attestation.FromPolicy(pa, cfg.Getenv); err != nil {
-			return nil, err
-		}
-		if pa.TokenKeyEnv != "" {
-			// the running limiter refuses to start without the device-token key
-			if _, err := attestation.TokensFromPolicy(pa.TokenKeyEnv, cfg.Getenv); err != nil {
-				return nil, fmt.Errorf("%s:%d: risk.attestation.token_key_env: %w", cfg.ConfigPath, pa.TokenKeyEnvLine, err)
-			}
-		}
+	if _, _, _, err := attestationFromPolicy(p, cfg.Getenv); err != nil {
+		return nil, err // the running limiter refuses to start on the same
 	}
 	if rep := p.Risk.Reputation; rep != nil && rep.ASNDatabase != "" {
 		db, err := reputation.OpenDB(rep.ASNDatabase)
@@ -83,8 +74,12 @@ func checkUserKey(cfg Config, p *policy.Policy) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("service: proxy mode: environment variable %s (identity.user_signature_key_env of %s) is empty: no user header could be verified; set it, or remove user_signature_key_env to trust the header unsigned",
-		strings.Join(names, ", "), policyLabel(cfg.ConfigPath))
+	where := "the built-in policy: "
+	if p.Source != "" {
+		where = fmt.Sprintf("%s:%d: ", p.Source, p.Identity.UserSignatureKeyEnvLine)
+	}
+	return fmt.Errorf("%sidentity.user_signature_key_env: proxy mode: environment variable %s is empty: no user header could be verified; set it, or remove user_signature_key_env to trust the header unsigned",
+		where, strings.Join(names, ", "))
 }
 
 // policyLabel names the policy in messages.

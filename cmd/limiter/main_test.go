@@ -96,10 +96,11 @@ func TestValidateEnvironment(t *testing.T) {
 		code    int
 		wantErr string
 	}{
-		{"unset", envMap(), 1, "environment variable DEC (decryption_key_env) is empty"},
-		{"empty", envMap("DEC", "", "VER", keys.VerB64), 1, "environment variable DEC (decryption_key_env) is empty"},
-		{"ver unset", envMap("DEC", keys.DecB64), 1, "environment variable VER (verification_key_env) is empty"},
-		{"not base64", envMap("DEC", "%%%", "VER", keys.VerB64), 1, "keys from DEC and VER"},
+		{"unset", envMap(), 1, p + ":6: risk.attestation.android.decryption_key_env: environment variable DEC is empty or unset\n" +
+			p + ":6: risk.attestation.android.verification_key_env: environment variable VER is empty or unset\n"},
+		{"empty", envMap("DEC", "", "VER", keys.VerB64), 1, p + ":6: risk.attestation.android.decryption_key_env: environment variable DEC is empty or unset\n"},
+		{"ver unset", envMap("DEC", keys.DecB64), 1, p + ":6: risk.attestation.android.verification_key_env: environment variable VER is empty or unset\n"},
+		{"not base64", envMap("DEC", "%%%", "VER", keys.VerB64), 1, p + ":6: risk.attestation.android.decryption_key_env: environment variable DEC: attestation: play decryption key: not base64"},
 		{"set", envMap("DEC", keys.DecB64, "VER", keys.VerB64), 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -111,13 +112,46 @@ func TestValidateEnvironment(t *testing.T) {
 	}
 }
 
+// TestValidateNamesEveryField: validate reports every file and variable
+// the attestation section names that cannot be used, each with its
+// FILE:LINE and field, not only the first.
+func TestValidateNamesEveryField(t *testing.T) {
+	t.Parallel()
+	junk := write(t, "junk.pem", "not a certificate")
+	p := write(t, "every.yaml", `version: 1
+limits:
+  - {name: a, by: [ip], rate: 10/min}
+risk:
+  attestation:
+    token_key_env: NOPE_TOKEN
+    apple: {app_id: T.com.example.app, root_ca_file: `+junk+`}
+    android: {package_name: com.example.app, decryption_key_env: NOPE_DEC, verification_key_env: NOPE_VER}
+`)
+	code, _, errs := runT(envMap(), "validate", "--config", p)
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	want := []string{
+		p + ":7: risk.attestation.apple.root_ca_file: attestation: apple root CA " + junk + ": ",
+		p + ":8: risk.attestation.android.decryption_key_env: environment variable NOPE_DEC is empty or unset",
+		p + ":8: risk.attestation.android.verification_key_env: environment variable NOPE_VER is empty or unset",
+		p + ":6: risk.attestation.token_key_env: ",
+	}
+	if code != 1 || len(lines) != len(want) {
+		t.Fatalf("exit %d, stderr %q; want 1 and %d lines", code, errs, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d: %q, want it to start %q", i+1, lines[i], w)
+		}
+	}
+}
+
 // TestProxyUserKey: in proxy mode, a policy whose user_signature_key_env
 // names an empty variable is refused by validate and at start (exit 1,
 // naming the variable); with the variable set, validate passes.
 func TestProxyUserKey(t *testing.T) {
 	t.Parallel()
 	p := write(t, "policy.yaml", string(policy.Example())) // names TOLLGATE_USER_KEY
-	const want = "environment variable TOLLGATE_USER_KEY (identity.user_signature_key_env of "
+	want := p + ":15: identity.user_signature_key_env: proxy mode: environment variable TOLLGATE_USER_KEY is empty"
 	up := []string{"--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--config", p}
 	if code, _, errs := runT(envMap(), append([]string{"validate"}, up...)...); code != 1 || !strings.Contains(errs, want) {
 		t.Fatalf("validate, key unset: exit %d %q", code, errs)
