@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -467,18 +468,9 @@ func TestAttackGRPCZeroWindowHoldsNoGoroutine(t *testing.T) {
 // and keepalive) and returns their stacks. Unlike runtime.NumGoroutine it
 // is not moved by the goroutines of other tests winding down.
 func serverTransports() (int, string) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var held strings.Builder
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testenv.GoroutineStacks() {
 		if strings.Contains(g, "grpc/internal/transport.(*http2Server)") || strings.Contains(g, "grpc/internal/transport.NewServerTransport") {
 			n++
 			held.WriteString(g + "\n\n")

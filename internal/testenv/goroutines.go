@@ -15,14 +15,14 @@ import (
 // so other tests' goroutines do not count.
 func Goroutines(t testing.TB) (check func()) {
 	t.Helper()
-	before := goroutineStacks()
+	before := GoroutineStacks()
 	return func() {
 		t.Helper()
 		var left []string
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			left = left[:0]
-			for id, stack := range goroutineStacks() {
+			for id, stack := range GoroutineStacks() {
 				if _, ok := before[id]; !ok {
 					left = append(left, stack)
 				}
@@ -40,7 +40,7 @@ func Goroutines(t testing.TB) (check func()) {
 
 // goroutineStacks maps the id of every goroutine but the caller's to its
 // stack.
-func goroutineStacks() map[string]string {
+func GoroutineStacks() map[string]string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
