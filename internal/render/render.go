@@ -140,11 +140,7 @@ func SetLimitHeaders(h http.Header, d *engine.Decision) {
 	h[HeaderLimit] = []string{limit}
 	h[HeaderRemaining] = []string{remaining}
 	h[HeaderReset] = []string{strconv.FormatInt(reset, 10)}
-	t := d.Reset.Sub(d.Now)
-	if t < 0 {
-		t = 0
-	}
-	tsec := int64((t + time.Second - 1) / time.Second)
+	tsec := ceilSeconds(d.Reset.Sub(d.Now))
 	name := string(AppendSFString(nil, d.Binding.Name))
 	w := int64(d.Window / time.Second)
 	if w < 1 {
@@ -162,7 +158,7 @@ func setLockHeaders(h http.Header, d *engine.Decision) {
 	h[HeaderLimit] = []string{"0"}
 	h[HeaderRemaining] = []string{"0"}
 	h[HeaderReset] = []string{strconv.FormatInt(CeilUnix(d.Lock.Until), 10)}
-	left := strconv.FormatInt(max(1, int64((d.RetryAfter+time.Second-1)/time.Second)), 10)
+	left := strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)
 	name := string(AppendSFString(nil, d.Lock.Rule))
 	h[HeaderPolicy] = []string{name + ";q=0;w=" + left}
 	h[HeaderRateLimit] = []string{name + ";r=0;t=" + left}
@@ -186,11 +182,15 @@ func AppendSFString(b []byte, s string) []byte {
 
 // SetRetryAfter sets Retry-After: whole seconds, rounded up, at least 1.
 func SetRetryAfter(h http.Header, d time.Duration) {
-	secs := int64((d + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
+	h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilSeconds(d)), 10)}
+}
+
+// ceilSeconds is d in whole seconds, rounded up; 0 when d is not positive.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
 	}
-	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // CeilMS is d in milliseconds, rounded up.

@@ -38,7 +38,7 @@ func Goroutines(t testing.TB) (check func()) {
 	}
 }
 
-// goroutineStacks maps the id of every goroutine but the caller's to its
+// GoroutineStacks maps the id of every goroutine but the caller's to its
 // stack.
 func GoroutineStacks() map[string]string {
 	buf := make([]byte, 1<<20)
