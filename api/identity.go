@@ -200,14 +200,25 @@ func jsonField(body []byte, field string) (n int, value string) {
 // a body that did not arrive in time) is answered as the client's
 // (400, 408), not as the upstream's (502).
 type clientBody struct {
-	rc  io.ReadCloser
-	mu  sync.Mutex
-	err error
+	rc   io.ReadCloser
+	scan bodyScanner // watches the body for a _method field (nil: none)
+	mu   sync.Mutex
+	err  error
 }
 
-// Read implements io.Reader.
+// Read implements io.Reader. A body its scanner refuses ends in the
+// scanner's error, without the bytes that carried the refused field.
 func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	if b.scan != nil && (err == nil || err == io.EOF) {
+		serr := b.scan.feed(p[:n])
+		if serr == nil && err == io.EOF {
+			serr = b.scan.end()
+		}
+		if serr != nil {
+			n, err = 0, serr
+		}
+	}
 	if err != nil && err != io.EOF {
 		b.mu.Lock()
 		if b.err == nil {
@@ -219,7 +230,12 @@ func (b *clientBody) Read(p []byte) (int, error) {
 }
 
 // Close implements io.Closer.
-func (b *clientBody) Close() error { return b.rc.Close() }
+func (b *clientBody) Close() error {
+	if b.scan != nil {
+		b.scan.stop()
+	}
+	return b.rc.Close()
+}
 
 // failed returns the first error reading the client's body, or nil.
 func (b *clientBody) failed() error {
@@ -231,6 +247,9 @@ func (b *clientBody) failed() error {
 // bodyError is the answer to a request body that could not be read: 408
 // when it did not arrive in time, else 400.
 func bodyError(err error) *apiError {
+	if oe, ok := errors.AsType[*overrideError](err); ok {
+		return oe.aerr
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return &apiError{status: http.StatusRequestTimeout, code: CodeRequestTimeout, message: "the request body did not arrive in time"}
 	}

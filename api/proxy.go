@@ -243,7 +243,8 @@ type identity struct {
 	xff      string // the client's entry and the trusted hops of the incoming X-Forwarded-For
 	rid      string
 	verified bool
-	body     *clientBody // the request's body as forwarded (nil: none)
+	body     *clientBody // the request's body as it arrives (nil: none)
+	whole    []byte      // the body, when it was read whole before deciding (an account's)
 	wd       *watchdog   // the forwarded request's deadlines
 	own      uint16      // the ownHeaders the limiter set on the response (ownSet)
 }
@@ -260,6 +261,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = id.body
 	}
 	aerr := p.identify(r, pol, id)
+	if aerr == nil {
+		aerr = p.watchOverride(r, pol, id)
+	}
 	if aerr != nil {
 		if aerr.status == http.StatusRequestTimeout {
 			// the server's write deadline may be as old as the body's
@@ -314,6 +318,9 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		return aerr
 	}
 	id.in = engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+	if aerr := checkOverride(pol, r, r.Method, ep[len(r.Method)+1:]); aerr != nil {
+		return aerr
+	}
 	if ident.UserHeader != "" {
 		user, _ := headerValue(r.Header, ident.UserHeader)
 		deleteHeader(r.Header, ident.UserHeader) // set again below when verified
@@ -352,6 +359,26 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	return nil
 }
 
+// watchOverride checks a POST's form body for a _method field routed
+// otherwise than POST (7.1), when some method an override names routes
+// its path otherwise: at once when the body was read whole, else as it
+// is forwarded (the request is cut short and answered 400 when a field
+// is refused), so a body of any size streams.
+func (p *proxy) watchOverride(r *http.Request, pol *policy.Policy, id *identity) *apiError {
+	path := id.in.Endpoint[len(r.Method)+1:]
+	if !bodyOverrides(pol, r, path) {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if id.whole != nil {
+		return bodyOverride(pol, path, id.whole, ct)
+	}
+	if id.body != nil && r.Body == io.ReadCloser(id.body) {
+		id.body.scan = newBodyScanner(pol, path, ct)
+	}
+	return nil
+}
+
 // checkProxyEndpoint refuses a request whose endpoint (method, a space
 // and the normalised path) is longer than MaxEndpointLen, as the check
 // API refuses such an endpoint: 400 naming the path. Deciding it would
@@ -379,6 +406,7 @@ func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *
 			r.Body = io.NopCloser(bytes.NewReader(body)) // forwarded intact
 			r.ContentLength = int64(len(body))
 			r.TransferEncoding = nil
+			id.whole = body
 		}
 		acct, aerr := accountFromBody(body, r.Header.Get("Content-Type"), r.URL.RawQuery, ident.AccountBodyField)
 		if aerr != nil {

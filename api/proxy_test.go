@@ -72,6 +72,12 @@ type proxyFixture struct {
 
 func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
 	t.Helper()
+	return newProxyFixtureWith(t, upstream, proxyPolicy)
+}
+
+// newProxyFixtureWith is newProxyFixture under the policy text.
+func newProxyFixtureWith(t *testing.T, upstream http.Handler, text string) *proxyFixture {
+	t.Helper()
 	f := &proxyFixture{seen: make(chan *http.Request, 100), bodies: make(chan string, 100), reporter: &fakeReporter{}, events: &sink{}}
 	if upstream == nil {
 		upstream = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +94,7 @@ func newProxyFixture(t *testing.T, upstream http.Handler) *proxyFixture {
 	}
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	p, err := policy.Parse("proxy.yaml", []byte(proxyPolicy))
+	p, err := policy.Parse("proxy.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

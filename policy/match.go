@@ -7,7 +7,7 @@ import (
 
 // Route returns the class of a request and the route it matched: the first
 // route whose method ("*" matches any; otherwise equality ignoring ASCII
-// case) and path glob match, the path folded as routefold.go says (7.1:
+// case, and GET matches HEAD too) and path glob match, the path folded as routefold.go says (7.1:
 // case, ";" parameters, fragments, backslashes, a format suffix). path is
 // the request path without the query string. When no route matches,
 // Route returns the index of DefaultClass and nil. It does not allocate
@@ -17,7 +17,7 @@ func (p *Policy) Route(method, path string) (classIndex int, r *Route) {
 	suffix := formatSuffix(path)
 	for i := range p.Routes {
 		rt := &p.Routes[i]
-		if rt.Method != "*" && !strings.EqualFold(rt.Method, method) {
+		if rt.Method != "*" && !methodMatch(rt.Method, method) {
 			continue
 		}
 		if globMatch(rt.Pattern, path) || suffix > 0 && globMatch(rt.Pattern, path[:suffix]) {
@@ -25,6 +25,14 @@ func (p *Policy) Route(method, path string) (classIndex int, r *Route) {
 		}
 	}
 	return p.defaultClassIndex(), nil
+}
+
+// methodMatch reports whether a route's method matches a request's:
+// equal ignoring ASCII case, or a GET route and a HEAD request, which
+// Rails and Go's ServeMux serve with the GET handler (7.1). A HEAD route
+// before the GET one still takes HEAD apart.
+func methodMatch(route, method string) bool {
+	return strings.EqualFold(route, method) || strings.EqualFold(route, "GET") && strings.EqualFold(method, "HEAD")
 }
 
 // defaultClassIndex returns the index of DefaultClass in p.Classes.

@@ -78,6 +78,9 @@ func TestRoute(t *testing.T) {
 		{"POST", "/token/refresh", "write", "* *"},
 		{"GET", "/search", "expensive", "GET /search*"},
 		{"GET", "/search/users", "expensive", "GET /search*"},
+		{"HEAD", "/search", "expensive", "GET /search*"}, // served as GET (7.1)
+		{"head", "/", "read", "GET *"},
+		{"OPTIONS", "/search", "write", "* *"},
 		{"GET", "/", "read", "GET *"},
 		{"DELETE", "/users/1", "write", "* *"},
 		{"PATCH", "", "write", "* *"},
@@ -323,4 +326,19 @@ func ExamplePolicy_Route() {
 	// user-read 300/min open
 	// user-search 20/min open
 	// device 600/min open
+}
+
+// TestRouteHeadRouteFirst: a HEAD route before the GET one takes HEAD
+// requests apart.
+func TestRouteHeadRouteFirst(t *testing.T) {
+	t.Parallel()
+	p, err := Parse("head.yaml", []byte("version: 1\nroutes:\n  - {match: \"HEAD /x\", class: probe}\n  - {match: \"GET /x\", class: read}\nlimits:\n  - {name: ip, by: [ip], rate: 10/s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for method, want := range map[string]string{"HEAD": "probe", "GET": "read", "POST": DefaultClass} {
+		if c, _ := p.Route(method, "/x"); p.Classes[c] != want {
+			t.Errorf("%s /x: class %q; want %q", method, p.Classes[c], want)
+		}
+	}
 }

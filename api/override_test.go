@@ -1,0 +1,298 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/policy"
+)
+
+const overridePolicy = `version: 1
+identity:
+  trusted_proxies: [10.0.0.0/8]
+  account_body_field: username
+routes:
+  - {match: "POST /auth/login", class: auth}
+  - {match: "GET /search*", class: expensive}
+  - {match: "GET *", class: read}
+  - {match: "* *", class: write}
+limits:
+  - {name: ip, by: [ip], rate: 1000/min}
+`
+
+func overridePol(t *testing.T) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("override.yaml", []byte(overridePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckOverride(t *testing.T) {
+	t.Parallel()
+	pol := overridePol(t)
+	for _, c := range []struct {
+		method, uri string
+		header      http.Header
+		want        string // "" for none
+	}{
+		{"POST", "/search", nil, ""},
+		{"POST", "/search", http.Header{"X-Http-Method-Override": {"GET"}},
+			`header X-HTTP-Method-Override names method "GET", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/search", http.Header{"X-Method-Override": {" head "}},
+			`header X-Method-Override names method "head", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/search", http.Header{"X_http_method": {"GET"}},
+			`header X-HTTP-Method names method "GET", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/search", http.Header{"X-Http-Method-Override": {"PUT", "GET"}},
+			`header X-HTTP-Method-Override names method "GET", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/items", http.Header{"X-Http-Method-Override": {"DELETE"}}, ""}, // both write
+		{"POST", "/items", http.Header{"X-Http-Method-Override": {""}}, ""},
+		{"POST", "/items", http.Header{"X-Http-Method-Override": {"post"}}, ""},
+		{"GET", "/items", http.Header{"X-Http-Method-Override": {"HEAD"}}, ""}, // GET routes take HEAD
+		{"POST", "/search?q=1&_method=GET", nil,
+			`query string: field _method names method "GET", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/search?q=1;%5FMETHOD=get", nil,
+			`query string: field _method names method "get", which is routed otherwise than POST /search; send the request with that method`},
+		{"POST", "/search?q=a_b&_method=PATCH", nil, ""},
+		{"POST", "/search?_method=" + strings.Repeat("G", 40), nil, ""}, // no such method: write, as POST
+		{"GET", "/search?_method=" + strings.Repeat("P", 40), nil,
+			`query string: field _method names method "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPP...", which is routed otherwise than GET /search; send the request with that method`},
+	} {
+		r := httptest.NewRequest(c.method, c.uri, nil)
+		for k, v := range c.header {
+			r.Header[k] = v
+		}
+		got := ""
+		if aerr := checkOverride(pol, r, c.method, r.URL.Path); aerr != nil {
+			if aerr.status != http.StatusBadRequest {
+				t.Errorf("%s %s %v: status %d; want 400", c.method, c.uri, c.header, aerr.status)
+			}
+			got = aerr.message
+		}
+		if got != c.want {
+			t.Errorf("%s %s %v:\n got %q\nwant %q", c.method, c.uri, c.header, got, c.want)
+		}
+	}
+}
+
+func TestBodyOverrides(t *testing.T) {
+	t.Parallel()
+	pol := overridePol(t)
+	form := "application/x-www-form-urlencoded"
+	for _, c := range []struct {
+		method, path, contentType string
+		want                      bool
+	}{
+		{"POST", "/search", form, true},
+		{"POST", "/items", form, true}, // GET /items is read, POST write
+		{"POST", "/search", "multipart/form-data; boundary=x", true},
+		{"POST", "/search", "application/json", false},
+		{"PUT", "/search", form, false}, // frameworks override POSTs only
+		{"POST", "/search", "", false},
+	} {
+		r := httptest.NewRequest(c.method, c.path, strings.NewReader("a=b"))
+		r.Header.Set("Content-Type", c.contentType)
+		if got := bodyOverrides(pol, r, c.path); got != c.want {
+			t.Errorf("%s %s %q: %v; want %v", c.method, c.path, c.contentType, got, c.want)
+		}
+	}
+	// a path every method routes alike needs no watching
+	same, err := policy.Parse("same.yaml", []byte("version: 1\nroutes:\n  - {match: \"* /x*\", class: a}\n  - {match: \"GET *\", class: b}\nlimits:\n  - {name: ip, by: [ip], rate: 10/s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/x", strings.NewReader("a=b"))
+	r.Header.Set("Content-Type", form)
+	if bodyOverrides(same, r, "/x") {
+		t.Error("POST /x under \"* /x*\": watched; want not")
+	}
+}
+
+// scanAll feeds body to s in chunks of size n and ends it, returning the
+// first error.
+func scanAll(s bodyScanner, body string, n int) error {
+	for len(body) > 0 {
+		k := min(n, len(body))
+		if err := s.feed([]byte(body[:k])); err != nil {
+			return err
+		}
+		body = body[k:]
+	}
+	return s.end()
+}
+
+func TestFormScanner(t *testing.T) {
+	t.Parallel()
+	pol := overridePol(t)
+	pad := strings.Repeat("x", 100<<10)
+	for _, c := range []struct {
+		body    string
+		refused bool
+	}{
+		{"q=1&_method=GET", true},
+		{"q=1&_method=GET&r=2", true},
+		{"pad=" + pad + "&_method=get", true},
+		{"pad=" + pad + ";%5f%6Dethod=GET", true},
+		{"_METHOD=GET", true},
+		{"_method=G%45T", true},
+		{"_method=PATCH", false},
+		{"_method=", false},
+		{"_method", false},
+		{"x_method=GET", false},
+		{strings.Repeat("y", 200) + "_method=GET", false}, // one long name
+		{"a=_method=GET", false},                          // a value
+		{"_method=%zzGET", false},                         // dropped by ParseForm
+		{"", false},
+	} {
+		for _, n := range []int{1, 3, 7, 4096, 1 << 20} {
+			err := scanAll(newBodyScanner(pol, "/search", "application/x-www-form-urlencoded"), c.body, n)
+			if got := err != nil; got != c.refused {
+				t.Errorf("%.40q in chunks of %d: refused %v (%v); want %v", c.body, n, got, err, c.refused)
+			}
+			if whole := bodyOverride(pol, "/search", []byte(c.body), "application/x-www-form-urlencoded") != nil; whole != c.refused {
+				t.Errorf("%.40q read whole: refused %v; want %v", c.body, whole, c.refused)
+			}
+		}
+	}
+}
+
+func multipartBody(fields ...string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(fields); i += 2 {
+		b.WriteString("--b\r\nContent-Disposition: form-data; name=\"" + fields[i] + "\"\r\n\r\n" + fields[i+1] + "\r\n")
+	}
+	b.WriteString("--b--\r\n")
+	return b.String()
+}
+
+func TestMultipartScanner(t *testing.T) {
+	t.Parallel()
+	pol := overridePol(t)
+	pad := strings.Repeat("x", 100<<10)
+	for _, c := range []struct {
+		body    string
+		refused bool
+	}{
+		{multipartBody("_method", "GET"), true},
+		{multipartBody("pad", pad, "_Method", "get"), true},
+		{multipartBody("pad", pad, "_method", "PATCH", "q", "1"), false},
+		{multipartBody("pad", pad), false},
+		{"not multipart at all _method=GET", false},
+	} {
+		for _, n := range []int{1, 1000, 1 << 20} {
+			err := scanAll(newBodyScanner(pol, "/search", "multipart/form-data; boundary=b"), c.body, n)
+			if got := err != nil; got != c.refused {
+				t.Errorf("%.60q in chunks of %d: refused %v (%v); want %v", c.body, n, got, err, c.refused)
+			}
+		}
+	}
+}
+
+// TestMultipartScannerStops: a body not read to its end (the upstream
+// failed, the client went away) leaves no scanning goroutine behind.
+func TestMultipartScannerStops(t *testing.T) {
+	pol := overridePol(t)
+	before := runtime.NumGoroutine()
+	for range 50 {
+		s := newBodyScanner(pol, "/search", "multipart/form-data; boundary=b")
+		_ = s.feed([]byte("--b\r\nContent-Disposition: form-data; name=\"pad\"\r\n\r\nxxxx"))
+		s.stop()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after 50 stopped scanners; want at most %d", n, before)
+	}
+}
+
+// TestProxyRefusesOverride: through the proxy, an override routed
+// otherwise is a 400 envelope naming where it came from, also when it
+// comes after the first 100 KiB of a streamed body, which the upstream
+// then never gets whole; an override routed alike is forwarded intact.
+func TestProxyRefusesOverride(t *testing.T) {
+	t.Parallel()
+	f := newProxyFixtureWith(t, nil, overridePolicy)
+	form := "application/x-www-form-urlencoded"
+	pad := "pad=" + strings.Repeat("x", 100<<10) + "&"
+	for _, c := range []struct {
+		name, uri, body string
+		hdr             []string
+		want            string
+	}{
+		{"header", "/search", "", []string{"X-HTTP-Method-Override", "GET"}, `header X-HTTP-Method-Override names method \"GET\"`},
+		{"small form", "/search", "_method=GET", []string{"Content-Type", form}, `body: field _method names method \"GET\"`},
+		{"large form", "/search", pad + "_method=GET", []string{"Content-Type", form}, `body: field _method names method \"GET\"`},
+		{"large multipart", "/search", multipartBody("pad", pad, "_method", "GET"), []string{"Content-Type", "multipart/form-data; boundary=b"},
+			`body: field _method names method \"GET\"`},
+		{"login form", "/auth/login", "username=a&_method=GET", []string{"Content-Type", form}, `body: field _method names method \"GET\"`},
+	} {
+		resp, body := f.do(t, "POST", c.uri, c.body, append([]string{"X-Forwarded-For", "10.0.0.1"}, c.hdr...)...)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"code":"BAD_REQUEST"`) || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %.300s; want 400 BAD_REQUEST naming %s", c.name, resp.StatusCode, body, c.want)
+		}
+	}
+	if len(f.bodies) != 0 {
+		// the large bodies' requests may have reached the upstream cut short
+		for len(f.bodies) > 0 {
+			if b := <-f.bodies; strings.Contains(b, "_method=GET") || strings.Contains(b, "\r\n\r\nGET\r\n") {
+				t.Errorf("the upstream got a refused _method field whole (%d bytes)", len(b))
+			}
+		}
+	}
+	ok := pad + "_method=PATCH&name=a"
+	resp, _ := f.do(t, "POST", "/items", ok, "Content-Type", form, "X-Forwarded-For", "10.0.0.1")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /items with _method=PATCH: %d; want 200", resp.StatusCode)
+	}
+	if got := <-f.bodies; got != ok {
+		t.Errorf("the upstream got %d bytes; want the %d sent", len(got), len(ok))
+	}
+}
+
+// BenchmarkCheckOverride: what a request with no override pays.
+func BenchmarkCheckOverride(b *testing.B) {
+	p, err := policy.Parse("override.yaml", []byte(overridePolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/search?q=shoes&page=2", nil)
+	r.Header.Set("Accept", "application/json")
+	r.Header.Set("User-Agent", "app/1.0")
+	r.Header.Set("X-User-Id", "alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		if checkOverride(p, r, "GET", "/search") != nil {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// FuzzFormScanner: the streaming scanner and the whole-body reading
+// refuse the same url-encoded bodies, however the body is cut.
+func FuzzFormScanner(f *testing.F) {
+	f.Add("q=1&_method=GET", 3)
+	f.Add("%5Fmethod=G%45T;a=b", 1)
+	f.Add("_method=PATCH&_method=get", 5)
+	f.Add("a=%zz&_method=+GET+", 2)
+	pol, err := policy.Parse("override.yaml", []byte(overridePolicy))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string, n int) {
+		if n < 1 {
+			n = 1 - n%64
+		}
+		streamed := scanAll(newBodyScanner(pol, "/search", "application/x-www-form-urlencoded"), body, n) != nil
+		whole := bodyOverride(pol, "/search", []byte(body), "application/x-www-form-urlencoded") != nil
+		if streamed != whole {
+			t.Errorf("%q in chunks of %d: streamed refused %v, whole %v", body, n, streamed, whole)
+		}
+	})
+}
