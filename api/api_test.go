@@ -339,6 +339,31 @@ func TestAdminThrottlesFailedTokens(t *testing.T) {
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer s3cret"), 200, "")
 }
 
+// TestSignedInOutlastsThrottle: a console session's call (SignedIn) with
+// the right token passes while its address is blocked; with a wrong one
+// it is refused and counted like any other.
+func TestSignedInOutlastsThrottle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "s3cret")
+	call := func(token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/v1/admin/subjects/ip/192.0.2.1", nil).WithContext(SignedIn(context.Background()))
+		r.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		f.srv.ServeHTTP(w, r)
+		return w
+	}
+	for range 9 {
+		expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer guess"), 401, "")
+	}
+	if w := call("guess"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a signed-in call with a wrong token: %d, want 401", w.Code)
+	}
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/ip/192.0.2.1", "", "Authorization", "Bearer s3cret"), 429, "", "Retry-After", "60")
+	if w := call("s3cret"); w.Code != http.StatusOK {
+		t.Fatalf("a signed-in call with the right token from a blocked address: %d %s, want 200", w.Code, w.Body)
+	}
+}
+
 func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, "")

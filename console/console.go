@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/subtle"
 	"embed"
 	"errors"
@@ -44,6 +45,11 @@ type Options struct {
 	// reports true for the right token, else false with how long the
 	// address stays blocked (0: merely wrong).
 	CheckToken func(r *http.Request, token string) (time.Duration, bool)
+	// SignedIn marks the context of a signed-in session's calls to API
+	// (api.SignedIn), so the throttle that blocks its address for wrong
+	// tokens others sent does not refuse them: the session is no guess
+	// (nil: none, and a throttled address's session is refused too).
+	SignedIn func(context.Context) context.Context
 	// Counters supplies the overview's decision counts (nil: none shown).
 	Counters *Counters
 	// Now is the clock (default time.Now).
@@ -152,8 +158,17 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, *view)) http.H
 			return
 		}
 		v := &view{CSRF: s.csrf, Flash: s.flash, FlashFailed: s.failed, Now: c.o.Now().UTC(), Path: r.URL.Path}
-		h(w, r, v)
+		h(w, c.signedIn(r), v)
 	}
+}
+
+// signedIn returns r with its context marked by Options.SignedIn: r's
+// session has been checked.
+func (c *Console) signedIn(r *http.Request) *http.Request {
+	if c.o.SignedIn == nil {
+		return r
+	}
+	return r.WithContext(c.o.SignedIn(r.Context()))
 }
 
 // change wraps a change (a POST): it needs a session, a same-origin
@@ -173,7 +188,7 @@ func (c *Console) change(h func(r *http.Request, id string) (msg string, err err
 			c.render(w, r, http.StatusForbidden, "error", view{Title: "Refused", Message: "This change did not come from a console page of this session (missing or wrong CSRF token). Nothing was changed."})
 			return
 		}
-		msg, err := h(r, id)
+		msg, err := h(c.signedIn(r), id)
 		if r.URL.Path == "/console/signout" {
 			setCookie(w, r, "", time.Unix(0, 0), -1)
 			http.Redirect(w, r, "/console/signin", http.StatusSeeOther)

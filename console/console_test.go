@@ -194,3 +194,34 @@ func with(v url.Values, k, val string) url.Values {
 	out.Set(k, val)
 	return out
 }
+
+// TestSessionOutlastsThrottle: a session signed in before its address
+// was throttled (wrong tokens from the same office NAT or VPN egress)
+// keeps working: its pages and changes are no token guesses. The
+// address's bearer calls and sign-ins stay throttled.
+func TestSessionOutlastsThrottle(t *testing.T) {
+	t.Parallel()
+	base := startLimiter(t, adminToken)
+	c := newClient(t)
+	csrf := signIn(t, c, base)
+	for range 10 {
+		do(t, newClient(t), "GET", base+"/v1/admin/lockouts", nil, "Authorization", "Bearer guess")
+	}
+	if resp, _ := do(t, newClient(t), "GET", base+"/v1/admin/lockouts", nil, "Authorization", "Bearer "+adminToken); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("admin API after 10 wrong tokens: %d, want 429", resp.StatusCode)
+	}
+	resp, page := do(t, c, "GET", base+"/console/multipliers", nil)
+	if resp.StatusCode != http.StatusOK || strings.Contains(page, "too many failed") {
+		t.Fatalf("the signed-in session's page after its address was throttled: %d %s", resp.StatusCode, page)
+	}
+	form := url.Values{"csrf": {csrf}, "subject": {"ip"}, "id": {"192.0.2.78"}, "multiplier": {"0.5"}, "back": {"/console/multipliers"}}
+	if resp, body := do(t, c, "POST", base+"/console/multipliers/set", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("set: %d %s", resp.StatusCode, body)
+	}
+	if _, page := do(t, c, "GET", base+"/console/multipliers", nil); !strings.Contains(page, "Set multiplier 0.5 on ip 192.0.2.78.") {
+		t.Fatalf("multipliers page after set: %s", page)
+	}
+	if resp, _ := do(t, newClient(t), "POST", base+"/console/signin", url.Values{"token": {adminToken}}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a new sign-in from the throttled address: %d, want 429", resp.StatusCode)
+	}
+}
