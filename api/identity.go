@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/text/encoding"
+	"golang.org/x/text/encoding/unicode"
+	"golang.org/x/text/encoding/unicode/utf32"
+
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -91,9 +95,9 @@ func deleteHeader(h http.Header, name string) {
 }
 
 // accountFromBody reads the account field of a login the way the
-// upstream would (6.4): a JSON object's top-level keys match field as
-// encoding/json matches struct fields, case-insensitively with Unicode
-// simple folding (escaped keys decoded); an
+// upstream would (6.4): a JSON object's top-level keys (in any encoding
+// jsonUTF8 reads) match field as encoding/json matches struct fields,
+// case-insensitively with Unicode simple folding (escaped keys decoded); an
 // application/x-www-form-urlencoded or multipart/form-data body's field
 // names likewise, and the query string's, which many frameworks merge
 // with the body (Go's FormValue, Rails' params, Laravel's input(),
@@ -103,7 +107,7 @@ func deleteHeader(h http.Header, name string) {
 func accountFromBody(body []byte, contentType, rawQuery, field string) (string, *apiError) {
 	var acct string
 	n := 0
-	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+	if t := bytes.TrimLeft(jsonUTF8(body), " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		n, acct = jsonField(t, field)
 	}
 	switch mt, params, _ := mime.ParseMediaType(contentType); mt {
@@ -120,6 +124,42 @@ func accountFromBody(body []byte, contentType, rawQuery, field string) (string, 
 		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling, in the body or the query string); send it once", field))
 	}
 	return acct, nil
+}
+
+// jsonUTF8 returns a JSON body in UTF-8, read as Jackson (Spring) and
+// ASP.NET Core read one (RFC 4627's detection): a byte order mark, else
+// the zero bytes of its first characters (JSON starts with ASCII), say
+// UTF-16 or UTF-32 and the byte order; a UTF-8 BOM is dropped. A body in
+// UTF-8 is returned as it is; a decoded one is at most 1.5 times as long.
+func jsonUTF8(b []byte) []byte {
+	var enc encoding.Encoding
+	switch {
+	case bytes.HasPrefix(b, []byte{0xEF, 0xBB, 0xBF}):
+		return b[3:]
+	case bytes.HasPrefix(b, []byte{0, 0, 0xFE, 0xFF}):
+		enc = utf32.UTF32(utf32.BigEndian, utf32.ExpectBOM)
+	case bytes.HasPrefix(b, []byte{0xFF, 0xFE, 0, 0}):
+		enc = utf32.UTF32(utf32.LittleEndian, utf32.ExpectBOM)
+	case bytes.HasPrefix(b, []byte{0xFE, 0xFF}):
+		enc = unicode.UTF16(unicode.BigEndian, unicode.ExpectBOM)
+	case bytes.HasPrefix(b, []byte{0xFF, 0xFE}):
+		enc = unicode.UTF16(unicode.LittleEndian, unicode.ExpectBOM)
+	case len(b) >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0:
+		enc = utf32.UTF32(utf32.BigEndian, utf32.IgnoreBOM)
+	case len(b) >= 4 && b[1] == 0 && b[2] == 0 && b[3] == 0:
+		enc = utf32.UTF32(utf32.LittleEndian, utf32.IgnoreBOM)
+	case len(b) >= 2 && b[0] == 0:
+		enc = unicode.UTF16(unicode.BigEndian, unicode.IgnoreBOM)
+	case len(b) >= 2 && b[1] == 0:
+		enc = unicode.UTF16(unicode.LittleEndian, unicode.IgnoreBOM)
+	default:
+		return b
+	}
+	out, err := enc.NewDecoder().Bytes(b)
+	if err != nil {
+		return b
+	}
+	return out
 }
 
 // formField adds the keys of the url-encoded form that match field
