@@ -22,6 +22,7 @@ const (
 	CodeInternal           = "INTERNAL"
 	CodeTooManyAttempts    = "TOO_MANY_ATTEMPTS"
 	CodeRequestTimeout     = "REQUEST_TIMEOUT"
+	CodeUnsupportedMedia   = "UNSUPPORTED_MEDIA_TYPE"
 )
 
 // apiError is an error that carries its status and envelope; one place,

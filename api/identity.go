@@ -2,6 +2,9 @@ package api
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,6 +163,44 @@ func jsonUTF8(b []byte) []byte {
 		return b
 	}
 	return out
+}
+
+// decodedBody returns a login body as the upstream reads it when it
+// decompresses request bodies (Apache's DEFLATE input filter, ASP.NET
+// Core's request decompression, a servlet filter): the codings of
+// Content-Encoding undone, last first, gzip (x-gzip) and deflate (zlib,
+// or raw as some clients send it), at most MaxBody bytes of the result.
+// Another coding is 415: the limiter cannot read the account in it, and
+// an upstream that could would take guesses no account limit counted.
+func decodedBody(body []byte, encodings []string) ([]byte, *apiError) {
+	codings := strings.FieldsFunc(strings.Join(encodings, ","), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	for i := len(codings) - 1; i >= 0; i-- {
+		var zr io.Reader
+		var err error
+		switch c := strings.ToLower(codings[i]); c {
+		case "identity":
+			continue
+		case "gzip", "x-gzip":
+			zr, err = gzip.NewReader(bytes.NewReader(body))
+		case "deflate":
+			if zr, err = zlib.NewReader(bytes.NewReader(body)); err != nil {
+				zr, err = flate.NewReader(bytes.NewReader(body)), nil
+			}
+		default:
+			return nil, &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia,
+				message: "header Content-Encoding: " + quoteClip(c) + " is not read on a route whose body names the account; send the body uncompressed, in gzip or in deflate"}
+		}
+		if err == nil {
+			body, err = io.ReadAll(io.LimitReader(zr, MaxBody+1))
+		}
+		if err != nil {
+			return nil, badRequest("body: Content-Encoding " + codings[i] + ": " + err.Error())
+		}
+		if len(body) > MaxBody {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge, message: "body is larger than 64 KiB decompressed"}
+		}
+	}
+	return body, nil
 }
 
 // formField adds the keys of the url-encoded form that match field

@@ -1,6 +1,10 @@
 package api
 
 import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -254,4 +258,77 @@ func TestCheckNormalisesAccount(t *testing.T) {
 	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"aLiCe@example.com"}`), 429, "")
 	expect(t, f.do(t, "POST", "/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.9","account":"A\u0001"}`), 400,
 		`{"error":{"code":"BAD_REQUEST","message":"field \"account\" contains a control character","details":{},"request_id":"req-1"}}`)
+}
+
+func TestDecodedBody(t *testing.T) {
+	t.Parallel()
+	const login = `{"username":"alice"}`
+	zip := func(kind, s string) string {
+		var b bytes.Buffer
+		var zw io.WriteCloser
+		switch kind {
+		case "gzip":
+			zw = gzip.NewWriter(&b)
+		case "zlib":
+			zw = zlib.NewWriter(&b)
+		default:
+			zw, _ = flate.NewWriter(&b, flate.BestSpeed)
+		}
+		_, _ = io.WriteString(zw, s)
+		_ = zw.Close()
+		return b.String()
+	}
+	for _, c := range []struct {
+		name, body string
+		encodings  []string
+		want       string
+		status     int
+	}{
+		{"none", login, nil, login, 0},
+		{"identity", login, []string{"identity"}, login, 0},
+		{"gzip", zip("gzip", login), []string{"gzip"}, login, 0},
+		{"x-gzip in capitals", zip("gzip", login), []string{"X-GZIP"}, login, 0},
+		{"deflate as zlib", zip("zlib", login), []string{"deflate"}, login, 0},
+		{"deflate raw", zip("flate", login), []string{"deflate"}, login, 0},
+		{"two, last first", zip("gzip", zip("zlib", login)), []string{"deflate, gzip"}, login, 0},
+		{"two headers", zip("gzip", zip("zlib", login)), []string{"deflate", "gzip"}, login, 0},
+		{"br", login, []string{"br"}, "", http.StatusUnsupportedMediaType},
+		{"corrupt", "not gzip", []string{"gzip"}, "", http.StatusBadRequest},
+		{"a bomb", zip("gzip", strings.Repeat("a", MaxBody+1)), []string{"gzip"}, "", http.StatusRequestEntityTooLarge},
+		{"just under", zip("gzip", strings.Repeat("a", MaxBody)), []string{"gzip"}, strings.Repeat("a", MaxBody), 0},
+	} {
+		got, aerr := decodedBody([]byte(c.body), c.encodings)
+		switch {
+		case c.status != 0 && (aerr == nil || aerr.status != c.status):
+			t.Errorf("%s: %v; want status %d", c.name, aerr, c.status)
+		case c.status == 0 && aerr != nil:
+			t.Errorf("%s: %d %s", c.name, aerr.status, aerr.message)
+		case c.status == 0 && string(got) != c.want:
+			t.Errorf("%s: %.60q; want %.60q", c.name, got, c.want)
+		}
+	}
+}
+
+// FuzzDecodedBody: any body and codings decode without a panic to at
+// most MaxBody bytes, or to a 4xx.
+func FuzzDecodedBody(f *testing.F) {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, _ = io.WriteString(zw, `{"username":"alice"}`)
+	_ = zw.Close()
+	f.Add(b.Bytes(), "gzip")
+	f.Add([]byte("x\x9c\x03\x00\x00\x00\x00\x01"), "deflate")
+	f.Add([]byte("plain"), "identity, gzip")
+	f.Fuzz(func(t *testing.T, body []byte, codings string) {
+		out, aerr := decodedBody(body, []string{codings})
+		if aerr != nil {
+			if aerr.status < 400 || aerr.status > 499 {
+				t.Fatalf("status %d", aerr.status)
+			}
+			return
+		}
+		if len(out) > MaxBody {
+			t.Fatalf("%d bytes decoded", len(out))
+		}
+	})
 }

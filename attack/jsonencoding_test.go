@@ -2,6 +2,8 @@ package attack
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -24,8 +26,13 @@ type jacksonUpstream struct {
 }
 
 func newJacksonUpstream(t *testing.T) *jacksonUpstream {
+	return newJacksonUpstreamBehind(t, func(h http.Handler) http.Handler { return h })
+}
+
+// newJacksonUpstreamBehind is newJacksonUpstream's handler behind wrap.
+func newJacksonUpstreamBehind(t *testing.T, wrap func(http.Handler) http.Handler) *jacksonUpstream {
 	u := &jacksonUpstream{attempts: map[string]int{}}
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.srv = httptest.NewServer(wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var login struct{ Username string }
 		if err := json.Unmarshal(decodeJSONText(b), &login); err != nil {
@@ -36,7 +43,7 @@ func newJacksonUpstream(t *testing.T) *jacksonUpstream {
 		u.attempts[login.Username]++
 		u.mu.Unlock()
 		w.WriteHeader(http.StatusUnauthorized)
-	}))
+	})))
 	t.Cleanup(u.srv.Close)
 	return u
 }
@@ -147,4 +154,70 @@ func TestAttackJSONEncodingHidesAccount(t *testing.T) {
 			t.Errorf("%s: the upstream took %d of 20 guesses at one account; want at most 5 (login-account, 5/min)", c.name, n)
 		}
 	}
+}
+
+// Attack: the upstream decompresses request bodies (Apache's
+// SetInputFilter DEFLATE in front of PHP, ASP.NET Core's
+// UseRequestDecompression, a servlet filter), and the attacker sends
+// each guessed login gzip-compressed with Content-Encoding: gzip. The
+// limiter read the compressed bytes, found no account, and
+// login-account (5 a minute) never counted the guesses.
+// Defence (6.4): on a route whose body is read for the account, a body
+// in gzip or deflate is read decompressed (at most 64 KiB of it), and
+// one in an encoding the limiter cannot read is refused (415).
+func TestAttackCompressedLoginHidesAccount(t *testing.T) {
+	t.Parallel()
+	up := newJacksonUpstreamBehind(t, gunzipping)
+	tg := start(t, withUpstream(up.srv.URL))
+	for i, enc := range []string{"gzip", "x-gzip", "deflate"} {
+		victim := fmt.Sprintf("victim-compressed-%d", i)
+		for j := range 20 {
+			do(t, "POST", tg.public+"/auth/login", compress(enc, `{"username":"`+victim+`","password":"guess"}`),
+				from(fmt.Sprintf("198.18.31.%d", 20*i+j+1), "Content-Type", "application/json", "Content-Encoding", enc))
+		}
+		up.mu.Lock()
+		n := up.attempts[victim]
+		up.mu.Unlock()
+		if n > 5 {
+			t.Errorf("%s: the upstream took %d of 20 guesses at one account; want at most 5 (login-account, 5/min)", enc, n)
+		}
+	}
+	if code, body := do(t, "POST", tg.public+"/auth/login", "(brotli)", from("198.18.31.99", "Content-Encoding", "br")); code != http.StatusUnsupportedMediaType {
+		t.Errorf("a login body in br: %d %.160s; want 415", code, body)
+	}
+}
+
+// gunzipping decompresses a request body in gzip or deflate (zlib) before h.
+func gunzipping(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Content-Encoding") {
+		case "gzip", "x-gzip":
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = zr
+		case "deflate":
+			zr, err := zlib.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = zr
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// compress returns s in the content encoding enc.
+func compress(enc, s string) string {
+	var b bytes.Buffer
+	var zw io.WriteCloser = gzip.NewWriter(&b)
+	if enc == "deflate" {
+		zw = zlib.NewWriter(&b)
+	}
+	_, _ = io.WriteString(zw, s)
+	_ = zw.Close()
+	return b.String()
 }
