@@ -212,7 +212,7 @@ func formField(form, field string, n int, acct string) (int, string) {
 	}
 	vals, _ := url.ParseQuery(form) // what parsed, as net/http's ParseForm keeps it
 	for k, vs := range vals {
-		if strings.EqualFold(k, field) {
+		if formName(k, field) {
 			if n == 0 && len(vs) > 0 {
 				acct = vs[0]
 			}
@@ -220,6 +220,27 @@ func formField(form, field string, n int, acct string) (int, string) {
 		}
 	}
 	return n, acct
+}
+
+// formName reports whether a form field's name is field: equal ignoring
+// case, also when written as an array, field[] or field[N], which Rails,
+// PHP and Express's qs read as a list holding the value (and Rails'
+// find_by(email: params[:email]) finds the account by it).
+func formName(name, field string) bool {
+	if i := strings.LastIndexByte(name, '['); i > 0 && name[len(name)-1] == ']' && digits(name[i+1:len(name)-1]) {
+		name = name[:i]
+	}
+	return strings.EqualFold(name, field)
+}
+
+// digits reports whether s is only ASCII digits ("" is).
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // multipartField adds the parts of a multipart/form-data body whose
@@ -240,7 +261,7 @@ func multipartField(body []byte, boundary, field string, n int, acct string) (in
 		if err != nil {
 			return n, acct
 		}
-		if strings.EqualFold(part.FormName(), field) {
+		if formName(part.FormName(), field) {
 			if n++; n == 1 {
 				v, _ := io.ReadAll(part) // within the body, at most MaxBody
 				acct = string(v)
@@ -268,12 +289,39 @@ func jsonField(body []byte, field string) (n int, value string) {
 			return n, value
 		}
 		if strings.EqualFold(key, field) {
-			if n++; n == 1 {
-				_ = json.Unmarshal(raw, &value)
+			k, v, ok := jsonAccount(raw)
+			if n == 0 && ok {
+				value = v
 			}
+			n += k
 		}
 	}
 	return n, value
+}
+
+// jsonAccount reads an account field's JSON value as the upstreams that
+// coerce it do: a string; a number as its text (Jackson's default, a
+// phone number as the login); an array as each of its values (Rails
+// finds the account by an SQL IN over it), count telling how many, the
+// first one the account. Another value (an object, true, null) counts
+// once and names no account.
+func jsonAccount(raw json.RawMessage) (count int, value string, ok bool) {
+	switch c := raw[0]; {
+	case c == '"':
+		return 1, value, json.Unmarshal(raw, &value) == nil
+	case c == '-' || c >= '0' && c <= '9':
+		return 1, string(raw), true
+	case c == '[':
+		var vs []json.RawMessage
+		if json.Unmarshal(raw, &vs) != nil || len(vs) == 0 {
+			return 1, "", false
+		}
+		if vs[0][0] != '[' {
+			_, value, ok = jsonAccount(vs[0])
+		}
+		return len(vs), value, ok
+	}
+	return 1, "", false
 }
 
 // clientBody is a proxied request's body: it records the first error
