@@ -225,10 +225,17 @@ func formField(form, field string, n int, acct string) (int, string) {
 // formName reports whether a form field's name is field: equal ignoring
 // case, also when written as an array, field[] or field[N], which Rails,
 // PHP and Express's qs read as a list holding the value (and Rails'
-// find_by(email: params[:email]) finds the account by it).
+// find_by(email: params[:email]) finds the account by it), or nested,
+// user[field] (Devise's user[email], as JSON's nested objects).
 func formName(name, field string) bool {
+	if strings.EqualFold(name, field) {
+		return true // a field whose own name has brackets
+	}
 	if i := strings.LastIndexByte(name, '['); i > 0 && name[len(name)-1] == ']' && digits(name[i+1:len(name)-1]) {
 		name = name[:i]
+	}
+	if i := strings.LastIndexByte(name, '['); i > 0 && name[len(name)-1] == ']' {
+		name = name[i+1 : len(name)-1]
 	}
 	return strings.EqualFold(name, field)
 }
@@ -270,33 +277,69 @@ func multipartField(body []byte, boundary, field string, n int, acct string) (in
 	}
 }
 
-// jsonField counts the top-level keys of a JSON object that match field
-// as encoding/json matches them, and returns the first one's string
-// value. It reads until the object ends or the JSON goes wrong.
+// jsonField counts the keys of a JSON object that match field as
+// encoding/json matches them, at the top level or in an object nested in
+// it at any depth (Devise reads params[:user][:email], and Rails wraps a
+// top-level email into it too), and returns the first one's account
+// (jsonAccount). Arrays are not searched. It reads the body once, token by
+// token, until the object ends or the JSON goes wrong.
 func jsonField(body []byte, field string) (n int, value string) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return 0, ""
 	}
-	for dec.More() {
-		tok, err := dec.Token()
+	for depth := 1; depth > 0; {
+		tok, err := dec.Token() // a key, or the end of an object
 		if err != nil {
 			return n, value
 		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return n, value
+		if tok == json.Delim('}') {
+			depth--
+			continue
 		}
-		if strings.EqualFold(key, field) {
+		if key, _ := tok.(string); strings.EqualFold(key, field) {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return n, value
+			}
 			k, v, ok := jsonAccount(raw)
 			if n == 0 && ok {
 				value = v
 			}
 			n += k
+			continue
+		}
+		switch tok, err = dec.Token(); tok { // the key's value
+		case json.Delim('{'):
+			depth++
+		case json.Delim('['):
+			if !skipArray(dec) {
+				return n, value
+			}
+		}
+		if err != nil {
+			return n, value
 		}
 	}
 	return n, value
+}
+
+// skipArray reads the rest of an array whose '[' dec has just read; false
+// when the JSON goes wrong first.
+func skipArray(dec *json.Decoder) bool {
+	for open := 1; open > 0; {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			open++
+		case json.Delim(']'), json.Delim('}'):
+			open--
+		}
+	}
+	return true
 }
 
 // jsonAccount reads an account field's JSON value as the upstreams that

@@ -16,7 +16,9 @@ import (
 // a phone number as the login), a JSON array of one value as that value
 // (Rails' find_by(email: params[:email]) is an SQL IN over the array),
 // and a form field written as an array, username[] or username[0]
-// (Rails, PHP and Express's qs). It counts the attempts per account.
+// (Rails, PHP and Express's qs), and the field nested in a user object
+// or user[...] form field, as Devise reads it. It counts the attempts
+// per account.
 type lenientUpstream struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
@@ -29,16 +31,22 @@ func newLenientUpstream(t *testing.T) *lenientUpstream {
 		acct := ""
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
 			_ = r.ParseForm()
-			for _, k := range []string{"username", "username[]", "username[0]"} {
+			for _, k := range []string{"username", "username[]", "username[0]", "user[username]"} {
 				if v := r.PostForm[k]; len(v) > 0 {
 					acct = v[0]
 				}
 			}
 		} else {
 			b, _ := io.ReadAll(r.Body)
-			var login struct{ Username json.RawMessage }
+			var login struct {
+				Username json.RawMessage
+				User     struct{ Username json.RawMessage }
+			}
 			_ = json.Unmarshal(b, &login)
 			raw := strings.TrimSpace(string(login.Username))
+			if raw == "" {
+				raw = strings.TrimSpace(string(login.User.Username)) // Devise's params[:user][:username]
+			}
 			if strings.HasPrefix(raw, "[") {
 				var one []json.RawMessage
 				if json.Unmarshal([]byte(raw), &one) == nil && len(one) > 0 {
@@ -64,9 +72,10 @@ func newLenientUpstream(t *testing.T) *lenientUpstream {
 // array field (username[]=...): the upstream coerces each to the
 // victim's account, but the limiter took only a string under the exact
 // field name, found none, and login-account (5 a minute) never counted
-// the 20 guesses.
+// the 20 guesses. Devise's login, {"user":{"email":...}} or
+// user[email]=..., hid it in a nested field the same way.
 // Defence (6.4): the account is read in these shapes too (a number as
-// its text); an array of several values, or the field given in two
+// its text, the field in a nested object or user[...] field); an array of several values, or the field given in two
 // shapes, names several accounts at once and is refused (400).
 func TestAttackAccountShapeEvadesAccountLimit(t *testing.T) {
 	t.Parallel()
@@ -80,6 +89,8 @@ func TestAttackAccountShapeEvadesAccountLimit(t *testing.T) {
 		{"JSON array", "victim-shape-1", `{"username":["victim-shape-1"],"password":"guess"}`, "application/json"},
 		{"form array", "victim-shape-2", "username[]=victim-shape-2&password=guess", form},
 		{"form indexed array", "victim-shape-3", "username[0]=victim-shape-3&password=guess", form},
+		{"JSON nested (Devise)", "victim-shape-4", `{"user":{"username":"victim-shape-4","password":"guess"}}`, "application/json"},
+		{"form nested (Devise)", "victim-shape-5", "user[username]=victim-shape-5&user[password]=guess", form},
 	} {
 		for j := range 20 {
 			do(t, "POST", tg.public+"/auth/login", c.body, from(fmt.Sprintf("198.18.32.%d", 20*i+j+1), "Content-Type", c.contentType))
@@ -95,6 +106,7 @@ func TestAttackAccountShapeEvadesAccountLimit(t *testing.T) {
 		{`{"username":["a","b"],"password":"guess"}`, "application/json"},
 		{"username[]=a&username[]=b", form},
 		{"username=a&username[]=b", form},
+		{`{"username":"decoy","user":{"username":"victim"}}`, "application/json"},
 	} {
 		if code, body := do(t, "POST", tg.public+"/auth/login", c.body, from("198.18.32.99", "Content-Type", c.contentType)); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %.160s; want 400 (two accounts in one login)", c.body, code, body)
