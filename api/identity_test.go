@@ -115,7 +115,9 @@ func TestAccountFromBody(t *testing.T) {
 }
 
 // FuzzAccountFromBody: whenever encoding/json reads a login body into a
-// struct, the proxy finds the same account in it, or refuses the body.
+// struct with an account, the proxy finds the same account in it, or
+// refuses the body (one it reads without an account at the top level,
+// the proxy may find in a nested object: Devise's shape).
 func FuzzAccountFromBody(f *testing.F) {
 	for _, s := range []string{`{"username":"a"}`, `{"Username":"a","x":1}`, `{"uſername":"a"}`, `{"\u0055SERNAME":"b"}`,
 		`{"username":"a","username":"b"}`, `{"a":{"username":"x"},"username":"y"}`, `{"username":null}`} {
@@ -129,7 +131,7 @@ func FuzzAccountFromBody(f *testing.F) {
 		if json.Unmarshal([]byte(body), &login) != nil || aerr != nil {
 			return
 		}
-		if got != login.Username {
+		if got != login.Username && login.Username != "" {
 			t.Fatalf("%q: proxy read %q, encoding/json %q", body, got, login.Username)
 		}
 	})
