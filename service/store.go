@@ -132,10 +132,22 @@ func (s *storeComponent) ping(ctx context.Context) (string, error) {
 	if s.client == nil {
 		return "disabled", nil
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		return "down", err
+	// riskd's client ignores a context's deadline (it is not Bounded: its
+	// reads wait ReadTimeout, with retries), so a paused Redis would hold
+	// /readyz for seconds past its deadline: wait for the ping only until
+	// ctx ends. The ping's goroutine ends within the client's own timeouts,
+	// as the request would have.
+	done := make(chan error, 1)
+	go func() { done <- s.client.Ping(ctx).Err() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return "down", err
+		}
+		return "up", nil
+	case <-ctx.Done():
+		return "down", ctx.Err()
 	}
-	return "up", nil
 }
 
 // redisLog sends go-redis's internal log lines (dial failures during an
