@@ -188,6 +188,25 @@ func (e *eventsComponent) state() string {
 	return "down"
 }
 
+// ping is "up" when the server answers a PING within ctx, else "down"
+// with the cause: a connection that is open but unanswered (a paused
+// server, a black-holing network) stays "connected" for minutes, until
+// the client's own pings give up.
+func (e *eventsComponent) ping(ctx context.Context) (string, error) {
+	return pingNATS(ctx, e.nc)
+}
+
+// pingNATS is eventsComponent.ping of nc.
+func pingNATS(ctx context.Context, nc *nats.Conn) (string, error) {
+	if !nc.IsConnected() {
+		return "down", natsCause(nc)
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return "down", fmt.Errorf("no answer to a ping: %w", err)
+	}
+	return "up", nil
+}
+
 // ensureStreams creates or updates the streams, waiting up to
 // streamsSetupTimeout.
 func ensureStreams(ctx context.Context, pub *streams.Publisher, scfg streams.Config) error {

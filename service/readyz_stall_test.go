@@ -54,3 +54,48 @@ func TestRiskdReadyzWhileRedisStalls(t *testing.T) {
 		}
 	}
 }
+
+// TestRiskdReadyzWhileNATSStalls (6.7): with NATS paused (the TCP
+// connection stays open, nothing answers, as behind a black-holing
+// network) riskd cannot receive events, so /readyz answers 503 naming
+// NATS and riskd logs the cause at ERROR within seconds, not once the
+// client's pings give up minutes later; it is ready again once NATS
+// answers.
+func TestRiskdReadyzWhileNATSStalls(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	rs := testenv.StartRedis(t)
+	logs := &testenv.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
+		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	ready := func() string {
+		if code, body := get(t, "http://"+rr.Addr+"/readyz"); code != 200 || !strings.Contains(body, `"nats":"up"`) {
+			return fmt.Sprintf("readyz %d %s", code, body)
+		}
+		return ""
+	}
+	eventually(t, 10*time.Second, ready)
+
+	ns.Pause(t)
+	eventually(t, 5*time.Second, func() string {
+		start := time.Now()
+		code, body := get(t, "http://"+rr.Addr+"/readyz")
+		if took := time.Since(start); took > 1500*time.Millisecond {
+			t.Fatalf("readyz with nats paused took %v: %s", took, body)
+		}
+		if code != 503 || !strings.Contains(body, `"nats":"down"`) || !strings.Contains(body, "nats unreachable") {
+			return fmt.Sprintf("readyz with nats paused: %d %s", code, body)
+		}
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"nats unreachable`) {
+			return "no ERROR log naming nats"
+		}
+		return ""
+	})
+	ns.Resume(t)
+	eventually(t, 15*time.Second, ready)
+}

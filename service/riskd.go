@@ -196,14 +196,21 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 // unreachable, naming each dependency's state, the role and the causes.
 func riskdProbe(st *storeComponent, ev *eventsComponent, rk *riskComponent) func(ctx context.Context) health.Probe {
 	return func(ctx context.Context) health.Probe {
-		p := health.Probe{Dependencies: map[string]string{"nats": ev.state()}}
+		// Both at once: a stalled Redis must not spend NATS's deadline.
+		var natsState string
+		var natsErr error
+		natsDone := make(chan struct{})
+		go func() { natsState, natsErr = ev.ping(ctx); close(natsDone) }()
+		p := health.Probe{Dependencies: map[string]string{}}
 		var err error
 		p.Dependencies["redis"], err = st.ping(ctx)
 		if err != nil {
 			p.Causes = append(p.Causes, "redis unreachable: "+err.Error())
 		}
-		if p.Dependencies["nats"] != "up" {
-			p.Causes = append(p.Causes, "nats unreachable: "+natsCause(ev.nc).Error())
+		<-natsDone
+		p.Dependencies["nats"] = natsState
+		if natsErr != nil {
+			p.Causes = append(p.Causes, "nats unreachable: "+natsErr.Error())
 		}
 		var failure string
 		p.State, p.Role, failure = rk.status()
@@ -243,10 +250,16 @@ func watchDeps(ctx context.Context, rc redis.UniversalClient, nc *nats.Conn, log
 			log.Info("redis reachable again")
 		}
 		redisDown = err != nil
-		up := nc.IsConnected()
+		pctx, cancel = context.WithTimeout(ctx, depCheckInterval)
+		_, nerr := pingNATS(pctx, nc)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		up := nerr == nil
 		switch {
 		case !up && !natsDown:
-			log.Error("nats unreachable: riskd receives no events", "err", natsCause(nc), "status", nc.Status().String())
+			log.Error("nats unreachable: riskd receives no events", "err", nerr, "status", nc.Status().String())
 		case up && natsDown:
 			log.Info("nats reachable again")
 		}
