@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -67,7 +69,13 @@ func post(ctx context.Context, c *http.Client, url string, body []byte, header h
 	req.Header.Set("User-Agent", "tollgate-alerting")
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("alerting: post: %w", err)
+		// The url's path and query may be its secret (a Slack webhook's
+		// is), and this error is logged: name only the scheme and host.
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("alerting: post to %s://%s: %w", req.URL.Scheme, req.URL.Host, err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
