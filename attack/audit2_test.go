@@ -1,0 +1,171 @@
+package attack
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/service"
+)
+
+// webhookSecretEnv names the signing secret of the audited webhook.
+const webhookSecretEnv = "TOLLGATE_AUDIT_WEBHOOK_SECRET"
+
+// hook is a webhook receiver that records every delivery.
+type hook struct {
+	srv *httptest.Server
+
+	mu   sync.Mutex
+	got  []delivery
+	fail int // answer 503 to this many deliveries first
+}
+
+type delivery struct {
+	header http.Header
+	body   []byte
+	at     time.Time
+}
+
+func newHook(t *testing.T, fail int) *hook {
+	h := &hook{fail: fail}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.got = append(h.got, delivery{header: r.Header.Clone(), body: b, at: time.Now()})
+		failing := h.fail > 0
+		h.fail--
+		h.mu.Unlock()
+		if failing {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hook) deliveries() []delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.got)
+}
+
+// withAlerting appends an alerting section posting to url, signed with
+// secret, to the policy both daemons read, and gives both the secret.
+func withAlerting(url, secret string) (func(*service.RiskdConfig), setup) {
+	getenv := func(k string) string {
+		if k == webhookSecretEnv {
+			return secret
+		}
+		return os.Getenv(k)
+	}
+	return func(rc *service.RiskdConfig) { rc.Getenv = getenv },
+		func(c *service.Config) {
+			f, err := os.OpenFile(c.ConfigPath, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				panic(err)
+			}
+			defer f.Close()
+			if _, err := io.WriteString(f, "alerting:\n  webhooks:\n    - {url: \""+url+"\", secret_env: "+webhookSecretEnv+"}\n  retry_for: 1h\n"); err != nil {
+				panic(err)
+			}
+			c.Getenv = getenv
+		}
+}
+
+// verifySignature is the receiver's check of docs/alerting.md.
+func verifySignature(secret, header string, body []byte, now time.Time) (time.Time, bool) {
+	var ts, v1 string
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			v1 = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || now.Sub(time.Unix(sec, 0)).Abs() > 5*time.Minute {
+		return time.Time{}, false
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "."))
+	m.Write(body)
+	return time.Unix(sec, 0), hmac.Equal([]byte(v1), []byte(hex.EncodeToString(m.Sum(nil))))
+}
+
+// TestAuditWebhookLockoutAlert (7.2, 4): a lockout fired by riskd reaches
+// a signed webhook with the contract's fields; a receiver that answers
+// 503 gets the delivery again, with the same delivery_id and a fresh,
+// valid signature whose t is the attempt's time (a receiver's replay
+// window holds for retries too).
+func TestAuditWebhookLockoutAlert(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec-audit"
+	h := newHook(t, 1)
+	rs, ls := withAlerting(h.srv.URL+"/hook", secret)
+	tg := startWith(t, rs, ls)
+	account := "victim-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := 0; i < 10; i++ {
+		if c, body := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"`+account+`"}`, bearer(apiToken)); c != 202 {
+			t.Fatalf("report: %d %s", c, body)
+		}
+	}
+	var ours []delivery
+	eventually(t, 20*time.Second, func() string {
+		ours = ours[:0]
+		for _, d := range h.deliveries() {
+			if strings.Contains(string(d.body), account) {
+				ours = append(ours, d)
+			}
+		}
+		if len(ours) < 2 {
+			return "deliveries of the lockout: " + strconv.Itoa(len(ours))
+		}
+		return ""
+	})
+	var ids []string
+	for i, d := range ours {
+		sig := d.header.Get("X-Tollgate-Signature")
+		at, ok := verifySignature(secret, sig, d.body, d.at)
+		if !ok {
+			t.Fatalf("delivery %d: signature %q does not verify over t.body: %s", i, sig, d.body)
+		}
+		if d.at.Sub(at) > 2*time.Second || at.Sub(d.at) > time.Second {
+			t.Errorf("delivery %d signed at %v, received %v", i, at, d.at)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(d.body, &v); err != nil {
+			t.Fatalf("delivery %d: %v: %s", i, err, d.body)
+		}
+		for _, k := range []string{"ts", "kind", "subject", "id", "rule", "multiplier", "rate", "baseline", "expires_at", "delivery_id"} {
+			if _, ok := v[k]; !ok {
+				t.Errorf("delivery %d lacks %q: %s", i, k, d.body)
+			}
+		}
+		if v["kind"] != "lockout" || v["subject"] != "account" || v["id"] != account || v["rule"] != "account-failures" {
+			t.Errorf("delivery %d: %s", i, d.body)
+		}
+		for _, k := range []string{"ts", "expires_at"} {
+			s, _ := v[k].(string)
+			if ts, err := time.Parse(time.RFC3339, s); err != nil || !strings.HasSuffix(s, "Z") || ts.IsZero() {
+				t.Errorf("delivery %d: %s %q is not an RFC 3339 UTC time", i, k, s)
+			}
+		}
+		ids = append(ids, v["delivery_id"].(string))
+	}
+	if ids[0] == "" || ids[0] != ids[1] {
+		t.Errorf("delivery ids across a retry: %q", ids)
+	}
+}
