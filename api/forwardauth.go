@@ -31,35 +31,36 @@ const (
 // read exactly as proxy mode reads it (trusted proxies, verified user,
 // device, account header on auth routes) and decided through the check
 // path. The answer is 200 with the rate-limit headers, or the denial
-// (429, 403, 503) with its envelope and headers; with ?status=403 every
-// denial is a 403 carrying the real status in X-Tollgate-Status.
+// (429, 403, 503) or refusal (400) with its envelope and headers; with
+// ?status=403 every answer but a 200 is a 403 carrying the real status in
+// X-Tollgate-Status.
 func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(w, r)
 	as403 := forwardAuthMode(r.URL.RawQuery)
 	orig, aerr := forwardedRequest(r)
 	if aerr != nil {
-		writeError(w, rid, aerr)
+		refuseForwardAuth(w, rid, aerr, as403)
 		return
 	}
 	id := &identity{rid: rid}
 	if aerr := s.fwd.identify(orig, s.o.Engine.Policy(), id); aerr != nil {
-		writeError(w, rid, aerr)
+		refuseForwardAuth(w, rid, aerr, as403)
 		return
 	}
 	d := engine.GetDecision()
 	defer engine.PutDecision(d)
 	if err := s.Decide(r.Context(), rid, &id.in, d); err != nil {
 		s.o.Logger.Error("forward-auth: decide", "request_id", rid, "err", err)
-		writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+		refuseForwardAuth(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}, as403)
 		return
 	}
 	if d.LeaseID() != "" {
 		// the gateway never says when the request ends: a slot taken here
 		// could only expire, so it is given back and the request refused
 		s.releaseAfter(rid, d)
-		writeError(w, rid, &apiError{status: http.StatusBadRequest, code: CodeBadRequest,
+		refuseForwardAuth(w, rid, &apiError{status: http.StatusBadRequest, code: CodeBadRequest,
 			message: "limit " + strconv.Quote(concurrencyName(d)) + " applies and holds concurrency slots, which forward auth cannot release: serve this route through proxy mode or the check API",
-			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "limit"), concurrencyName(d)))})
+			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "limit"), concurrencyName(d)))}, as403)
 		return
 	}
 	if as403 {
@@ -73,6 +74,42 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.respond(w, rid, d, nil)
+}
+
+// refuseForwardAuth writes e's envelope. In the 403 form (as403) it is a
+// 403 with e's status in X-Tollgate-Status and the envelope also in
+// X-Tollgate-Envelope, as a denial is: NGINX's auth_request turns any
+// status but 2xx, 401 and 403 into a 500 of its own, so a request any
+// client can make refused (a repeated identity header, 400) would reach
+// the client as NGINX's 500, without its envelope.
+func refuseForwardAuth(w http.ResponseWriter, rid string, e *apiError, as403 bool) {
+	if !as403 {
+		writeError(w, rid, e)
+		return
+	}
+	c := &envelopeCapture{h: w.Header()}
+	writeError(c, rid, e)
+	h := w.Header()
+	h[HeaderTollgateStatus] = []string{strconv.Itoa(e.status)}
+	h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.body))}
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write(c.body)
+}
+
+// envelopeCapture is an http.ResponseWriter that keeps the body written
+// to it, its headers being h; the status is the caller's.
+type envelopeCapture struct {
+	h    http.Header
+	body []byte
+}
+
+func (c *envelopeCapture) Header() http.Header { return c.h }
+
+func (c *envelopeCapture) WriteHeader(int) {}
+
+func (c *envelopeCapture) Write(b []byte) (int, error) {
+	c.body = append(c.body, b...)
+	return len(b), nil
 }
 
 // forwardAuthMode reads the query of /v1/forward-auth: status=403 asks for

@@ -250,6 +250,7 @@ const nginxTollgateLocations = `
 			add_header X-RateLimit-Reset $tg_reset always;
 			add_header RateLimit-Policy $tg_policy always;
 			add_header RateLimit $tg_ratelimit always;
+			if ($tg_status = 400) { return 400 $tg_envelope; }
 			if ($tg_status = 429) { return 429 $tg_envelope; }
 			if ($tg_status = 503) { return 503 $tg_envelope; }
 			return 403 $tg_envelope;
