@@ -51,19 +51,23 @@ type endpoint struct{ method, path string }
 func Map(e *policy.Envoy, req *rlsv3.RateLimitRequest, in *engine.Input) error {
 	*in = engine.Input{Cost: 1}
 	if len(req.Descriptors) > MaxDescriptors {
-		return bad("%d descriptors, at most %d", len(req.Descriptors), MaxDescriptors)
+		return bad("more than %d descriptors", MaxDescriptors)
+	}
+	// Every descriptor is bounded, those with is_negative_hits too, as
+	// the decoder bounds them before decoding (pooledRequest.overBounds).
+	for i, d := range req.Descriptors {
+		if len(d.Entries) > MaxEntries {
+			return bad("descriptor %d: more than %d entries", i, MaxEntries)
+		}
 	}
 	if req.HitsAddend > 0 {
 		in.Cost = float64(req.HitsAddend)
 	}
 	var ep endpoint
 	own := uint64(0)
-	for i, d := range req.Descriptors {
+	for _, d := range req.Descriptors {
 		if d.GetIsNegativeHits() {
 			continue
-		}
-		if len(d.Entries) > MaxEntries {
-			return bad("descriptor %d: %d entries, at most %d", i, len(d.Entries), MaxEntries)
 		}
 		if h := d.GetHitsAddend(); h != nil && h.Value > own {
 			own = h.Value

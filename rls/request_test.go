@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -89,7 +90,7 @@ func TestMap(t *testing.T) {
 		{"long attr", req(0, desc("plan", strings.Repeat("p", 257))), engine.Input{}, `rls: entry "plan": attribute "plan" is longer than 256 bytes`},
 		{"control in attr", req(0, desc("plan", "a\x01")), engine.Input{}, `rls: entry "plan": attribute "plan" contains a control character`},
 		{"huge hits", req(1_000_001), engine.Input{}, `rls: hits_addend 1000001 is more than 1000000`},
-		{"too many entries", req(0, many), engine.Input{}, `rls: descriptor 0: 65 entries, at most 64`},
+		{"too many entries", req(0, many), engine.Input{}, `rls: descriptor 0: more than 64 entries`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +114,7 @@ func TestMap(t *testing.T) {
 		ds[i] = desc()
 	}
 	var in engine.Input
-	if err := Map(e, req(0, ds...), &in); err == nil || err.Error() != "rls: 65 descriptors, at most 64" {
+	if err := Map(e, req(0, ds...), &in); err == nil || err.Error() != "rls: more than 64 descriptors" {
 		t.Fatalf("too many descriptors: %v", err)
 	}
 }
@@ -262,6 +263,12 @@ func FuzzUnmarshalRequest(f *testing.F) {
 	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x08, 0x01})                               // hits_addend wrapper
 	f.Add([]byte{0x12, 0x09, 0x0a, 0x03, 0x12, 0x01, 0xff, 0x12, 0x02, 0x08, 0x03}) // a value not UTF-8 beside a limit override
 	f.Add([]byte{0x0a, 0x01, 0xff, 0xf8, 0x06, 0x01})                               // a domain not UTF-8 and an unknown field
+	var over []byte                                                                 // over the bounds: 65 empty descriptors, then one of 65 empty entries
+	for range MaxDescriptors + 1 {
+		over = append(over, 0x12, 0x00)
+	}
+	f.Add(over)
+	f.Add(append([]byte{0x12, 2 * (MaxEntries + 1)}, bytes.Repeat([]byte{0x0a, 0x00}, MaxEntries+1)...))
 	e := testEnvoy(f)
 	keys := make([]string, 0, len(e.Entries))
 	for k := range e.Entries {
@@ -277,6 +284,18 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		err := p.unmarshal(data, in)
+		if over, _ := bounds(data); over {
+			// over the bounds, what is over them is not decoded
+			// (overBounds): the message decodes to one Map refuses so
+			if wantErr == nil && !overTheBounds(&want) {
+				t.Fatalf("refused unread as over the bounds: %v", &want)
+			}
+			var mi engine.Input
+			if err != nil || Map(e, &p.msg, &mi) == nil || wantErr == nil && p.msg.Domain != want.Domain {
+				t.Fatalf("over the bounds: decoded %v (%v), Map accepts it or the domain is not %q", &p.msg, err, want.Domain)
+			}
+			return
+		}
 		if err == nil && wantErr != nil {
 			// only for a string that is not UTF-8 (Map then denies it when
 			// mapped), or was and was replaced by a later value of its
@@ -305,4 +324,18 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			t.Fatalf("decoded %v\nproto.Unmarshal %v", &p.msg, &want)
 		}
 	})
+}
+
+// overTheBounds reports whether r has more than MaxDescriptors
+// descriptors or one of more than MaxEntries entries.
+func overTheBounds(r *rlsv3.RateLimitRequest) bool {
+	if len(r.Descriptors) > MaxDescriptors {
+		return true
+	}
+	for _, d := range r.Descriptors {
+		if len(d.Entries) > MaxEntries {
+			return true
+		}
+	}
+	return false
 }

@@ -54,9 +54,11 @@ func (p *pooledRequest) reset() {
 // storage and the interned strings; anything else (unknown fields, a
 // descriptor `limit` override, repeated wrapper fields, invalid UTF-8,
 // a malformed message) goes to proto.Unmarshal, so the result is
-// proto.Unmarshal's (FuzzUnmarshalRequest checks), with one exception:
-// a message of the plain form whose strings are not all UTF-8, which
-// proto.Unmarshal refuses, is decoded as it is. Envoy copies header
+// proto.Unmarshal's (FuzzUnmarshalRequest checks), with two exceptions.
+// A message over the bounds (MaxDescriptors, MaxEntries), which Map
+// refuses, is not decoded past them (overBounds): decoded, its 64 KiB
+// would take some 4 MB. And a message of the plain form whose strings
+// are not all UTF-8, which proto.Unmarshal refuses, is decoded as it is. Envoy copies header
 // bytes into entry values unchecked, so X-Device-Id: \xff is such a
 // message, and a decoding error is a gRPC error, which Envoy answers by
 // failure_mode_deny (false in the documented configuration: the request
@@ -71,6 +73,13 @@ func (p *pooledRequest) unmarshal(b []byte, in *interner) error {
 		return nil
 	}
 	p.reset()
+	if over, at := bounds(b); over {
+		// Decoded, what is over the bounds would cost some 80 bytes a
+		// 2-byte entry or descriptor (64 KiB: 4 MB), for a request Map
+		// refuses anyway: it gets the request Map refuses the same way.
+		p.overBounds(b, at, in)
+		return nil
+	}
 	err := proto.Unmarshal(b, &p.msg)
 	if err == nil {
 		return nil
@@ -129,6 +138,103 @@ func (p *pooledRequest) decode(b []byte, in *interner, strict bool) bool {
 		}
 	}
 	return true
+}
+
+// bounds scans b, a RateLimitRequest in wire format, without decoding
+// it: over is true when it has more than MaxDescriptors descriptors (at
+// is then -1) or a descriptor of more than MaxEntries entries (at is the
+// first one's index). A malformed b is not over: proto.Unmarshal says
+// what is wrong with it.
+func bounds(b []byte) (over bool, at int) {
+	n, at := 0, -1
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return false, 0
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			return false, 0
+		}
+		if num == 2 && typ == protowire.BytesType {
+			if v, _ := protowire.ConsumeBytes(b); at < 0 && entriesOver(v) {
+				at = n
+			}
+			n++
+		}
+		b = b[l:]
+	}
+	switch {
+	case n > MaxDescriptors:
+		return true, -1
+	case at >= 0:
+		return true, at
+	}
+	return false, 0
+}
+
+// entriesOver reports whether b, a RateLimitDescriptor in wire format,
+// has more than MaxEntries entries (false when it is malformed).
+func entriesOver(b []byte) bool {
+	n := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return false
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			return false
+		}
+		if num == 1 && typ == protowire.BytesType {
+			n++
+		}
+		b = b[l:]
+	}
+	return n > MaxEntries
+}
+
+// overBounds decodes into p.msg, from b over the bounds (bounds(b) said
+// at), only what Map needs to refuse it as it refuses the whole request:
+// the domain, and MaxDescriptors+1 empty descriptors (at -1), or at empty
+// descriptors and one of MaxEntries+1 empty entries.
+func (p *pooledRequest) overBounds(b []byte, at int, in *interner) {
+	m := &p.msg
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			break
+		}
+		b = b[l:]
+		if num == 1 && typ == protowire.BytesType {
+			if v, n := protowire.ConsumeBytes(b); n >= 0 {
+				m.Domain = in.str(v)
+			}
+		}
+		if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+			break
+		}
+		b = b[l:]
+	}
+	empty := p.descriptor()
+	n := MaxDescriptors + 1
+	if at >= 0 {
+		n = at
+	}
+	for range n {
+		m.Descriptors = append(m.Descriptors, empty)
+	}
+	if at >= 0 {
+		d, e := p.descriptor(), p.entry()
+		for range MaxEntries + 1 {
+			d.Entries = append(d.Entries, e)
+		}
+		p.entries[p.used-1] = d.Entries
+		m.Descriptors = append(m.Descriptors, d)
+	}
+	p.list = m.Descriptors
 }
 
 // descriptor returns an empty descriptor from p's storage.
