@@ -61,7 +61,8 @@ type Options struct {
 	Durable string
 	// Getenv reads the webhooks' secrets (default os.Getenv).
 	Getenv func(string) string
-	// Client sends the deliveries (default: a client with Timeout 10s).
+	// Client sends the deliveries (default: a client with Timeout 10s
+	// that follows no redirect).
 	Client *http.Client
 	// Metrics records deliveries (default: unregistered metrics).
 	Metrics *Metrics
@@ -116,7 +117,7 @@ func (o *Options) defaults() {
 		o.Getenv = os.Getenv
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: DefaultTimeout}
+		o.Client = &http.Client{Timeout: DefaultTimeout, CheckRedirect: noRedirects}
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
@@ -436,3 +437,8 @@ func (d *Deliverer) backoff(n int) time.Duration {
 	}
 	return time.Duration(rand.Int64N(int64(ceil) + 1))
 }
+
+// noRedirects makes a client answer a redirect with the 3xx itself: only
+// a 2xx is a delivery (7.2), and a 301 or 302 followed is a GET without
+// the alert, whose 200 would count it delivered.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
