@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -167,5 +170,49 @@ func TestAuditWebhookLockoutAlert(t *testing.T) {
 	}
 	if ids[0] == "" || ids[0] != ids[1] {
 		t.Errorf("delivery ids across a retry: %q", ids)
+	}
+}
+
+// TestAuditGRPCHeaderListBomb (7.5): HPACK lets a client repeat a header
+// of its dynamic table for one byte a copy, and grpc-go keeps every
+// copy of a call's metadata while the call waits for its message. With
+// grpc-go's default bound on a header list (16 MiB decoded) 20 calls of
+// 400,000 one-byte copies (7.8 MB sent) held 619 MiB of heap: a call
+// whose header list is over the service's bound (a RateLimitRequest's
+// headers are well under 1 KiB) is reset at once, and the other calls of
+// its connection go on. (A header block that goes on in CONTINUATION
+// frames past the bound ends the connection: x/net/http2 stops reading
+// it.)
+func TestAuditGRPCHeaderListBomb(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withGRPC(t, 0))
+	r := dialRaw(t, tg.grpc)
+	rr := r.read()
+	r.call(t, 1, feedCall("u_before_bomb"), "application/grpc")
+	r.hbuf.Reset()
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{":authority", "tollgate"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = r.enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	for range 12000 { // 432 KB decoded from 12 KB, one HEADERS frame
+		_ = r.enc.WriteField(hpack.HeaderField{Name: "x-a", Value: "b"})
+	}
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if st := rr.result(3); !st.reset {
+			return "the call of a 432 KB header list is not reset: " + describe(rr, st)
+		}
+		return ""
+	})
+	r.call(t, 5, feedCall("u_after_bomb"), "application/grpc")
+	for _, id := range []uint32{1, 5} {
+		eventually(t, 10*time.Second, func() string {
+			if st := rr.result(id); st.grpcStatus != "0" {
+				return "call " + strconv.Itoa(int(id)) + " is not answered OK: " + describe(rr, st)
+			}
+			return ""
+		})
 	}
 }

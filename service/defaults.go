@@ -102,6 +102,10 @@ const (
 	// grpcMaxRecvMsgSize bounds one call's message: a RateLimitRequest of
 	// a few descriptors is under 1 KiB, so 64 KiB refuses abuse, not use.
 	grpcMaxRecvMsgSize = 64 << 10
+	// grpcMaxHeaderListSize bounds one call's header list, decoded (HTTP/2
+	// counts 32 bytes more a field): Envoy's calls carry a few hundred
+	// bytes of headers (tracing ones included), so 16 KiB refuses abuse.
+	grpcMaxHeaderListSize = 16 << 10
 	// grpcStreamWorkers is how many goroutines grpc-go keeps to run calls
 	// (grpc.NumStreamWorkers): a call runs on a worker whose stack has
 	// already grown instead of a new goroutine's; when all are busy grpc-go
