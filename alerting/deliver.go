@@ -101,9 +101,13 @@ const (
 	DefaultBackoffMax  = 5 * time.Minute
 	DefaultAckWait     = 30 * time.Second
 	DefaultMaxPending  = 10_000
-	DefaultStartBack   = 10 * time.Minute
-	DefaultReconcile   = time.Second
-	recentRecords      = 100
+	// DefaultMaxConns bounds the default client's connections to one
+	// receiver: a flood of alerts (up to MaxPending a sink in flight)
+	// to a slow one waits for these instead of opening thousands.
+	DefaultMaxConns  = 16
+	DefaultStartBack = 10 * time.Minute
+	DefaultReconcile = time.Second
+	recentRecords    = 100
 )
 
 func (o *Options) defaults() {
@@ -117,7 +121,9 @@ func (o *Options) defaults() {
 		o.Getenv = os.Getenv
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: DefaultTimeout, CheckRedirect: noRedirects}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = DefaultMaxConns, DefaultMaxConns
+		o.Client = &http.Client{Timeout: DefaultTimeout, CheckRedirect: noRedirects, Transport: tr}
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
