@@ -56,3 +56,28 @@ func TestAttackNonASCIICaseFoldingEvadesRoute(t *testing.T) {
 		t.Errorf("GET /%%C5%%BFearch: %d of 22 searches of one user allowed; want 20 (user-search, 20/min)", allowed)
 	}
 }
+
+// Attack: Spring MVC's suffix pattern matching (on by default before
+// Spring 5.3) serves "/auth/login" for "/auth/login.*": any suffix after a
+// dot of the last segment, an empty one ("/auth/login.") and several
+// ("/auth/login.json.bak") too. The limiter took a format suffix only as
+// one dot and 1-8 letters or digits, so these were "* *", the write
+// class: login-ip (10 a minute per address) never counted them.
+// Defence (7.1): the route is also tried without everything from the
+// first dot of the last segment on.
+func TestAttackSuffixPatternEvadesRoute(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	for i, uri := range []string{"/auth/login.", "/auth/login.json.bak", "/auth/login.x-y"} {
+		ip := fmt.Sprintf("198.51.100.%d", 70+i)
+		allowed := 0
+		for range 12 {
+			if tg.forwardAuth(t, "POST", uri, ip) == http.StatusOK {
+				allowed++
+			}
+		}
+		if allowed != 10 {
+			t.Errorf("POST %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", uri, allowed)
+		}
+	}
+}

@@ -79,22 +79,17 @@ func needsFold(path string) bool {
 	return false
 }
 
-// formatSuffix returns the index of the format suffix of path's last
-// segment ("." and 1-8 ASCII letters or digits, after at least one other
-// character), or -1 when it has none.
+// formatSuffix returns the index of the first "." of path's last segment
+// when one follows some other character of it, or -1 when there is none:
+// the route is tried without the suffix from there on too, as Rails'
+// format segment and Spring MVC's suffix pattern matching serve it
+// ("/auth/login.*" matches "/auth/login.json", "/auth/login.json.bak"
+// and "/auth/login."). A segment that starts with "." ("/.well-known")
+// has none.
 func formatSuffix(path string) int {
-	for i := len(path) - 1; i >= 0 && len(path)-i <= 9; i-- {
-		c := path[i]
-		switch {
-		case c == '.':
-			if i == len(path)-1 || i == 0 || path[i-1] == '/' {
-				return -1
-			}
-			return i
-		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
-		default:
-			return -1
-		}
+	seg := strings.LastIndexByte(path, '/') + 1
+	if i := strings.IndexByte(path[seg:], '.'); i > 0 {
+		return seg + i
 	}
 	return -1
 }

@@ -39,9 +39,9 @@ func TestFormatSuffix(t *testing.T) {
 		in   string
 		want int
 	}{
-		{"/auth/login.json", 11}, {"/auth/login.JSON", 11}, {"/auth/login.xml", 11}, {"/a.b.json", 4},
-		{"/auth/login", -1}, {"/auth/.json", -1}, {"/auth/login.", -1}, {"/auth/login.toolongext", -1},
-		{"/auth/login.js-on", -1}, {"/v1.2/login", -1}, {".json", -1},
+		{"/auth/login.json", 11}, {"/auth/login.JSON", 11}, {"/auth/login.xml", 11}, {"/a.b.json", 2},
+		{"/auth/login", -1}, {"/auth/.json", -1}, {"/auth/login.", 11}, {"/auth/login.toolongext", 11},
+		{"/auth/login.js-on", 11}, {"/auth/login.json.bak", 11}, {"/v1.2/login", -1}, {".json", -1}, {"/.well-known", -1},
 	} {
 		if got := formatSuffix(c.in); got != c.want {
 			t.Errorf("formatSuffix(%q) = %d, want %d", c.in, got, c.want)
@@ -86,7 +86,9 @@ limits: [{name: a, by: [ip], rate: 1/s}]
 		{"POST", "/auth/log\u00ecn", "* *"},              // ì is no i
 		{"POST", "/auth/log\u0130\u0130n", "* *"},
 		{"POST", "/auth/logins", "* *"},
-		{"POST", "/auth/login.json.bak", "* *"},
+		{"POST", "/auth/login.json.bak", "POST /auth/login"}, // Spring's suffix pattern: "/auth/login.*"
+		{"POST", "/auth/login.", "POST /auth/login"},
+		{"POST", "/auth/.login", "* *"},
 		{"GET", "/config.json", "GET /config.json"},
 		{"GET", "/CONFIG.json", "GET /config.json"},
 		{"GET", "/reports/q3", "GET /Reports/*"},
