@@ -18,6 +18,12 @@ import (
 // some SDKs X-HTTP-Method; others X-Method-Override.
 var overrideHeaders = [...]string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
 
+// pathHeaders are the headers in which some upstreams read the request's
+// path: Symfony before CVE-2018-14773's fix, Zend Framework, and IIS's URL
+// Rewrite in front of them take X-Original-URL or X-Rewrite-URL as the
+// request URI.
+var pathHeaders = [...]string{"X-Original-URL", "X-Rewrite-URL"}
+
 // overrideField is the form and query field Rails, Sinatra, Symfony and
 // Laravel read as the method of a POST.
 const overrideField = "_method"
@@ -30,8 +36,9 @@ var overrideMethods = [...]string{"GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTI
 // checkOverride refuses (400) a request whose method override, in a
 // header (any spelling headerValue reads) or the query string's _method
 // field (split at ";" too), names a method whose route is not the
-// request's own: the upstream would serve it under another route's
-// limits (7.1). An override that routes the same way passes.
+// request's own, or whose path header (pathHeaders) names a path routed
+// otherwise: the upstream would serve it under another route's limits
+// (7.1). An override that routes the same way passes.
 func checkOverride(pol *policy.Policy, r *http.Request, method, path string) *apiError {
 	for k, vs := range r.Header {
 		for _, name := range overrideHeaders {
@@ -40,6 +47,16 @@ func checkOverride(pol *policy.Policy, r *http.Request, method, path string) *ap
 			}
 			for _, v := range vs {
 				if aerr := sameRoute(pol, method, v, path, "header "+name); aerr != nil {
+					return aerr
+				}
+			}
+		}
+		for _, name := range pathHeaders {
+			if !sameHeaderName(k, name) {
+				continue
+			}
+			for _, v := range vs {
+				if aerr := samePathRoute(pol, method, path, v, name); aerr != nil {
 					return aerr
 				}
 			}
@@ -81,6 +98,21 @@ func sameRoute(pol *policy.Policy, method, override, path, where string) *apiErr
 	}
 	return badRequest(where + " names method " + quoteClip(override) + ", which is routed otherwise than " + method +
 		" " + clip(path) + "; send the request with that method")
+}
+
+// samePathRoute is nil when uri, the value of the path header name, names
+// a path that routes as path does under method, else the 400 naming it.
+func samePathRoute(pol *policy.Policy, method, path, uri, name string) *apiError {
+	u, err := url.Parse(strings.TrimSpace(uri))
+	if err != nil {
+		return badRequest("header " + name + " is not a URI: " + quoteClip(uri))
+	}
+	_, want := pol.Route(method, path)
+	if _, got := pol.Route(method, policy.RoutePath(u.EscapedPath())); got == want {
+		return nil
+	}
+	return badRequest("header " + name + " names path " + quoteClip(u.Path) + ", which is routed otherwise than " + method +
+		" " + clip(path) + "; send the request to that path")
 }
 
 // quoteClip quotes s, clipped to a length an error message can carry.

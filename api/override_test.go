@@ -59,6 +59,12 @@ func TestCheckOverride(t *testing.T) {
 		{"POST", "/search?q=1;%5FMETHOD=get", nil,
 			`query string: field _method names method "get", which is routed otherwise than POST /search; send the request with that method`},
 		{"POST", "/search?q=a_b&_method=PATCH", nil, ""},
+		{"POST", "/search", http.Header{"X-Original-Url": {"/auth/login"}},
+			`header X-Original-URL names path "/auth/login", which is routed otherwise than POST /search; send the request to that path`},
+		{"POST", "/items", http.Header{"X_rewrite_url": {"/AUTH/Login/?x=1"}},
+			`header X-Rewrite-URL names path "/AUTH/Login/", which is routed otherwise than POST /items; send the request to that path`},
+		{"POST", "/items", http.Header{"X-Original-Url": {"/other/thing?x=1"}}, ""}, // both write
+		{"POST", "/items", http.Header{"X-Original-Url": {"%zz"}}, `header X-Original-URL is not a URI: "%zz"`},
 		{"POST", "/search?_method=" + strings.Repeat("G", 40), nil, ""}, // no such method: write, as POST
 		{"GET", "/search?_method=" + strings.Repeat("P", 40), nil,
 			`query string: field _method names method "PPPPPPPPPPPPPPPPPPPPPPPPPPPPPPPP...", which is routed otherwise than GET /search; send the request with that method`},

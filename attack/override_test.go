@@ -152,3 +152,48 @@ func TestAttackHeadEvadesGetRoute(t *testing.T) {
 		t.Errorf("%d of 30 HEAD searches of one user were served; want 20 (user-search, 20/min)", n)
 	}
 }
+
+// Attack: a legacy PHP upstream (Symfony before 2018's CVE-2018-14773
+// fix, Zend Framework 1 and 2, IIS's URL Rewrite in front of them) takes
+// the request's path from the X-Original-URL or X-Rewrite-URL header.
+// The attacker sends each login guess as POST /about with X-Original-URL:
+// /auth/login: the limiter routed /about, the write class, and neither
+// login-ip nor login-account counted the 20 guesses the upstream served
+// as logins.
+// Defence (7.1): such a header naming a path routed otherwise than the
+// request's own is refused (400), as a method override is.
+func TestAttackOriginalURLHeaderEvadesRoute(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	logins := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		for _, h := range []string{"X-Original-Url", "X-Rewrite-Url"} {
+			if v := r.Header.Get(h); v != "" {
+				p = v
+			}
+		}
+		if r.Method == http.MethodPost && strings.HasPrefix(p, "/auth/login") {
+			mu.Lock()
+			logins++
+			mu.Unlock()
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(up.Close)
+	tg := start(t, withUpstream(up.URL))
+	for i, h := range []string{"X-Original-URL", "X-Rewrite-URL"} {
+		for j := range 10 {
+			do(t, "POST", tg.public+"/about", `{"username":"victim-original-url","password":"guess"}`,
+				from(fmt.Sprintf("198.18.33.%d", 10*i+j+1), h, "/auth/login", "Content-Type", "application/json"))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if logins > 5 {
+		t.Errorf("the upstream served %d of 20 guesses sent to /about with X-Original-URL or X-Rewrite-URL as logins; want at most 5 (login-account)", logins)
+	}
+	if code, body := do(t, "POST", tg.public+"/about", "", from("198.18.33.99", "X-Original-URL", "/about?x=1")); code != http.StatusOK {
+		t.Errorf("X-Original-URL naming the request's own route: %d %.160s; want 200", code, body)
+	}
+}
