@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -288,12 +289,23 @@ func jsonError(err error) *apiError {
 		if typ.Field == "" {
 			return badRequest("body: expected a JSON object")
 		}
-		want := "a string"
-		switch typ.Field {
-		case "cost":
+		want, k := "a string", reflect.Invalid
+		if typ.Type != nil {
+			k = typ.Type.Kind()
+		}
+		switch {
+		case typ.Field == "cost":
 			want = "a number"
-		case "attributes":
+		case typ.Field == "attributes":
 			want = "an object of string values"
+		case k >= reflect.Int && k <= reflect.Float64:
+			if n, ok := strings.CutPrefix(typ.Value, "number "); ok {
+				// a number that does not fit (1e999 for a float64)
+				return badRequest(fmt.Sprintf(`field %q is out of range: %s`, typ.Field, clip(n)))
+			}
+			want = "a number"
+		case k == reflect.Bool:
+			want = "true or false"
 		}
 		return badRequest(fmt.Sprintf(`field %q must be %s`, typ.Field, want))
 	case errors.Is(err, io.ErrUnexpectedEOF):
