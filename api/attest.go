@@ -241,8 +241,14 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	st := attestation.Status{Platform: attestation.PlatformApple, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		KeyID: base64.StdEncoding.EncodeToString(key.KeyID), Counter: key.Counter, PublicKey: der, Reason: "app attest verified"}
 	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
-	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
+	cur, aerr := h.claim(ctx, rid, id, st, b.DeviceToken)
+	if aerr != nil {
 		return aerr
+	}
+	if cur != nil && cur.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID && cur.Counter > st.Counter {
+		// the same key attested again: its counter never goes back, or
+		// the assertions it signed since would pass once more
+		st.Counter = cur.Counter
 	}
 	return h.verified(ctx, w, rid, id, st)
 }
@@ -276,7 +282,7 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
 	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
-	if aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
+	if _, aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
 		return aerr
 	}
 	return h.verified(ctx, w, rid, id, st)
@@ -294,29 +300,30 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 // once the owner's attestation lapsed, and be handed a token the engine
 // takes as that device's, with the trust the owner earned on its accounts
 // (exempt_attested, its own budget), and the owner's key would be
-// forgotten.
-func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestation.Status, token *string) *apiError {
+// forgotten. It returns the id's attestation kept so far (nil when none):
+// a fresh attestation of the same App Attest key keeps its counter.
+func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestation.Status, token *string) (*attestation.Status, *apiError) {
 	cur, ok, err := h.o.Devices.Get(ctx, id)
 	if err != nil {
-		return h.failure(ctx, rid, "device", id, err)
+		return nil, h.failure(ctx, rid, "device", id, err)
 	}
 	now := h.o.Now()
 	if !ok || !cur.Kept(now) {
-		return nil
+		return nil, nil
 	}
 	if cur.Platform == attestation.PlatformApple && st.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID {
-		return nil
+		return &cur, nil
 	}
 	if token != nil {
 		if exp, ok := h.o.Tokens.Expiry(*token, id); ok && exp.After(cur.VerifiedAt) {
-			return nil
+			return &cur, nil
 		}
 	}
 	if cur.Valid(now) {
-		return h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
+		return nil, h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
 			Err: fmt.Errorf("device_id holds a valid %s attestation until %s; send its device_token to replace it", cur.Platform, rfc3339(cur.ExpiresAt))})
 	}
-	return h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
+	return nil, h.failure(ctx, rid, "device", id, &attestation.Error{Step: attestation.StepDevice,
 		Err: fmt.Errorf("device_id is bound to its last %s attestation (ended %s) until %s, while it may be a trusted device; renew with its key or send its last device_token, or use a new device_id",
 			cur.Platform, rfc3339(cur.ExpiresAt), rfc3339(cur.KeptUntil()))})
 }
