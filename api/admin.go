@@ -157,11 +157,19 @@ func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, 
 		writeError(w, rid, aerr)
 		return
 	}
-	if err := s.o.Store.ClearMultiplier(r.Context(), bucket.Subject{Kind: subject, ID: id}, "admin"); err != nil {
+	sub := bucket.Subject{Kind: subject, ID: id}
+	// whether an admin multiplier is in force, for the record's "cleared"
+	ms, err := s.o.Store.Multipliers(r.Context(), sub)
+	if err != nil {
 		s.storeError(w, rid, err)
 		return
 	}
-	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditMultiplierClear, Subject: subject, ID: id}) {
+	was := slices.ContainsFunc(ms, func(m bucket.Multiplier) bool { return m.Source == "admin" })
+	if err := s.o.Store.ClearMultiplier(r.Context(), sub, "admin"); err != nil {
+		s.storeError(w, rid, err)
+		return
+	}
+	if !s.record(w, r, rid, &streams.Audit{Action: streams.AuditMultiplierClear, Subject: subject, ID: id, Cleared: &was}) {
 		return
 	}
 	s.writeSubject(w, r, rid, subject, id)

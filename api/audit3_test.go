@@ -1,7 +1,12 @@
 package api
 
 import (
+	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // TestAdminMultiplierTypeMessages: a multiplier that is not a number, or a
@@ -24,5 +29,36 @@ func TestAdminMultiplierTypeMessages(t *testing.T) {
 			expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", tt.body, auth...), 400,
 				`{"error":{"code":"BAD_REQUEST","message":"`+tt.msg+`","details":{},"request_id":"req-1"}}`)
 		})
+	}
+}
+
+// TestAdminMultiplierClearRecordsCleared (6.5, docs/events.md): the
+// multiplier_clear audit event says whether an admin multiplier was in
+// force, as a lift's and a forget's do; it carried no "cleared" at all.
+func TestAdminMultiplierClearRecordsCleared(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	auth := []string{"Authorization", "Bearer tok"}
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", `{"multiplier":2,"ttl":"1m"}`, auth...), 200, "")
+	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u1", "", auth...), 200, "")
+	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u1", "", auth...), 200, "")
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u2", `{"multiplier":2,"ttl":"1m"}`, auth...), 200, "")
+	f.now = f.now.Add(2 * time.Minute) // expired: nothing in force to clear
+	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/user/u2", "", auth...), 200, "")
+	var got []string
+	for _, a := range audit.list {
+		if a.Action != streams.AuditMultiplierClear {
+			continue
+		}
+		c := "absent"
+		if a.Cleared != nil {
+			c = strconv.FormatBool(*a.Cleared)
+		}
+		got = append(got, a.ID+" "+c)
+	}
+	if want := []string{"u1 true", "u1 false", "u2 false"}; !slices.Equal(got, want) {
+		t.Fatalf("multiplier_clear events' cleared = %q, want %q", got, want)
 	}
 }
