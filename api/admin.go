@@ -122,6 +122,9 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, badRequest(`field "reason" must be at most 512 bytes of printable UTF-8`))
 		return
 	}
+	if *req.Multiplier == 0 {
+		*req.Multiplier = 0 // -0 is 0: shown and recorded so, not as -0
+	}
 	m := bucket.Multiplier{Source: "admin", Value: *req.Multiplier, Reason: req.Reason}
 	if req.TTL != "" {
 		ttl, err := time.ParseDuration(req.TTL)

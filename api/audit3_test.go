@@ -1,8 +1,10 @@
 package api
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +62,24 @@ func TestAdminMultiplierClearRecordsCleared(t *testing.T) {
 	}
 	if want := []string{"u1 true", "u1 false", "u2 false"}; !slices.Equal(got, want) {
 		t.Fatalf("multiplier_clear events' cleared = %q, want %q", got, want)
+	}
+}
+
+// TestAdminMultiplierNegativeZero: -0 is the multiplier 0 (it blocks the
+// subject); it was stored, shown and audited as -0.
+func TestAdminMultiplierNegativeZero(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	auth := []string{"Authorization", "Bearer tok"}
+	for _, body := range []string{`{"multiplier":-0}`, `{"multiplier":-0.0}`, `{"multiplier":-0e5}`} {
+		expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", body, auth...), 200,
+			`{"subject":"user","id":"u1","effective":0,"multipliers":[{"source":"admin","value":0,"expires_at":null,"reason":""}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+	}
+	for _, a := range audit.list {
+		if b, _ := json.Marshal(a); !strings.Contains(string(b), `"value":0,`) {
+			t.Errorf("audit event %s: want value 0", b)
+		}
 	}
 }
