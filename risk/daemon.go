@@ -133,6 +133,9 @@ type Daemon struct {
 	admins adminRecord // guarded by execMu
 	trusts trustRecord // the trusted devices in force (7.1)
 
+	// evicted is eng's eviction counts housekeeping last exported.
+	evicted signals.Evictions
+
 	ready    chan struct{}
 	readyOne sync.Once
 }
@@ -999,6 +1002,7 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 			for _, o := range list {
 				m.Offenders.WithLabelValues(o.Limit).Inc()
 			}
+			m.observeSignals(d.eng.Stats(), &d.evicted)
 		}
 		for i, c := range cons {
 			info, err := c.Info(ctx)

@@ -1,6 +1,10 @@
 package risk
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/signals"
+)
 
 // Metrics are riskd's own metrics.
 type Metrics struct {
@@ -23,6 +27,12 @@ type Metrics struct {
 	Actions *prometheus.CounterVec // tollgate_riskd_velocity_actions_total{action,rule}
 	Skipped prometheus.Counter     // tollgate_riskd_redelivered_total
 	Leader  prometheus.Gauge       // tollgate_riskd_leader
+	// SignalKeys and SignalEvictions are the risk engine's bounded state
+	// (signals.Stats), sampled every second: the keys each structure holds
+	// (at most Options.MaxKeys each) and those it evicted
+	// for room, least recently seen first.
+	SignalKeys      *prometheus.GaugeVec   // tollgate_riskd_signal_keys{structure}
+	SignalEvictions *prometheus.CounterVec // tollgate_riskd_signal_evictions_total{structure}
 }
 
 // NewMetrics creates riskd's metrics and registers them on reg (when not nil).
@@ -52,9 +62,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages riskd had already processed and skipped (redeliveries)."}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_riskd_leader",
 			Help: "1 while this riskd holds the leadership lease and consumes, 0 while it stands by."}),
+		SignalKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_riskd_signal_keys",
+			Help: "Keys the risk engine tracks, by structure (velocity, anomaly, offenders, measures); each is bounded."}, []string{"structure"}),
+		SignalEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_signal_evictions_total",
+			Help: "Keys the risk engine evicted from a full structure (least recently seen first), by structure; measures_in_force counts the locks and multipliers evicted while in force, no longer re-asserted."}, []string{"structure"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Reports, m.Actions, m.Skipped, m.Leader)
+		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Reports, m.Actions, m.Skipped, m.Leader,
+			m.SignalKeys, m.SignalEvictions)
 	}
 	return m
 }
@@ -65,4 +80,31 @@ func (m *Metrics) StandBy() {
 	m.Leader.Set(0)
 	m.Lag.Reset()
 	m.Offenders.Reset()
+	m.SignalKeys.Reset()
+}
+
+// observeSignals sets the key gauges from s and adds to the eviction
+// counters what s counts beyond last, which it then updates (a new
+// engine's counts start at zero, as last does for a new daemon).
+func (m *Metrics) observeSignals(s signals.Stats, last *signals.Evictions) {
+	m.SignalKeys.WithLabelValues("velocity").Set(float64(s.Velocity))
+	m.SignalKeys.WithLabelValues("anomaly").Set(float64(s.Anomaly))
+	m.SignalKeys.WithLabelValues("offenders").Set(float64(s.Offenders))
+	m.SignalKeys.WithLabelValues("measures").Set(float64(s.Measures))
+	for _, c := range []struct {
+		name      string
+		now, prev uint64
+	}{
+		{"velocity", s.Evicted.Velocity, last.Velocity},
+		{"anomaly", s.Evicted.Anomaly, last.Anomaly},
+		{"offenders", s.Evicted.Offenders, last.Offenders},
+		{"measures", s.Evicted.Measures, last.Measures},
+		{"measures_in_force", s.Evicted.MeasuresInForce, last.MeasuresInForce},
+	} {
+		// Add(0) too, so that every structure's series exists from the start
+		if c.now >= c.prev {
+			m.SignalEvictions.WithLabelValues(c.name).Add(float64(c.now - c.prev))
+		}
+	}
+	*last = s.Evicted
 }

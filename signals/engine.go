@@ -56,6 +56,23 @@ type Stats struct {
 	// Measures is the number of locks and multipliers remembered (in force,
 	// or expired and not yet swept).
 	Measures int `json:"measures"`
+	// Evicted counts the keys each structure evicted for room since New.
+	Evicted Evictions `json:"evicted"`
+}
+
+// Evictions counts the keys evicted from full structures (least recently
+// seen first), per structure. An evicted key forgets its state: a
+// velocity count starts afresh, and an evicted measure is no longer
+// re-asserted after Redis lost it (the store still holds it until it
+// expires). riskd exports them as tollgate_riskd_signal_evictions_total.
+type Evictions struct {
+	Velocity  uint64 `json:"velocity"`
+	Anomaly   uint64 `json:"anomaly"`
+	Offenders uint64 `json:"offenders"`
+	Measures  uint64 `json:"measures"`
+	// MeasuresInForce is the part of Measures that was still in force (its
+	// end after the engine's clock) when evicted.
+	MeasuresInForce uint64 `json:"measures_in_force"`
 }
 
 // Engine computes abuse signals from events: velocity rules over reports,
@@ -83,6 +100,8 @@ type Engine struct {
 	anom *lru[anomalyState]
 	off  *lru[offState]
 	meas *lru[measure]
+	// measInForce counts the measures evicted while in force (meas.onEvict).
+	measInForce uint64
 
 	// episodes lists the offender entries that may be in the offender list;
 	// offState.epIdx is an entry's index here.
@@ -118,6 +137,11 @@ func New(o Options) *Engine {
 		buf:  make([]byte, 0, 256),
 	}
 	e.off.onRemove = e.dropEpisode
+	e.meas.onEvict = func(en *entry[measure]) {
+		if en.val.end > e.clock {
+			e.measInForce++
+		}
+	}
 	e.configure(o)
 	return e
 }
@@ -322,6 +346,8 @@ func (e *Engine) Stats() Stats {
 		Offenders: e.off.len(),
 		Episodes:  len(e.episodes),
 		Measures:  e.meas.len(),
+		Evicted: Evictions{Velocity: e.vel.evicted, Anomaly: e.anom.evicted, Offenders: e.off.evicted,
+			Measures: e.meas.evicted, MeasuresInForce: e.measInForce},
 	}
 }
 

@@ -39,6 +39,12 @@ type lru[V any] struct {
 	// onRemove, when set, is called for every entry leaving the table
 	// (evicted, swept or deleted), before it is unlinked.
 	onRemove func(*entry[V])
+	// onEvict, when set, is called for every entry evicted for room (the
+	// table full, or its bound lowered), before onRemove.
+	onEvict func(*entry[V])
+	// evicted counts the entries evicted for room (not those swept or
+	// deleted).
+	evicted uint64
 }
 
 // entry is one key of an lru.
@@ -126,7 +132,7 @@ func (t *lru[V]) addBytes(key []byte) *entry[V] {
 // insert is add; key may alias the caller's memory (it is copied).
 func (t *lru[V]) insert(key string) *entry[V] {
 	for t.n >= t.max && t.root.prev != &t.root {
-		t.remove(t.root.prev)
+		t.evict()
 	}
 	var e *entry[V]
 	if n := len(t.free); n > 0 {
@@ -262,8 +268,18 @@ func (t *lru[V]) sweepNext() *entry[V] {
 func (t *lru[V]) setMax(n int) {
 	t.max = max(n, 1)
 	for t.n > t.max {
-		t.remove(t.root.prev)
+		t.evict()
 	}
+}
+
+// evict removes the least recent entry for room, counting it.
+func (t *lru[V]) evict() {
+	e := t.root.prev
+	t.evicted++
+	if t.onEvict != nil {
+		t.onEvict(e)
+	}
+	t.remove(e)
 }
 
 // each calls f for every entry, least recent first. f may remove the entry

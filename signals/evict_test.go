@@ -1,0 +1,45 @@
+package signals
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// TestEvictionsCounted fills every structure past MaxKeys by rotating
+// accounts: each entry evicted for room is counted in Stats.Evicted, and a
+// lockout still in force that leaves the measures (riskd would no longer
+// re-assert it) is counted apart, so that the loss is never silent.
+func TestEvictionsCounted(t *testing.T) {
+	t.Parallel()
+	const maxKeys = 100
+	e := New(fullOptions(maxKeys))
+	for i := range 5 { // lock out the victim (5 failures, 15m)
+		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(float64(i)), Account: "victim"}, nil)
+	}
+	if s := summary(e.Active(sec(5))); s != joinSummary([]string{"SetLock account/victim lockout"}) {
+		t.Fatalf("Active after the victim's failures: %s", s)
+	}
+	// The attacker locks out maxKeys other accounts, all within the
+	// victim's 15 minutes: 500 reports.
+	n := 0
+	for a := range maxKeys {
+		for range 5 {
+			ts := at(10*time.Second + time.Duration(n)*time.Millisecond)
+			e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: ts, Account: "rot-" + itoa(int64(a))}, nil)
+			n++
+		}
+	}
+	s := e.Stats()
+	checkBound(t, s, maxKeys)
+	if s.Evicted.Measures == 0 || s.Evicted.MeasuresInForce == 0 {
+		t.Fatalf("stats %+v: %d lockouts on a bound of %d measures evicted none, or counted none in force", s, maxKeys+1, maxKeys)
+	}
+	if s.Evicted.Velocity == 0 {
+		t.Fatalf("stats %+v: %d accounts on a bound of %d velocity counters evicted none", s, maxKeys+1, maxKeys)
+	}
+	if s.Evicted.MeasuresInForce > s.Evicted.Measures || s.Evicted.Measures != uint64(maxKeys+1-s.Measures) {
+		t.Fatalf("stats %+v: want %d measures evicted, all in force", s, maxKeys+1-s.Measures)
+	}
+}
