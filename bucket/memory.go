@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,14 @@ type MemoryOptions struct {
 	// full again earliest: an already full bucket first (which changes no
 	// decision), else the one closest to full.
 	MaxKeys int
+	// MaxLeases bounds the concurrency leases held (default MaxKeys/4, at
+	// least 1024; about 365 bytes each), each of the 64 shards a 64th of
+	// it: a lease not released lives its lease_ttl, so without a bound they
+	// grew with the request rate times the TTL. When a shard is full (its expired leases swept), a decision
+	// that would add a lease there is denied, with a Retry-After until the
+	// shard's first lease expires, and counted (LeasesRefused): no lease
+	// held is ever dropped, which would free a slot of its key.
+	MaxLeases int
 	// MaxSubjects bounds the subjects with multipliers and the locks held,
 	// each (default MaxKeys/4, at least 1024). Expired entries go first.
 	MaxSubjects int
@@ -43,6 +52,8 @@ type MemoryStore struct {
 	now         func() time.Time
 	maxPerShard int
 	maxSubjects int
+	maxLeases   int // per shard
+	refused     atomic.Uint64
 	unshared    bool // made by NewSingleGoroutineMemoryStore: Decide takes no locks
 	shards      [memShards]memShard
 
@@ -91,7 +102,11 @@ type memShard struct {
 	mu      sync.Mutex
 	buckets memTable
 	leases  map[string]leaseSet // concurrency sets by key (nil until one is made)
-	_       [40]byte            // keep shards on separate cache lines (128 bytes each)
+	nleases int                 // leases held in leases (expired ones until swept)
+	// leaseNext is when (µs) the first lease left by the last sweep of a
+	// full shard expires: no sweep before it can free one.
+	leaseNext float64
+	_         [24]byte // keep shards on separate cache lines (128 bytes each)
 }
 
 // NewMemoryStore returns a MemoryStore with opts applied.
@@ -101,6 +116,9 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	}
 	if opts.MaxSubjects <= 0 {
 		opts.MaxSubjects = max(opts.MaxKeys/4, 1024)
+	}
+	if opts.MaxLeases <= 0 {
+		opts.MaxLeases = max(opts.MaxKeys/4, 1024)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -114,6 +132,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		now:         opts.Now,
 		maxPerShard: max(opts.MaxKeys/memShards, 1),
 		maxSubjects: opts.MaxSubjects,
+		maxLeases:   max(opts.MaxLeases/memShards, 1),
 		mults:       make(map[string]map[string]Multiplier),
 		locks:       make(map[string]Lock),
 		lockRules:   make(map[string]map[string]struct{}),
@@ -332,6 +351,9 @@ func (s *MemoryStore) decideBuckets(req *Request, res *Result, now float64, mult
 			allowed = false
 		}
 	}
+	if allowed && cost > 0 {
+		allowed = s.roomForLeases(req, &lk, evs, now)
+	}
 	res.Allowed = allowed
 	for j := range req.Subjects {
 		if req.Subjects[j].Cached {
@@ -358,6 +380,60 @@ func (s *MemoryStore) decideBuckets(req *Request, res *Result, now float64, mult
 		evs[i].resultTo(&res.Limits[len(res.Limits)-1], now, &req.Limits[i])
 	}
 }
+
+// roomForLeases denies, in evs, each concurrency limit that would add a
+// lease to a shard holding its bound (MaxLeases) after its expired leases
+// are swept, and reports whether the decision is still allowed; the
+// shards' locks must be held.
+func (s *MemoryStore) roomForLeases(req *Request, lk *memLookup, evs []eval, now float64) bool {
+	allowed := true
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		if l.Kind != KindConcurrency || !evs[i].ok {
+			continue
+		}
+		sh := &s.shards[lk.idx[i]]
+		if sh.nleases < s.maxLeases {
+			continue
+		}
+		if _, held := sh.leases[lk.keys[i]][req.Lease]; held {
+			continue // renewed, not added
+		}
+		if now >= sh.leaseNext {
+			sh.leaseNext = sh.sweepLeasesAt(now)
+			if sh.nleases < s.maxLeases {
+				continue
+			}
+		}
+		s.refused.Add(1)
+		evs[i].ok, evs[i].retry = false, math.Max(sh.leaseNext-now, 1)
+		if !l.Shadow {
+			allowed = false
+		}
+	}
+	return allowed
+}
+
+// Leases returns the concurrency leases held (expired ones included until
+// swept).
+func (s *MemoryStore) Leases() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if !s.unshared {
+			sh.mu.Lock()
+		}
+		n += sh.nleases
+		if !s.unshared {
+			sh.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// LeasesRefused returns how many concurrency limits were denied because
+// their shard held MaxLeases leases (see MemoryOptions.MaxLeases).
+func (s *MemoryStore) LeasesRefused() uint64 { return s.refused.Load() }
 
 // find finds every bucket of lk before evaluating any, in three passes
 // over the look-ups, which do not depend on each other: their slots, then
@@ -422,7 +498,8 @@ func (s *MemoryStore) take(sh *memShard, h uint64, key string, ev *eval, lease s
 			set = leaseSet{}
 			sh.leases[key] = set
 		}
-		takeConcurrency(ev, set, lease, now)
+		sh.nleases += takeConcurrency(ev, set, lease, now)
+		sh.leaseNext = math.Min(sh.leaseNext, ev.end)
 		return
 	case KindQuota:
 		// a quota's state is its count and period start, kept until the

@@ -204,16 +204,23 @@ func evaluateConcurrency(ev *eval, set leaseSet, now float64, l *Limit, m, pend 
 }
 
 // takeConcurrency adds lease to set for a decision that takes, as
-// decide.lua's lease() and take() do, dropping expired leases.
-func takeConcurrency(ev *eval, set leaseSet, lease string, now float64) {
+// decide.lua's lease() and take() do, dropping expired leases; it returns
+// how many more leases set holds.
+func takeConcurrency(ev *eval, set leaseSet, lease string, now float64) int {
+	n := 0
 	for id, exp := range set {
 		if exp <= now {
 			delete(set, id)
+			n--
 		}
+	}
+	if _, ok := set[lease]; !ok {
+		n++
 	}
 	set[lease] = ev.end
 	if ev.reset == now || ev.end < ev.reset {
 		ev.reset = ev.end
 	}
 	ev.tokens -= unit
+	return n
 }

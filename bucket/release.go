@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,6 +95,7 @@ func (s *MemoryStore) Release(_ context.Context, lease string, keys []string) (b
 		if set := sh.leases[k]; set != nil {
 			if exp, ok := set[lease]; ok {
 				delete(set, lease)
+				sh.nleases--
 				freed = freed || exp > now
 			}
 			if len(set) == 0 {
@@ -110,17 +112,27 @@ func (s *MemoryStore) Release(_ context.Context, lease string, keys []string) (b
 // sweepLeases drops the expired leases of sh (and the sets they empty);
 // sh.mu must be held.
 func (sh *memShard) sweepLeases(now time.Time) {
-	us := float64(now.UnixMicro())
+	sh.leaseNext = sh.sweepLeasesAt(float64(now.UnixMicro()))
+}
+
+// sweepLeasesAt drops the leases of sh expired at us (µs) and returns
+// when the first one left expires (+Inf: none); sh.mu must be held.
+func (sh *memShard) sweepLeasesAt(us float64) float64 {
+	next := math.Inf(1)
 	for k, set := range sh.leases {
 		for id, exp := range set {
 			if exp <= us {
 				delete(set, id)
+				sh.nleases--
+			} else {
+				next = math.Min(next, exp)
 			}
 		}
 		if len(set) == 0 {
 			delete(sh.leases, k)
 		}
 	}
+	return next
 }
 
 var (

@@ -70,6 +70,12 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 		return nil, err
 	}
 	g.add("store", l.store)
+	if m := l.store.memory; m != nil {
+		l.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_memory_leases",
+			Help: "Concurrency leases the memory store holds (bounded: a quarter of --memory-max-keys)."}, func() float64 { return float64(m.Leases()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_memory_leases_refused_total",
+				Help: "Requests a concurrency limit denied because the memory store held its bound of leases."}, func() float64 { return float64(m.LeasesRefused()) }))
+	}
 	l.newL1()
 	offenders, err := l.addEvents(ctx)
 	if err != nil {
