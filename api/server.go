@@ -346,7 +346,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 
 // adminGuard throttles failed admin token attempts per client address
 // (throttleKey): after 10 failures in a minute the address gets 429 for
-// the rest of it.
+// the rest of it. It tracks at most adminMaxTracked addresses; when full,
+// a new one makes room (makeRoom) without unblocking a blocked address
+// while an unblocked one is tracked.
 type adminGuard struct {
 	now func() time.Time
 	mu  sync.Mutex
@@ -389,20 +391,39 @@ func (g *adminGuard) fail(addr string) {
 	now := g.now()
 	a := g.by[addr]
 	if a == nil || now.Sub(a.start) >= adminWindow {
-		if len(g.by) >= adminMaxTracked {
-			for k, v := range g.by { // bounded: drop expired, else one arbitrary entry
-				if now.Sub(v.start) >= adminWindow || len(g.by) >= adminMaxTracked {
-					delete(g.by, k)
-				}
-				if len(g.by) < adminMaxTracked {
-					break
-				}
-			}
+		if a == nil && len(g.by) >= adminMaxTracked {
+			g.makeRoom(now)
 		}
 		a = &attempts{start: now}
 		g.by[addr] = a
 	}
 	a.n++
+}
+
+// makeRoom drops the expired entries and, while that leaves the table
+// fuller than nine tenths, entries not blocked; only when every address
+// tracked is blocked does it drop one, the block that ends first. So an
+// address filling the table never unblocks another while an unblocked one
+// is tracked, and the scan, O(adminMaxTracked), runs at most once per
+// adminMaxTracked/10 new addresses. g.mu must be held.
+func (g *adminGuard) makeRoom(now time.Time) {
+	target := adminMaxTracked - adminMaxTracked/10
+	oldest := ""
+	for k, v := range g.by {
+		switch {
+		case now.Sub(v.start) >= adminWindow:
+			delete(g.by, k)
+		case v.n < adminMaxFailures:
+			if len(g.by) > target {
+				delete(g.by, k)
+			}
+		case oldest == "" || v.start.Before(g.by[oldest].start):
+			oldest = k
+		}
+	}
+	if len(g.by) >= adminMaxTracked && oldest != "" {
+		delete(g.by, oldest)
+	}
 }
 
 // adminOnly wraps an admin handler with the bearer-token check.
