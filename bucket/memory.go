@@ -106,7 +106,7 @@ type memShard struct {
 	// leaseNext is when (µs) the first lease left by the last sweep of a
 	// full shard expires: no sweep before it can free one.
 	leaseNext float64
-	_         [24]byte // keep shards on separate cache lines (128 bytes each)
+	_         [16]byte // keep shards on separate cache lines (128 bytes each)
 }
 
 // NewMemoryStore returns a MemoryStore with opts applied.
@@ -412,6 +412,25 @@ func (s *MemoryStore) roomForLeases(req *Request, lk *memLookup, evs []eval, now
 		}
 	}
 	return allowed
+}
+
+// Evicted returns how many buckets were evicted for room (MaxKeys) before
+// they were full again: their keys' next requests found full buckets, so
+// each is a key that got back tokens it had spent. Evicting a bucket
+// already full changes no decision and is not counted.
+func (s *MemoryStore) Evicted() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if !s.unshared {
+			sh.mu.Lock()
+		}
+		n += sh.buckets.evictedLive
+		if !s.unshared {
+			sh.mu.Unlock()
+		}
+	}
+	return n
 }
 
 // Leases returns the concurrency leases held (expired ones included until

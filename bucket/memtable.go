@@ -19,6 +19,9 @@ type memTable struct {
 	// cursor is where eviction samples next (it walks the slots in order,
 	// so eviction is deterministic).
 	cursor int
+	// evictedLive counts the buckets evicted before they were full again
+	// (their keys' spent tokens forgotten).
+	evictedLive uint64
 }
 
 // memSlot is one slot of a memTable: hash 0 marks it empty.
@@ -254,6 +257,9 @@ func (t *memTable) evict(now float64) {
 		seen++
 	}
 	t.cursor = (i + 1) & mask
+	if t.slots[victim].full > now {
+		t.evictedLive++
+	}
 	t.deleteAt(victim)
 	t.compact()
 }

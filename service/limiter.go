@@ -74,7 +74,11 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 		l.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_memory_leases",
 			Help: "Concurrency leases the memory store holds (bounded: a quarter of --memory-max-keys)."}, func() float64 { return float64(m.Leases()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_memory_leases_refused_total",
-				Help: "Requests a concurrency limit denied because the memory store held its bound of leases."}, func() float64 { return float64(m.LeasesRefused()) }))
+				Help: "Requests a concurrency limit denied because the memory store held its bound of leases."}, func() float64 { return float64(m.LeasesRefused()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_memory_buckets",
+				Help: "Buckets the memory store holds (bounded by --memory-max-keys)."}, func() float64 { return float64(m.Len()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_memory_evictions_total",
+				Help: "Buckets the memory store evicted for room before they were full again: keys that got back tokens they had spent (raise --memory-max-keys)."}, func() float64 { return float64(m.Evicted()) }))
 	}
 	l.newL1()
 	offenders, err := l.addEvents(ctx)
