@@ -135,6 +135,8 @@ type Daemon struct {
 
 	// evicted is eng's eviction counts housekeeping last exported.
 	evicted signals.Evictions
+	// storeFull counts the writes the store refused as full (execute).
+	storeFull atomic.Uint64
 
 	ready    chan struct{}
 	readyOne sync.Once
@@ -843,6 +845,19 @@ func (d *Daemon) execute(ctx context.Context, progress func(), actions []signals
 			}
 			if errors.Is(err, ErrNotLeading) || ctx.Err() != nil {
 				return errors.Join(err, ctx.Err())
+			}
+			if errors.Is(err, bucket.ErrFull) {
+				// The memory store holds its bound of locks or multipliers
+				// and refuses more rather than evict one in force; it frees
+				// room only as they expire. Retrying would hold every later
+				// event behind this one for as long, so the write is given
+				// up, counted and logged (the first and every 100th).
+				d.count("store_full")
+				if n := d.storeFull.Add(1); n == 1 || n%100 == 0 {
+					d.log.Warn("the memory store is full: measure not written (size it with --memory-max-keys)",
+						"kind", a.Kind, "subject", a.Subject, "id", a.ID, "refused", n, "err", err)
+				}
+				break
 			}
 			if attempt == 1 || attempt%20 == 0 {
 				d.log.Warn("action failed; retrying (the event is not acknowledged until it succeeds)",
