@@ -67,6 +67,9 @@ type MemoryStore struct {
 	// setAt is when each lock (by key) and multiplier (key "|" source)
 	// was set, for listings (ListLocks, ListMultipliers).
 	setAt map[string]time.Time
+	// sweepNext is when the first entry the last sweep left expires (zero:
+	// not known): a full table sweeps for room only from then on.
+	sweepNext time.Time
 }
 
 // trustedLocked reports whether lock l (the i-th of req) exempts req's
@@ -183,17 +186,48 @@ func (s *MemoryStore) Sweep(now time.Time) {
 		sh.mu.Unlock()
 	}
 	s.mu.Lock()
-	s.sweepSubjectsLocked(now)
+	s.sweepNext = s.sweepSubjectsLocked(now)
 	s.mu.Unlock()
 }
 
-// sweepSubjectsLocked requires s.mu held for writing.
-func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
+// sweepForRoomLocked sweeps the subjects for room in a full table, unless
+// no entry left by the last sweep expires before now: a sweep is a scan of
+// every multiplier, lock and trust under the store's write lock (7 ms at
+// 262,144 locks), and a full table refusing writes must not scan again on
+// every refused one, stalling every decision's read lock meanwhile. It
+// requires s.mu held for writing.
+func (s *MemoryStore) sweepForRoomLocked(now time.Time) {
+	if now.Before(s.sweepNext) {
+		return
+	}
+	s.sweepNext = s.sweepSubjectsLocked(now)
+}
+
+// noteExpiryLocked lowers sweepNext to t, when a new entry expires at t
+// (zero: never); s.mu must be held for writing.
+func (s *MemoryStore) noteExpiryLocked(t time.Time) {
+	if !t.IsZero() && t.Before(s.sweepNext) {
+		s.sweepNext = t
+	}
+}
+
+// sweepSubjectsLocked drops the expired multipliers, locks and trusts and
+// returns when the first entry left expires (far in the future when none
+// does); s.mu must be held for writing.
+func (s *MemoryStore) sweepSubjectsLocked(now time.Time) time.Time {
+	next := neverSwept
+	soonest := func(t time.Time) {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
 	for k, ms := range s.mults {
 		for src, m := range ms {
 			if !m.ExpiresAt.IsZero() && !m.ExpiresAt.After(now) {
 				delete(ms, src)
 				delete(s.setAt, k+"|"+src)
+			} else {
+				soonest(m.ExpiresAt)
 			}
 		}
 		if len(ms) == 0 {
@@ -204,6 +238,8 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 		if !l.Until.After(now) {
 			delete(s.locks, k)
 			delete(s.setAt, k)
+		} else {
+			soonest(l.Until)
 		}
 	}
 	for k, rules := range s.lockRules {
@@ -221,13 +257,19 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) {
 		for dev, until := range set {
 			if !until.After(now) {
 				delete(set, dev)
+			} else {
+				soonest(until)
 			}
 		}
 		if len(set) == 0 {
 			delete(s.trusts, k)
 		}
 	}
+	return next
 }
+
+// neverSwept is sweepSubjectsLocked's answer when no entry left expires.
+var neverSwept = time.Unix(1<<40, 0)
 
 // Decide implements Decider. It reads req's keys only during the call and
 // keeps none of them (a bucket it creates gets a copy of its key), so a

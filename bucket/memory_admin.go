@@ -24,7 +24,7 @@ func (s *MemoryStore) SetMultiplier(_ context.Context, sub Subject, m Multiplier
 	ms := s.mults[key]
 	if ms == nil {
 		if len(s.mults) >= s.maxSubjects {
-			s.sweepSubjectsLocked(s.now())
+			s.sweepForRoomLocked(s.now())
 			if len(s.mults) >= s.maxSubjects {
 				return ErrFull
 			}
@@ -33,6 +33,7 @@ func (s *MemoryStore) SetMultiplier(_ context.Context, sub Subject, m Multiplier
 		s.mults[key] = ms
 	}
 	m.ExpiresAt = truncUS(m.ExpiresAt)
+	s.noteExpiryLocked(m.ExpiresAt)
 	if old, ok := ms[m.Source]; !ok || old != m {
 		s.setAt[key+"|"+m.Source] = s.now()
 	}
@@ -93,12 +94,13 @@ func (s *MemoryStore) SetLock(_ context.Context, sub Subject, l Lock) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.locks[key]; !ok && len(s.locks) >= s.maxSubjects {
-		s.sweepSubjectsLocked(s.now())
+		s.sweepForRoomLocked(s.now())
 		if len(s.locks) >= s.maxSubjects {
 			return ErrFull
 		}
 	}
 	l.Until = truncUS(l.Until)
+	s.noteExpiryLocked(l.Until)
 	if old, ok := s.locks[key]; !ok || old != l {
 		s.setAt[key] = s.now()
 	}
@@ -208,7 +210,7 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 	set := s.trusts[key]
 	if set == nil {
 		if len(s.trusts) >= s.maxSubjects {
-			s.sweepSubjectsLocked(s.now())
+			s.sweepForRoomLocked(s.now())
 			if len(s.trusts) >= s.maxSubjects {
 				return ErrFull
 			}
@@ -218,6 +220,7 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 	}
 	if until.After(set[device]) { // the later end, as the Redis store's ZADD GT
 		set[device] = until
+		s.noteExpiryLocked(until)
 	}
 	return nil
 }
