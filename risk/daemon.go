@@ -81,8 +81,9 @@ type Options struct {
 	// re-assertion.
 	StoreLost func(ctx context.Context) (bool, error)
 	// MaxTrust bounds the trusted devices remembered for re-assertion
-	// (default DefaultMaxTrust; expired ones go first, then the one that
-	// ends first).
+	// (default DefaultMaxTrust; when full, expired ones go first, then the
+	// hundredth of the record that ends first, counted in
+	// tollgate_riskd_signal_evictions_total{structure="trusts"}).
 	MaxTrust int
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
@@ -135,6 +136,8 @@ type Daemon struct {
 
 	// evicted is eng's eviction counts housekeeping last exported.
 	evicted signals.Evictions
+	// trustEvicted is trusts' eviction count housekeeping last exported.
+	trustEvicted uint64
 	// storeFull counts the writes the store refused as full (execute).
 	storeFull atomic.Uint64
 
@@ -1018,6 +1021,10 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				m.Offenders.WithLabelValues(o.Limit).Inc()
 			}
 			m.observeSignals(d.eng.Stats(), &d.evicted)
+			if n := d.trusts.evictions(); n > d.trustEvicted {
+				m.SignalEvictions.WithLabelValues("trusts").Add(float64(n - d.trustEvicted))
+				d.trustEvicted = n
+			}
 		}
 		for i, c := range cons {
 			info, err := c.Info(ctx)

@@ -65,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SignalKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_riskd_signal_keys",
 			Help: "Keys the risk engine tracks, by structure (velocity, anomaly, offenders, measures); each is bounded."}, []string{"structure"}),
 		SignalEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_riskd_signal_evictions_total",
-			Help: "Keys the risk engine evicted from a full structure (least recently seen first), by structure; measures_in_force counts the locks and multipliers evicted while in force, no longer re-asserted."}, []string{"structure"}),
+			Help: "Keys the risk engine evicted from a full structure (least recently seen first), by structure; measures_in_force counts the locks and multipliers evicted while in force, trusts the trusted-device enrolments in force dropped from riskd's record; neither is re-asserted after Redis lost it."}, []string{"structure"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Multipliers, m.Locks, m.Alerts, m.ShadowAlerts, m.Lag, m.Errors, m.Offenders, m.Reports, m.Actions, m.Skipped, m.Leader,

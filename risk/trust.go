@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,12 +33,17 @@ import (
 const DefaultMaxTrust = 500_000
 
 // trustRecord is riskd's record of the trusted devices in force: account
-// "\x00" device -> until. When full, expired entries go, then the one that
-// ends first. Safe for concurrent use.
+// "\x00" device -> until. When full, expired entries go, then the
+// hundredth of the record that ends first, in one pass (makeRoom), so a
+// full record costs an enrolment O(1) amortised, not a scan. Safe for
+// concurrent use.
 type trustRecord struct {
 	mu  sync.Mutex
 	max int
 	m   map[string]time.Time
+	// evicted counts the enrolments in force dropped for room: riskd no
+	// longer re-asserts them (the store keeps them until they end).
+	evicted uint64
 }
 
 // set records device as trusted by account until until (a later end wins).
@@ -52,21 +58,43 @@ func (r *trustRecord) set(account, device string, until, now time.Time) {
 		return
 	}
 	if len(r.m) >= r.max {
-		first := ""
-		for key, u := range r.m {
-			if !u.After(now) {
-				delete(r.m, key)
-				continue
-			}
-			if first == "" || u.Before(r.m[first]) {
-				first = key
-			}
-		}
-		if len(r.m) >= r.max {
-			delete(r.m, first)
-		}
+		r.makeRoom(now)
 	}
 	r.m[k] = until
+}
+
+// makeRoom drops the expired entries and, unless that freed a hundredth
+// of the record, the entries ending first until it has; r.mu must be held.
+func (r *trustRecord) makeRoom(now time.Time) {
+	type kv struct {
+		k string
+		u time.Time
+	}
+	free := max(r.max/100, 1)
+	live := make([]kv, 0, len(r.m))
+	for k, u := range r.m {
+		if !u.After(now) {
+			delete(r.m, k)
+			continue
+		}
+		live = append(live, kv{k, u})
+	}
+	drop := len(r.m) - (r.max - free)
+	if drop <= 0 {
+		return
+	}
+	slices.SortFunc(live, func(a, b kv) int { return a.u.Compare(b.u) })
+	for _, e := range live[:drop] {
+		delete(r.m, e.k)
+	}
+	r.evicted += uint64(drop)
+}
+
+// evictions returns how many enrolments in force were dropped for room.
+func (r *trustRecord) evictions() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.evicted
 }
 
 // trustEntry is one recorded enrolment.
