@@ -197,7 +197,21 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // Offenders returns the current repeat offenders, worst first.
 func (d *Daemon) Offenders() []signals.Offender {
-	return d.eng.Offenders(d.o.Now())
+	return listed(d.eng.Offenders(d.o.Now()))
+}
+
+// MaxOffendersListed bounds the repeat offenders Offenders returns and
+// OffenderSink receives: the worst, the list being sorted worst first.
+// The keys tracked are bounded by MaxKeys (200,000), and an attacker
+// rotating device ids, each denied a few times a minute, made the list
+// shared through Redis every second about 17 MB of JSON (86 bytes an
+// entry); the tollgate_repeat_offenders gauge still counts every
+// offender.
+const MaxOffendersListed = 1000
+
+// listed returns the first MaxOffendersListed of list.
+func listed(list []signals.Offender) []signals.Offender {
+	return list[:min(len(list), MaxOffendersListed)]
 }
 
 // windows returns how far back each stream is replayed on start: far
@@ -1037,7 +1051,7 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 			}
 		}
 		if d.o.OffenderSink != nil {
-			if err := d.o.OffenderSink(ctx, list); err != nil {
+			if err := d.o.OffenderSink(ctx, listed(list)); err != nil {
 				d.count("store")
 			}
 		}
