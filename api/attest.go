@@ -226,12 +226,17 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 		return aerr
 	}
 	ctx, now := r.Context(), h.o.Now()
-	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
+	if err := h.o.Challenges.Check(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "apple", id, err)
 	}
 	cdh := sha256.Sum256([]byte(challenge))
 	key, err := h.o.Apple.VerifyAttestation(obj, keyID, cdh[:], now)
 	if err != nil {
+		return h.failure(ctx, rid, "apple", id, err)
+	}
+	// used up only by an attestation that verified: a garbage one costs
+	// the store nothing, and of two racing copies one passes
+	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "apple", id, err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(key.PublicKey)
@@ -273,10 +278,13 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 		return aerr
 	}
 	ctx, now := r.Context(), h.o.Now()
-	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
+	if err := h.o.Challenges.Check(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "android", id, err)
 	}
 	if _, err := h.o.Play.Verify(*b.Token, challenge, now); err != nil {
+		return h.failure(ctx, rid, "android", id, err)
+	}
+	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "android", id, err)
 	}
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),

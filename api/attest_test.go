@@ -124,7 +124,7 @@ func attB64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 func (e *attEnv) challenge(t *testing.T, device string) string {
 	t.Helper()
 	code, resp := attDo(t, e.h, "POST", "/v1/attest/challenge", attJSON("device_id", device))
-	if code != 200 || len(resp.Challenge) != 43 || resp.ExpiresAt != "2025-06-01T12:05:00Z" {
+	if code != 200 || len(resp.Challenge) < 43 || resp.ExpiresAt != "2025-06-01T12:05:00Z" {
 		t.Fatalf("challenge: %d %+v", code, resp)
 	}
 	return resp.Challenge

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,11 +38,11 @@ func TestChallenges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !exp.Equal(genNow.Add(5*time.Minute)) || len(c) != 43 {
+			if !exp.Equal(genNow.Add(5 * time.Minute)) {
 				t.Fatalf("challenge %q expires %v", c, exp)
 			}
-			if b, err := base64.RawURLEncoding.DecodeString(c); err != nil || len(b) != 32 {
-				t.Fatalf("challenge %q is not 32 bytes of unpadded base64url: %v", c, err)
+			if _, err := base64.RawURLEncoding.DecodeString(c); err != nil || len(c) < 43 {
+				t.Fatalf("challenge %q is not 32 bytes or more of unpadded base64url: %v", c, err)
 			}
 			c2, _, _ := ch.Issue(ctx, "d:{1}", genNow)
 			if c2 == c {
@@ -60,8 +61,22 @@ func TestChallenges(t *testing.T) {
 					t.Errorf("%s: err = %v, want step challenge", s.name, err)
 				}
 			}
+			for range 2 { // checking uses nothing up
+				if err := ch.Check(ctx, "d:{1}", c, genNow.Add(time.Minute)); err != nil {
+					t.Fatalf("check: %v", err)
+				}
+			}
+			if err := ch.Check(ctx, "d2", c, genNow); stepOf(err) != attestation.StepChallenge {
+				t.Errorf("check for another device: err = %v, want step challenge", err)
+			}
+			if err := ch.Check(ctx, "d:{1}", c, genNow.Add(5*time.Minute)); stepOf(err) != attestation.StepChallenge {
+				t.Errorf("check once expired: err = %v, want step challenge", err)
+			}
 			if err := ch.Consume(ctx, "d:{1}", c, genNow.Add(time.Minute)); err != nil {
 				t.Fatalf("first consume: %v", err)
+			}
+			if err := ch.Check(ctx, "d:{1}", c, genNow.Add(time.Minute)); stepOf(err) != attestation.StepChallenge {
+				t.Errorf("check once used: err = %v, want step challenge", err)
 			}
 			if err := ch.Consume(ctx, "d:{1}", c, genNow.Add(time.Minute)); stepOf(err) != attestation.StepChallenge {
 				t.Fatalf("replayed challenge: err = %v, want step challenge", err)
@@ -121,20 +136,64 @@ func TestMemoryChallengesExpiryAndBound(t *testing.T) {
 	}
 }
 
-// TestRedisChallengeKey checks the key layout and expiry in Redis.
-func TestRedisChallengeKey(t *testing.T) {
+// TestRedisChallengeKeys: issuing a challenge writes nothing of the
+// device's (7.5: a flood of challenges cannot fill Redis); using one sets
+// its marker until it expires; the replicas share one secret, kept
+// without expiry, and follow a new one made after Redis lost it; a
+// challenge of the earlier form (a key of its own) is still used once.
+func TestRedisChallengeKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, prefix := testenv.Redis(t)
-	ch := attestation.NewRedisChallenges(c, prefix)
-	s, _, err := ch.Issue(ctx, "dev:{x}", genNow)
+	a, b := attestation.NewRedisChallenges(c, prefix), attestation.NewRedisChallenges(c, prefix)
+	s, _, err := a.Issue(ctx, "dev:{x}", genNow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := prefix + "{device:dev%3A%7Bx%7D}:ch:" + s
-	ttl, err := c.PTTL(ctx, key).Result()
-	if err != nil || ttl <= 4*time.Minute || ttl > 5*time.Minute {
-		t.Fatalf("PTTL(%s) = %v, %v; want about 5m", key, ttl, err)
+	if keys, _ := c.Keys(ctx, prefix+"{device:*").Result(); len(keys) != 0 {
+		t.Fatalf("issuing wrote %v", keys)
+	}
+	if ttl, err := c.PTTL(ctx, prefix+"attest:challenge-key").Result(); err != nil || ttl != -1 {
+		t.Fatalf("the secret's PTTL = %v, %v; want no expiry", ttl, err)
+	}
+	if err := b.Consume(ctx, "dev:{x}", s, genNow.Add(time.Minute)); err != nil {
+		t.Fatalf("another replica consuming: %v", err)
+	}
+	keys, _ := c.Keys(ctx, prefix+"{device:dev%3A%7Bx%7D}:chu:*").Result()
+	if len(keys) != 1 {
+		t.Fatalf("used markers %v; want one", keys)
+	}
+	if ttl, err := c.PTTL(ctx, keys[0]).Result(); err != nil || ttl <= 3*time.Minute+50*time.Second || ttl > 4*time.Minute {
+		t.Fatalf("the marker's PTTL = %v, %v; want the 4m the challenge had left", ttl, err)
+	}
+	if err := a.Consume(ctx, "dev:{x}", s, genNow.Add(time.Minute)); stepOf(err) != attestation.StepChallenge {
+		t.Fatalf("used twice, by the other replica: err = %v", err)
+	}
+	// Redis lost the secret: a replica starting makes a new one, and a,
+	// whose secret is not a minute old, reads it again on the first
+	// signature it cannot verify
+	if err := c.Del(ctx, prefix+"attest:challenge-key").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s2, _, err := attestation.NewRedisChallenges(c, prefix).Issue(ctx, "d", genNow.Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Consume(ctx, "d", s2, genNow.Add(20*time.Second)); err != nil {
+		t.Fatalf("a challenge signed with the new secret: %v", err)
+	}
+	legacy := strings.Repeat("A", 42) + "Q"
+	if err := c.Set(ctx, prefix+"{device:d}:ch:"+legacy, "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(ctx, "d", legacy, genNow); err != nil {
+		t.Fatalf("checking an earlier challenge: %v", err)
+	}
+	if err := a.Consume(ctx, "d", legacy, genNow); err != nil {
+		t.Fatalf("an earlier challenge: %v", err)
+	}
+	if err := a.Consume(ctx, "d", legacy, genNow); stepOf(err) != attestation.StepChallenge {
+		t.Fatalf("an earlier challenge used twice: err = %v", err)
 	}
 }
 

@@ -253,6 +253,16 @@ func ChallengeKey(prefix, device, challenge string) string {
 	return prefix + "{device:" + EscapeID(device) + "}:ch:" + challenge
 }
 
+// ChallengeUsedKey returns the key that marks a signed attestation
+// challenge used, by its nonce (in the device's slot).
+func ChallengeUsedKey(prefix, device, nonce string) string {
+	return prefix + "{device:" + EscapeID(device) + "}:chu:" + nonce
+}
+
+// ChallengeSecretKey returns the key of the secret every replica signs
+// attestation challenges with.
+func ChallengeSecretKey(prefix string) string { return prefix + "attest:challenge-key" }
+
 // Listing indexes: sorted sets of lock keys and of "multiplier key|source",
 // scored by when they were set (Unix ms).
 func lockIndex(prefix string) string { return prefix + "index:locks" }
