@@ -29,16 +29,7 @@ func TestAttackNonASCIICaseFoldingEvadesRoute(t *testing.T) {
 		"/AUTH/LOG%C4%B1N",
 		"/to%E2%84%AAen", // Kelvin sign
 	} {
-		ip := fmt.Sprintf("198.51.100.%d", 40+i)
-		allowed := 0
-		for range 12 {
-			if tg.forwardAuth(t, "POST", uri, ip) == http.StatusOK {
-				allowed++
-			}
-		}
-		if allowed != 10 {
-			t.Errorf("POST %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", uri, allowed)
-		}
+		wantLoginIPLimit(t, tg, uri, fmt.Sprintf("198.51.100.%d", 40+i))
 	}
 	allowed := 0
 	for range 22 {
@@ -69,15 +60,21 @@ func TestAttackSuffixPatternEvadesRoute(t *testing.T) {
 	t.Parallel()
 	tg := start(t)
 	for i, uri := range []string{"/auth/login.", "/auth/login.json.bak", "/auth/login.x-y"} {
-		ip := fmt.Sprintf("198.51.100.%d", 70+i)
-		allowed := 0
-		for range 12 {
-			if tg.forwardAuth(t, "POST", uri, ip) == http.StatusOK {
-				allowed++
-			}
+		wantLoginIPLimit(t, tg, uri, fmt.Sprintf("198.51.100.%d", 70+i))
+	}
+}
+
+// wantLoginIPLimit sends 12 login attempts to uri from ip through forward
+// auth and wants 10 allowed: login-ip (10/min) counted them as logins.
+func wantLoginIPLimit(t *testing.T, tg *target, uri, ip string) {
+	t.Helper()
+	allowed := 0
+	for range 12 {
+		if tg.forwardAuth(t, "POST", uri, ip) == http.StatusOK {
+			allowed++
 		}
-		if allowed != 10 {
-			t.Errorf("POST %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", uri, allowed)
-		}
+	}
+	if allowed != 10 {
+		t.Errorf("POST %s: %d of 12 attempts from one address allowed; want 10 (login-ip, 10/min)", uri, allowed)
 	}
 }
