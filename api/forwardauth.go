@@ -87,29 +87,13 @@ func refuseForwardAuth(w http.ResponseWriter, rid string, e *apiError, as403 boo
 		writeError(w, rid, e)
 		return
 	}
-	c := &envelopeCapture{h: w.Header()}
+	c := &render.Capture{H: w.Header()}
 	writeError(c, rid, e)
 	h := w.Header()
 	h[HeaderTollgateStatus] = []string{strconv.Itoa(e.status)}
-	h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.body))}
+	h[HeaderTollgateEnvelope] = []string{string(bytes.TrimSpace(c.Body))}
 	w.WriteHeader(http.StatusForbidden)
-	_, _ = w.Write(c.body)
-}
-
-// envelopeCapture is an http.ResponseWriter that keeps the body written
-// to it, its headers being h; the status is the caller's.
-type envelopeCapture struct {
-	h    http.Header
-	body []byte
-}
-
-func (c *envelopeCapture) Header() http.Header { return c.h }
-
-func (c *envelopeCapture) WriteHeader(int) {}
-
-func (c *envelopeCapture) Write(b []byte) (int, error) {
-	c.body = append(c.body, b...)
-	return len(b), nil
+	_, _ = w.Write(c.Body)
 }
 
 // forwardAuthMode reads the query of /v1/forward-auth: status=403 asks for

@@ -296,11 +296,11 @@ func requestMessage(err error) string {
 // OVER_LIMIT with no limit. No limit was consulted: it takes no tokens.
 func (p *pooledResponse) badRequest(n int, rid, msg string) {
 	clear(p.h)
-	c := &capture{h: p.h}
+	c := &render.Capture{H: p.h}
 	render.WriteError(c, rid, http.StatusBadRequest, codeBadRequest, msg, "")
 	p.msg.Reset()
 	p.msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-	p.msg.RawBody = c.body
+	p.msg.RawBody = c.Body
 	p.h[render.HeaderTollgateStatus] = []string{strconv.Itoa(http.StatusBadRequest)}
 	p.h["X-Request-Id"] = []string{rid}
 	delete(p.h, "Content-Length") // Envoy sets its own
@@ -308,22 +308,6 @@ func (p *pooledResponse) badRequest(n int, rid, msg string) {
 	p.st.Reset()
 	p.st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	p.fill(n, &p.st)
-}
-
-// capture is an http.ResponseWriter that keeps the body it is given (the
-// status is the caller's).
-type capture struct {
-	h    http.Header
-	body []byte
-}
-
-func (c *capture) Header() http.Header { return c.h }
-
-func (c *capture) WriteHeader(int) {}
-
-func (c *capture) Write(b []byte) (int, error) {
-	c.body = append(c.body, b...)
-	return len(b), nil
 }
 
 // okNoLimit is the answer to a request no limit applies to.

@@ -243,3 +243,23 @@ func Decision(h http.Header, rid string, d *engine.Decision) (status int, body [
 	}
 	return c.status, c.body
 }
+
+// Capture is an http.ResponseWriter that keeps the body written to it, its
+// headers being H and its status the caller's: an envelope rendered to be
+// carried elsewhere (Envoy's raw_body, forward auth's X-Tollgate-Envelope).
+type Capture struct {
+	H    http.Header
+	Body []byte
+}
+
+// Header implements http.ResponseWriter.
+func (c *Capture) Header() http.Header { return c.H }
+
+// WriteHeader implements http.ResponseWriter: the status is not kept.
+func (c *Capture) WriteHeader(int) {}
+
+// Write implements http.ResponseWriter.
+func (c *Capture) Write(b []byte) (int, error) {
+	c.Body = append(c.Body, b...)
+	return len(b), nil
+}
