@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,24 +108,27 @@ func deleteHeader(h http.Header, name string) {
 // Spring's @RequestParam), read split at ";" as well as "&". A field given
 // more than once, in any spelling or place, is a 400; a login with none,
 // or whose field is not a string, has no account.
-func accountFromBody(body []byte, contentType, rawQuery, field string) (string, *apiError) {
+func accountFromBody(body []byte, contentType, rawQuery string, fields []string) (string, *apiError) {
 	var acct string
 	n := 0
 	if t := bytes.TrimLeft(jsonUTF8(body), " \t\r\n"); len(t) > 0 && t[0] == '{' {
-		n, acct = jsonField(t, field)
+		n, acct = jsonField(t, fields)
 	}
 	switch mt, params, _ := mime.ParseMediaType(contentType); mt {
 	case "application/x-www-form-urlencoded":
-		n, acct = formField(string(body), field, n, acct)
+		n, acct = formField(string(body), fields, n, acct)
 	case "multipart/form-data":
-		n, acct = multipartField(body, params["boundary"], field, n, acct)
+		n, acct = multipartField(body, params["boundary"], fields, n, acct)
 	}
 	// a ";" separates the query's fields too, as Traefik's proxy forwards
 	// it (turned into "&"), and Rack 2 and older Python parse it; Go's
 	// ParseQuery would skip the field after one
-	n, acct = formField(strings.ReplaceAll(rawQuery, ";", "&"), field, n, acct)
+	n, acct = formField(strings.ReplaceAll(rawQuery, ";", "&"), fields, n, acct)
+	if n > 1 && len(fields) == 1 {
+		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling, in the body or the query string); send it once", fields[0]))
+	}
 	if n > 1 {
-		return "", badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling, in the body or the query string); send it once", field))
+		return "", badRequest(fmt.Sprintf("body: the fields %s name the account more than once (in some spelling, in the body or the query string); send one of them once", quoteList(fields)))
 	}
 	return acct, nil
 }
@@ -206,13 +210,13 @@ func decodedBody(body []byte, encodings []string) ([]byte, *apiError) {
 // formField adds the keys of the url-encoded form that match field
 // (case-insensitively) to n, and returns the account: acct when one was
 // found before, else the first value.
-func formField(form, field string, n int, acct string) (int, string) {
+func formField(form string, fields []string, n int, acct string) (int, string) {
 	if form == "" {
 		return n, acct
 	}
 	vals, _ := url.ParseQuery(form) // what parsed, as net/http's ParseForm keeps it
 	for k, vs := range vals {
-		if formName(k, field) {
+		if formName(k, fields) {
 			if n == 0 && len(vs) > 0 {
 				acct = vs[0]
 			}
@@ -227,8 +231,8 @@ func formField(form, field string, n int, acct string) (int, string) {
 // PHP and Express's qs read as a list holding the value (and Rails'
 // find_by(email: params[:email]) finds the account by it), or nested,
 // user[field] (Devise's user[email], as JSON's nested objects).
-func formName(name, field string) bool {
-	if strings.EqualFold(name, field) {
+func formName(name string, fields []string) bool {
+	if isField(name, fields) {
 		return true // a field whose own name has brackets
 	}
 	if i := strings.LastIndexByte(name, '['); i > 0 && name[len(name)-1] == ']' && digits(name[i+1:len(name)-1]) {
@@ -237,7 +241,30 @@ func formName(name, field string) bool {
 	if i := strings.LastIndexByte(name, '['); i > 0 && name[len(name)-1] == ']' {
 		name = name[i+1 : len(name)-1]
 	}
-	return strings.EqualFold(name, field)
+	return isField(name, fields)
+}
+
+// isField reports whether name is one of fields, ignoring case as
+// encoding/json matches struct fields.
+func isField(name string, fields []string) bool {
+	for _, f := range fields {
+		if strings.EqualFold(name, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteList quotes fields and joins them with commas and "and".
+func quoteList(fields []string) string {
+	q := make([]string, len(fields))
+	for i, f := range fields {
+		q[i] = strconv.Quote(f)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
 
 // digits reports whether s is only ASCII digits ("" is).
@@ -258,7 +285,7 @@ func digits(s string) bool {
 // RFC 2231 form, quoted-printable parts decoded), up to the first error:
 // a laxer parser may still take the fields before it. A part with a file
 // name counts too, whatever the upstream makes of it.
-func multipartField(body []byte, boundary, field string, n int, acct string) (int, string) {
+func multipartField(body []byte, boundary string, fields []string, n int, acct string) (int, string) {
 	if boundary == "" {
 		return n, acct
 	}
@@ -268,7 +295,7 @@ func multipartField(body []byte, boundary, field string, n int, acct string) (in
 		if err != nil {
 			return n, acct
 		}
-		if formName(part.FormName(), field) {
+		if formName(part.FormName(), fields) {
 			if n++; n == 1 {
 				v, _ := io.ReadAll(part) // within the body, at most MaxBody
 				acct = string(v)
@@ -283,7 +310,7 @@ func multipartField(body []byte, boundary, field string, n int, acct string) (in
 // top-level email into it too), and returns the first one's account
 // (jsonAccount). Arrays are not searched. It reads the body once, token by
 // token, until the object ends or the JSON goes wrong.
-func jsonField(body []byte, field string) (n int, value string) {
+func jsonField(body []byte, fields []string) (n int, value string) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return 0, ""
@@ -297,7 +324,7 @@ func jsonField(body []byte, field string) (n int, value string) {
 			depth--
 			continue
 		}
-		if key, _ := tok.(string); strings.EqualFold(key, field) {
+		if key, _ := tok.(string); isField(key, fields) {
 			var raw json.RawMessage
 			if err := dec.Decode(&raw); err != nil {
 				return n, value

@@ -102,7 +102,7 @@ func TestAccountFromBody(t *testing.T) {
 		{"multipart cut short", "--b\r\nContent-Disposition: form-data; name=\"username\"\r\n\r\nalice\r\n--b\r\nContent-Disp", multi, "", "alice", ""},
 		{"multipart without a boundary", mp("username", "alice"), "multipart/form-data", "", "", ""},
 	} {
-		got, aerr := accountFromBody([]byte(c.body), c.ctype, c.query, "username")
+		got, aerr := accountFromBody([]byte(c.body), c.ctype, c.query, []string{"username"})
 		switch {
 		case c.wantErr == "" && aerr != nil:
 			t.Errorf("%s: error %v", c.name, aerr)
@@ -124,7 +124,7 @@ func FuzzAccountFromBody(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		got, aerr := accountFromBody([]byte(body), "application/json", "", "username")
+		got, aerr := accountFromBody([]byte(body), "application/json", "", []string{"username"})
 		var login struct {
 			Username string `json:"username"`
 		}
@@ -357,4 +357,32 @@ func FuzzDecodedBody(f *testing.F) {
 			t.Fatalf("%d bytes decoded", len(out))
 		}
 	})
+}
+
+// TestAccountFromBodyFields: a login that takes a username or an email
+// (account_body_field: [username, email]) names the account by either,
+// and by both is a 400.
+func TestAccountFromBodyFields(t *testing.T) {
+	t.Parallel()
+	fields := []string{"username", "email"}
+	for _, c := range []struct{ body, ctype, want, wantErr string }{
+		{`{"username":"alice"}`, "application/json", "alice", ""},
+		{`{"Email":"alice@example.com"}`, "application/json", "alice@example.com", ""},
+		{`{"user":{"email":"a@b"}}`, "application/json", "a@b", ""},
+		{"email=a%40b&password=x", "application/x-www-form-urlencoded", "a@b", ""},
+		{`{"username":"alice","email":"bob@example.com"}`, "application/json", "",
+			`body: the fields "username" and "email" name the account more than once (in some spelling, in the body or the query string); send one of them once`},
+		{"username=a&email=b", "application/x-www-form-urlencoded", "", "name the account more than once"},
+		{`{"login":"alice"}`, "application/json", "", ""},
+	} {
+		got, aerr := accountFromBody([]byte(c.body), c.ctype, "", fields)
+		switch {
+		case c.wantErr == "" && aerr != nil:
+			t.Errorf("%s: error %v", c.body, aerr)
+		case c.wantErr != "" && (aerr == nil || !strings.Contains(aerr.message, c.wantErr)):
+			t.Errorf("%s: error %v, want %q", c.body, aerr, c.wantErr)
+		case got != c.want:
+			t.Errorf("%s: account %q, want %q", c.body, got, c.want)
+		}
+	}
 }

@@ -420,7 +420,7 @@ func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *
 		if body != nil {
 			id.whole = plain
 		}
-		acct, aerr := accountFromBody(plain, r.Header.Get("Content-Type"), r.URL.RawQuery, ident.AccountBodyField)
+		acct, aerr := accountFromBody(plain, r.Header.Get("Content-Type"), r.URL.RawQuery, ident.AccountFields())
 		if aerr != nil {
 			return aerr
 		}

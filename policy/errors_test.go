@@ -98,6 +98,10 @@ func TestParseBrokenFiles(t *testing.T) {
 
 		// identity.
 		{"identity is a list", head + "identity: [X-User-Id]\n", `p.yaml:6: identity: want a mapping, got a list`},
+		{"account fields empty", head + "identity: {account_body_field: []}\n", `p.yaml:6: account_body_field: must not be empty`},
+		{"account fields twice", head + "identity:\n  account_body_field: [email, Email]\n", `p.yaml:7: account_body_field: "Email" is listed twice (fields match ignoring case)`},
+		{"account fields too many", head + "identity: {account_body_field: [a, b, c, d, e, f, g, h, i]}\n", `p.yaml:6: account_body_field: at most 8 fields, got 9`},
+		{"account field a mapping", head + "identity: {account_body_field: [{a: b}]}\n", `p.yaml:6: account_body_field: want a value, got a mapping`},
 		{"identity unknown field", head + "identity: {user_header: X-User-Id, ip_header: X-Real-Ip}\n", `p.yaml:6: unknown field "ip_header" (want one of trusted_proxies, user_header, user_signature_header, user_signature_key_env, user_signature_max_age, user_signature_require_timestamp, ipv6_prefix, device_header, device_token_header, account_body_field, account_header, attributes)`},
 		{"trusted proxy bad cidr", head + "identity:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `p.yaml:7: trusted_proxies "10.0.0.0/33": not a CIDR prefix or IP address`},
 		{"trusted proxy not an ip", head + "identity:\n  trusted_proxies:\n    - proxy.local\n", `p.yaml:8: trusted_proxies "proxy.local": not a CIDR prefix or IP address`},

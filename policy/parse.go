@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -230,8 +231,9 @@ func (ps *parser) identity(f field) Identity {
 		case "ipv6_prefix":
 			id.IPv6Prefix, _ = ps.intRange(g, 32, 128)
 		case "account_body_field":
-			if s, ok := ps.str(g); ok {
-				id.AccountBodyField = s
+			id.AccountBodyFields = ps.accountFields(g)
+			if len(id.AccountBodyFields) > 0 {
+				id.AccountBodyField = id.AccountBodyFields[0]
 			}
 		case "attributes":
 			id.Attributes = ps.attributeHeaders(g)
@@ -239,6 +241,45 @@ func (ps *parser) identity(f field) Identity {
 	}
 	ps.checkUserSignature(m, &id)
 	return id
+}
+
+// MaxAccountFields bounds the body fields that may name the account.
+const MaxAccountFields = 8
+
+// accountFields reads account_body_field: a field name, or a list of at
+// most MaxAccountFields distinct ones (a login that takes a username or
+// an email names the account by either).
+func (ps *parser) accountFields(g field) []string {
+	if g.val.Kind != yaml.SequenceNode {
+		if s, ok := ps.str(g); ok {
+			return []string{s}
+		}
+		return nil
+	}
+	l, ok := ps.nonEmptyList(g)
+	if !ok {
+		return nil
+	}
+	if len(l) > MaxAccountFields {
+		ps.errorf(g.val, "%s: at most %d fields, got %d", g.name, MaxAccountFields, len(l))
+		return nil
+	}
+	var out []string
+	for _, n := range l {
+		s, ok := ps.scalar(n, g.name)
+		switch {
+		case !ok:
+			return nil
+		case s == "":
+			ps.errorf(n, "%s: must not be empty", g.name)
+			return nil
+		case slices.ContainsFunc(out, func(o string) bool { return strings.EqualFold(o, s) }):
+			ps.errorf(n, "%s: %q is listed twice (fields match ignoring case)", g.name, s)
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // identityHeader sets the header of id that g names (user_header,

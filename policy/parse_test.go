@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,7 @@ func TestLoadContractExample(t *testing.T) {
 		DeviceHeader:        "X-Device-Id",
 		DeviceTokenHeader:   "X-Device-Token",
 		AccountBodyField:    "username",
+		AccountBodyFields:   []string{"username"},
 	}
 	if !reflect.DeepEqual(p.Identity, wantID) {
 		t.Errorf("Identity = %+v, want %+v", p.Identity, wantID)
@@ -476,5 +478,25 @@ limits:
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: err = %v\nwant %s", strings.TrimSpace(tc.text), err, tc.want)
 		}
+	}
+}
+
+// TestAccountBodyFields: account_body_field takes one field or a list.
+func TestAccountBodyFields(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string][]string{
+		"account_body_field: username":          {"username"},
+		"account_body_field: [username, email]": {"username", "email"},
+	} {
+		p, err := Parse("p.yaml", []byte("version: 1\nidentity:\n  "+text+"\nlimits: [{name: a, by: [ip], rate: 1/s}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Identity.AccountFields(); !slices.Equal(got, want) || p.Identity.AccountBodyField != want[0] {
+			t.Errorf("%s: fields %q, first %q; want %q", text, got, p.Identity.AccountBodyField, want)
+		}
+	}
+	if f := (&Identity{}).AccountFields(); f != nil {
+		t.Errorf("no field: %q", f)
 	}
 }

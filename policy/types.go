@@ -157,14 +157,32 @@ type Identity struct {
 	// default DefaultDeviceTokenHeader, X-Device-Token).
 	DeviceTokenHeader string
 	// AccountBodyField is the JSON body field holding the account on class
-	// auth routes; "" means none is read.
+	// auth routes; "" means none is read. With several (the policy gives a
+	// list: a login named by username or by email), it is the first.
 	AccountBodyField string
+	// AccountBodyFields are all the body fields that name the account, the
+	// first being AccountBodyField (nil when none; a policy built by hand
+	// may set AccountBodyField alone).
+	AccountBodyFields []string
 	// AccountHeader, when set, names a header carrying the account on
 	// class auth routes (used when the body field is absent).
 	AccountHeader string
 	// Attributes fill the request's attributes from headers
 	// (`identity.attributes`), sorted by attribute name.
 	Attributes []AttributeHeader
+}
+
+// AccountFields returns the body fields that name the account: the
+// policy's list, or AccountBodyField alone (a policy built by hand); nil
+// when none is read.
+func (id *Identity) AccountFields() []string {
+	if len(id.AccountBodyFields) > 0 {
+		return id.AccountBodyFields
+	}
+	if id.AccountBodyField != "" {
+		return []string{id.AccountBodyField}
+	}
+	return nil
 }
 
 // AttributeHeader is one entry of `identity.attributes`: the attribute
