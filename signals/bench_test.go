@@ -121,3 +121,46 @@ func BenchmarkApplyReport(b *testing.B) {
 		}
 	}
 }
+
+// offenderBenchEngine returns an engine at per_minute 1 holding keys
+// repeat offenders of the device limit, as under a key-rotation attack:
+// each device denied 2 to 9 times in the last minute (many ties), and the
+// time at which to list them.
+func offenderBenchEngine(b *testing.B, keys int) (*Engine, time.Time) {
+	e := New(Options{Risk: policy.Risk{RepeatOffender: &policy.RepeatOffender{PerMinute: 1}},
+		Limits: exampleLimits(), MaxKeys: 200_000})
+	d := streams.Decision{Endpoint: "GET /feed", Class: "read", Limit: "device", Result: "limited", IP: "203.0.113.9"}
+	var seq uint64
+	for i := range keys {
+		d.DeviceID = "rot-" + itoa(int64(i))
+		for range 2 + i*7919%8 {
+			seq++
+			d.TS = t0.Add(time.Duration(seq) * 20 * time.Microsecond) // 2 M denials within the minute
+			e.ApplyDecision(seq, 0, &d, nil)
+		}
+	}
+	if s := e.Stats(); s.Episodes != keys {
+		b.Fatalf("stats %+v, want %d episodes", s, keys)
+	}
+	return e, d.TS
+}
+
+// BenchmarkOffenders measures riskd's once-a-second offender computation
+// (the list it shares and serves, and the per-limit gauge) with 1,000 and
+// 200,000 repeat offenders. It holds the engine's lock throughout, so
+// event consumption waits for it.
+func BenchmarkOffenders(b *testing.B) {
+	for _, keys := range []int{1_000, 200_000} {
+		b.Run("keys="+itoa(int64(keys)), func(b *testing.B) {
+			e, now := offenderBenchEngine(b, keys)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				list := e.Offenders(now)
+				if len(list) != keys {
+					b.Fatalf("%d offenders, want %d", len(list), keys)
+				}
+			}
+		})
+	}
+}
