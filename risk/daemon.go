@@ -195,24 +195,21 @@ func (d *Daemon) Leading() bool { return d.o.Leading == nil || d.o.Leading() }
 // Ready is closed once the daemon has replayed its state and consumes.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
-// Offenders returns the current repeat offenders, worst first.
+// Offenders returns the current repeat offenders, worst first: the
+// MaxOffendersListed worst.
 func (d *Daemon) Offenders() []signals.Offender {
-	return listed(d.eng.Offenders(d.o.Now()))
+	list, _ := d.eng.TopOffenders(d.o.Now(), MaxOffendersListed)
+	return list
 }
 
 // MaxOffendersListed bounds the repeat offenders Offenders returns and
-// OffenderSink receives: the worst, the list being sorted worst first.
+// OffenderSink receives: the worst, worst first (only they are sorted).
 // The keys tracked are bounded by MaxKeys (200,000), and an attacker
 // rotating device ids, each denied a few times a minute, made the list
 // shared through Redis every second about 17 MB of JSON (86 bytes an
 // entry); the tollgate_repeat_offenders gauge still counts every
 // offender.
 const MaxOffendersListed = 1000
-
-// listed returns the first MaxOffendersListed of list.
-func listed(list []signals.Offender) []signals.Offender {
-	return list[:min(len(list), MaxOffendersListed)]
-}
 
 // windows returns how far back each stream is replayed on start: far
 // enough to see again the events that set every measure still in force,
@@ -1027,12 +1024,14 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 			return ErrNotLeading
 		}
 		now := d.o.Now()
-		list := d.eng.Offenders(now)
+		// only the listed worst are sorted, under the engine's lock that
+		// event consumption waits for; the gauge gets every offender
+		list, perLimit := d.eng.TopOffenders(now, MaxOffendersListed)
 		m := d.o.Metrics
 		if m != nil {
 			m.Offenders.Reset()
-			for _, o := range list {
-				m.Offenders.WithLabelValues(o.Limit).Inc()
+			for limit, n := range perLimit {
+				m.Offenders.WithLabelValues(limit).Set(float64(n))
 			}
 			m.observeSignals(d.eng.Stats(), &d.evicted)
 			if n := d.trusts.evictions(); n > d.trustEvicted {
@@ -1051,7 +1050,7 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 			}
 		}
 		if d.o.OffenderSink != nil {
-			if err := d.o.OffenderSink(ctx, listed(list)); err != nil {
+			if err := d.o.OffenderSink(ctx, list); err != nil {
 				d.count("store")
 			}
 		}

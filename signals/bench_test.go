@@ -145,6 +145,9 @@ func offenderBenchEngine(b *testing.B, keys int) (*Engine, time.Time) {
 	return e, d.TS
 }
 
+// benchListed is risk.MaxOffendersListed, the k riskd asks TopOffenders for.
+const benchListed = 1000
+
 // BenchmarkOffenders measures riskd's once-a-second offender computation
 // (the list it shares and serves, and the per-limit gauge) with 1,000 and
 // 200,000 repeat offenders. It holds the engine's lock throughout, so
@@ -156,9 +159,9 @@ func BenchmarkOffenders(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				list := e.Offenders(now)
-				if len(list) != keys {
-					b.Fatalf("%d offenders, want %d", len(list), keys)
+				list, perLimit := e.TopOffenders(now, benchListed)
+				if len(list) != min(keys, benchListed) || perLimit["device"] != keys {
+					b.Fatalf("%d offenders listed, %v counted, want %d of %d", len(list), perLimit, min(keys, benchListed), keys)
 				}
 			}
 		})

@@ -81,10 +81,10 @@ type Evictions struct {
 // time is taken only from event timestamps, so replaying the same events
 // into a fresh Engine yields the same actions.
 //
-// Apply calls must come from one goroutine at a time. Offenders, Active,
-// Stats and SetPolicy may be called from any goroutine, concurrently with
-// Apply (unless the engine came from NewSingleGoroutine). The zero Engine
-// is not usable; call New.
+// Apply calls must come from one goroutine at a time. Offenders,
+// TopOffenders, Active, Stats and SetPolicy may be called from any
+// goroutine, concurrently with Apply (unless the engine came from
+// NewSingleGoroutine). The zero Engine is not usable; call New.
 type Engine struct {
 	mu       sync.Mutex
 	unshared bool // made by NewSingleGoroutine: lock and unlock do nothing
@@ -147,7 +147,7 @@ func New(o Options) *Engine {
 }
 
 // NewSingleGoroutine returns an Engine for the options whose every call,
-// Offenders, Active, Stats and SetPolicy included, comes from one
+// Offenders, TopOffenders, Active, Stats and SetPolicy included, comes from one
 // goroutine at a time: limiter replay's private engines, fed by one loop.
 // It takes no lock, because a lock's atomic instructions also stall the
 // cache misses around them, a visible share of a replayed event's cost.
@@ -260,43 +260,33 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 
 // Offenders lists the current repeat offenders at now: the (limit, key)
 // pairs denied more than repeat_offender.per_minute times in (now-60s, now]
-// (1 s slots), worst (highest count) first, ties by limit then key. It
-// returns nil when repeat offenders are off.
+// (1 s slots), worst (highest count) first, ties by limit then key (then,
+// for keys shown alike because a part holds "|", by their parts). It
+// returns nil when repeat offenders are off. It sorts every offender;
+// TopOffenders lists only the worst.
 func (e *Engine) Offenders(now time.Time) []Offender {
+	list, _ := e.TopOffenders(now, -1)
+	return list
+}
+
+// TopOffenders returns the first k of Offenders(now) (all of them when k
+// is negative) and the number of repeat offenders per limit name, every
+// one counted, not only the k listed (limits without one are absent). It
+// keeps the worst k in a bounded heap instead of sorting every offender,
+// so a key-rotation attack's 200,000 offenders cost about one comparison
+// each while it holds the engine's lock. It returns nil, nil when repeat
+// offenders are off.
+func (e *Engine) TopOffenders(now time.Time, k int) ([]Offender, map[string]int) {
 	e.lock()
 	defer e.unlock()
 	if e.perMinute <= 0 {
-		return nil
+		return nil, nil
 	}
 	ns, ok := eventTime(now)
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	s := floorDiv(ns, int64(time.Second))
-	var list []Offender
-	for _, en := range e.episodes {
-		st := &en.val
-		c := st.ring.countTo(s, offenderSlots)
-		if c <= uint64(e.perMinute) {
-			continue
-		}
-		list = append(list, Offender{
-			Limit: st.lim.Name,
-			Key:   offenderKey(en.key, st.lim.Name),
-			Count: int(c),
-			Since: time.Unix(0, st.since).UTC(),
-		})
-	}
-	slices.SortFunc(list, func(a, b Offender) int {
-		if a.Count != b.Count {
-			return cmp.Compare(b.Count, a.Count)
-		}
-		if c := cmp.Compare(a.Limit, b.Limit); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Key, b.Key)
-	})
-	return list
+	return e.topOffenders(floorDiv(ns, int64(time.Second)), k)
 }
 
 // Active returns a SetLock or SetMultiplier action for every measure the

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ type limitRule struct {
 	subjectPart int
 	// subject is that part as text, "ip" when there is none.
 	subject string
+	// listed counts the limit's offenders within topOffenders, 0 outside
+	// it; e.mu held.
+	listed int
 }
 
 // offState is the denial counter of one (limit, key).
@@ -273,4 +277,125 @@ func (e *Engine) alertOffender(lim *limitRule, d *streams.Decision, key string, 
 		Count: int(count),
 	}
 	return append(out, Action{Kind: Alert, Subject: lim.subject, ID: id, Alert: a})
+}
+
+// offCand is a repeat offender as topOffenders ranks it: its entry and
+// its denials in the last minute.
+type offCand struct {
+	en    *entry[offState]
+	count uint64
+}
+
+// compareOff orders offenders as listed: a negative result when a comes
+// first. The higher count first, then by limit, then by key as shown
+// (offenderKey), then by the entry key, which differs for keys shown
+// alike (a part holding "|"), so that no two offenders tie.
+func compareOff(a, b offCand) int {
+	if a.count != b.count {
+		return cmp.Compare(b.count, a.count)
+	}
+	la, lb := a.en.val.lim.Name, b.en.val.lim.Name
+	if la != lb {
+		return cmp.Compare(la, lb)
+	}
+	if c := compareShown(a.en.key[len(la)+1:], b.en.key[len(lb)+1:]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.en.key, b.en.key)
+}
+
+// compareShown compares two entry keys' parts as offenderKey shows them,
+// NUL as "|", without building the strings.
+func compareShown(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x == 0 {
+			x = '|'
+		}
+		if y == 0 {
+			y = '|'
+		}
+		if x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// topOffenders is TopOffenders at slot s. Until k offenders are found it
+// collects them; then it keeps them in a heap whose root is the one
+// listed last, and a later offender replaces the root only when it comes
+// before it (most are rejected by that one comparison). Only the k kept
+// are sorted and turned into Offenders. Callers hold e.mu.
+func (e *Engine) topOffenders(s int64, k int) ([]Offender, map[string]int) {
+	if k < 0 {
+		k = len(e.episodes)
+	}
+	h := make([]offCand, 0, min(k, len(e.episodes)))
+	var lims []*limitRule // the limits whose listed this call raised
+	for _, en := range e.episodes {
+		st := &en.val
+		c := st.ring.countTo(s, offenderSlots)
+		if c <= uint64(e.perMinute) {
+			continue
+		}
+		if st.lim.listed == 0 {
+			lims = append(lims, st.lim)
+		}
+		st.lim.listed++
+		x := offCand{en: en, count: c}
+		switch {
+		case len(h) < k:
+			if h = append(h, x); len(h) == k {
+				for i := k/2 - 1; i >= 0; i-- {
+					siftDownOff(h, i)
+				}
+			}
+		case k > 0 && compareOff(x, h[0]) < 0:
+			h[0] = x
+			siftDownOff(h, 0)
+		}
+	}
+	perLimit := make(map[string]int, len(lims))
+	for _, l := range lims {
+		perLimit[l.Name] = l.listed
+		l.listed = 0
+	}
+	slices.SortFunc(h, compareOff)
+	var list []Offender
+	if len(h) > 0 {
+		list = make([]Offender, len(h))
+	}
+	for i, x := range h {
+		st := &x.en.val
+		list[i] = Offender{
+			Limit: st.lim.Name,
+			Key:   offenderKey(x.en.key, st.lim.Name),
+			Count: int(x.count),
+			Since: time.Unix(0, st.since).UTC(),
+		}
+	}
+	return list, perLimit
+}
+
+// siftDownOff restores h's heap order (each candidate listed after its
+// children) below i.
+func siftDownOff(h []offCand, i int) {
+	for {
+		j := 2*i + 1
+		if j >= len(h) {
+			return
+		}
+		if r := j + 1; r < len(h) && compareOff(h[r], h[j]) > 0 {
+			j = r
+		}
+		if compareOff(h[j], h[i]) <= 0 {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
