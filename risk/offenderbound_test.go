@@ -31,17 +31,7 @@ import (
 func TestOffenderListBounded(t *testing.T) {
 	t.Parallel()
 	const keys = 3 * risk.MaxOffendersListed / 2
-	ns := testenv.StartNATS(t)
-	nc, err := streams.Connect(ns.URL, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pub.Close)
+	pub := replayPublisher(t, testenv.StartNATS(t).URL)
 	ctx := context.Background()
 	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
 		t.Fatal(err)

@@ -28,17 +28,7 @@ import (
 // goes on: here 8 lockouts on a table of 4 give 8 alerts, 4 writes refused.
 func TestFullMemoryStoreDoesNotStallRiskd(t *testing.T) {
 	t.Parallel()
-	ns := testenv.StartNATS(t)
-	nc, err := streams.Connect(ns.URL, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pub.Close)
+	pub := replayPublisher(t, testenv.StartNATS(t).URL)
 	ctx := context.Background()
 	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
 		t.Fatal(err)
