@@ -137,6 +137,11 @@ func New(o Options) *Engine {
 		buf:  make([]byte, 0, 256),
 	}
 	e.off.onRemove = e.dropEpisode
+	// a counter under way (two events or more, or a measure it set in
+	// force) outlives the single-event keys a flood of fresh ids adds: an
+	// attacker cannot reset a victim's failures by failing once on more
+	// accounts than the table holds between guesses
+	e.vel.keep = func(en *entry[velState]) bool { return en.val.underWay(e.clock) }
 	e.meas.onEvict = func(en *entry[measure]) {
 		if en.val.end > e.clock {
 			e.measInForce++

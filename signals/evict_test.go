@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -42,4 +43,30 @@ func TestEvictionsCounted(t *testing.T) {
 	if s.Evicted.MeasuresInForce > s.Evicted.Measures || s.Evicted.Measures != uint64(maxKeys+1-s.Measures) {
 		t.Fatalf("stats %+v: want %d measures evicted, all in force", s, maxKeys+1-s.Measures)
 	}
+}
+
+// TestFloodKeepsCountsUnderWay: an attacker who guesses at a victim and,
+// between guesses, fails once on more fresh accounts than the table
+// holds must not reset the victim's count: a counter with two events or
+// more outlives the single-event keys of such a flood (lockout at 5:
+// 2 guesses, 300 fresh accounts on a table of 100, 3 more guesses).
+func TestFloodKeepsCountsUnderWay(t *testing.T) {
+	t.Parallel()
+	const maxKeys = 100
+	e := New(fullOptions(maxKeys))
+	fail := func(ts float64, account string) {
+		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(ts), Account: account}, nil)
+	}
+	fail(0, "victim")
+	fail(1, "victim")
+	for i := range 3 * maxKeys {
+		fail(2+float64(i)/1000, "fresh-"+itoa(int64(i)))
+	}
+	for i := range 3 {
+		fail(3+float64(i), "victim")
+	}
+	if s := summary(e.Active(sec(6))); !strings.Contains(s, "SetLock account/victim lockout") {
+		t.Fatalf("the victim's 5 failures in the window, a flood of fresh accounts between them: Active = %s; want its lockout", s)
+	}
+	checkBound(t, e.Stats(), maxKeys)
 }

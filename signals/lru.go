@@ -45,7 +45,15 @@ type lru[V any] struct {
 	// evicted counts the entries evicted for room (not those swept or
 	// deleted).
 	evicted uint64
+	// keep, when set, reports whether an entry is worth more than the
+	// least recent ones: evict passes over up to evictScan least recent
+	// entries it keeps for the first it does not, so a flood of fresh keys
+	// evicts its own kind first (the oldest entry when all are kept).
+	keep func(*entry[V]) bool
 }
+
+// evictScan bounds how many least recent entries evict looks at.
+const evictScan = 8
 
 // entry is one key of an lru.
 type entry[V any] struct {
@@ -272,9 +280,18 @@ func (t *lru[V]) setMax(n int) {
 	}
 }
 
-// evict removes the least recent entry for room, counting it.
+// evict removes the least recent entry for room, counting it, or the
+// least recent one of the evictScan oldest that keep does not keep.
 func (t *lru[V]) evict() {
 	e := t.root.prev
+	if t.keep != nil {
+		for c, i := e, 0; i < evictScan && c != &t.root; c, i = c.prev, i+1 {
+			if !t.keep(c) {
+				e = c
+				break
+			}
+		}
+	}
 	t.evicted++
 	if t.onEvict != nil {
 		t.onEvict(e)

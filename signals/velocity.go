@@ -209,6 +209,13 @@ func (e *Engine) velocity(rule *velRule, value string) *velState {
 	return st
 }
 
+// underWay reports whether st has counted two events or more (in its
+// window or not yet swept) or set a measure still in force at clock (Unix
+// ns): worth keeping over a key seen once when the table is full.
+func (st *velState) underWay(clock int64) bool {
+	return len(st.stamps) >= 2 || st.ring.sum >= 2 || st.until > clock
+}
+
 // reset re-initialises st for rule, keeping its buffers.
 func (st *velState) reset(rule *velRule) {
 	st.rule = rule
