@@ -55,17 +55,7 @@ func TestOffenderListBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("daemon stopped before ready: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon not ready")
-	}
+	runReady(t, ctx, d)
 	now := time.Now().UTC()
 	deny := func(dev string) {
 		pub.Decision(&streams.Decision{TS: now, Endpoint: "GET /feed", Class: "read", Limit: "device", Result: "limited", DeviceID: dev})

@@ -44,17 +44,7 @@ func TestFullMemoryStoreDoesNotStallRiskd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("daemon stopped before ready: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon not ready")
-	}
+	runReady(t, ctx, d)
 	for i := range 2 * lockouts { // threshold 2: a lockout per account
 		r := streams.Report{V: 1, ID: "r" + strconv.Itoa(i), TS: time.Now().UTC(), Type: streams.ReportLoginFailed,
 			Source: "api", Account: "acct" + strconv.Itoa(i/2)}
@@ -73,5 +63,22 @@ func TestFullMemoryStoreDoesNotStallRiskd(t *testing.T) {
 		if _, ok, err := store.GetLock(ctx, bucket.Subject{Kind: "account", ID: "acct" + strconv.Itoa(i)}); err != nil || !ok {
 			t.Fatalf("acct%d: lock %v %v", i, ok, err)
 		}
+	}
+}
+
+// runReady runs d under ctx until the test's cleanup, and returns once it
+// is ready.
+func runReady(t *testing.T, ctx context.Context, d *risk.Daemon) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("daemon stopped before ready: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon not ready")
 	}
 }
