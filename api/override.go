@@ -28,10 +28,10 @@ var pathHeaders = [...]string{"X-Original-URL", "X-Rewrite-URL"}
 // Laravel read as the method of a POST.
 const overrideField = "_method"
 
-// overrideMethods are the methods an upstream serves a POST as when its
-// override names them (Rack's list, less the rare LINK and UNLINK, which
-// a route naming them still catches through the field's own value).
-var overrideMethods = [...]string{"GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"}
+// unroutedMethod is a method no route names: it matches the "*" routes
+// alone, as any method the policy does not name does (Symfony serves a
+// POST as whatever method its override names).
+const unroutedMethod = "~"
 
 // checkOverride refuses (400) a request whose method override, in a
 // header (any spelling headerValue reads) or the query string's _method
@@ -125,15 +125,21 @@ func quoteClip(s string) string {
 
 // bodyOverrides reports whether a POST's body may carry a _method field
 // that matters: a form body (url-encoded or multipart) on a path that
-// some method an override names routes otherwise than POST.
+// some method routes otherwise than POST: a method a route names (GET
+// also as HEAD), or any other (unroutedMethod).
 func bodyOverrides(pol *policy.Policy, r *http.Request, path string) bool {
 	if r.Method != http.MethodPost || !hasBody(r) || formKind(r.Header.Get("Content-Type")) == "" {
 		return false
 	}
 	_, post := pol.Route(http.MethodPost, path)
-	for _, m := range overrideMethods {
-		if _, rt := pol.Route(m, path); rt != post {
-			return true
+	if _, rt := pol.Route(unroutedMethod, path); rt != post {
+		return true
+	}
+	for i := range pol.Routes {
+		if m := pol.Routes[i].Method; m != "*" {
+			if _, rt := pol.Route(m, path); rt != post {
+				return true
+			}
 		}
 	}
 	return false

@@ -106,6 +106,18 @@ func TestBodyOverrides(t *testing.T) {
 			t.Errorf("%s %s %q: %v; want %v", c.method, c.path, c.contentType, got, c.want)
 		}
 	}
+	// a method only a route names, or none does
+	link, err := policy.Parse("link.yaml", []byte("version: 1\nroutes:\n  - {match: \"LINK /x\", class: a}\n  - {match: \"POST /y\", class: b}\n  - {match: \"* *\", class: c}\nlimits:\n  - {name: ip, by: [ip], rate: 10/s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{"/x": true, "/y": true, "/z": false} {
+		r := httptest.NewRequest("POST", path, strings.NewReader("a=b"))
+		r.Header.Set("Content-Type", form)
+		if got := bodyOverrides(link, r, path); got != want {
+			t.Errorf("POST %s under LINK /x, POST /y, * *: watched %v; want %v", path, got, want)
+		}
+	}
 	// a path every method routes alike needs no watching
 	same, err := policy.Parse("same.yaml", []byte("version: 1\nroutes:\n  - {match: \"* /x*\", class: a}\n  - {match: \"GET *\", class: b}\nlimits:\n  - {name: ip, by: [ip], rate: 10/s}\n"))
 	if err != nil {
