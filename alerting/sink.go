@@ -238,11 +238,46 @@ func folded(d Delivery) int {
 // "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
 func Sign(secret []byte, now time.Time, body []byte) string {
 	t := strconv.FormatInt(now.Unix(), 10)
+	return "t=" + t + ",v1=" + hex.EncodeToString(signature(secret, t, body))
+}
+
+// signature is HMAC-SHA256(secret, "<t>.<body>").
+func signature(secret []byte, t string, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(t))
 	m.Write([]byte("."))
 	m.Write(body)
-	return "t=" + t + ",v1=" + hex.EncodeToString(m.Sum(nil))
+	return m.Sum(nil)
+}
+
+// Verify is a receiver's check of an X-Tollgate-Signature value (Sign's,
+// docs/alerting.md): the signature of body compared in constant time,
+// and its t within tolerance of now (a replayed delivery is refused). It
+// returns when the delivery was signed.
+func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) (time.Time, error) {
+	var ts, v1 string
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			v1 = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("alerting: signature header %q has no t", header)
+	}
+	at := time.Unix(sec, 0)
+	if d := now.Sub(at); d > tolerance || d < -tolerance {
+		return at, fmt.Errorf("alerting: signature made %v from now, beyond %v", d, tolerance)
+	}
+	got, err := hex.DecodeString(v1)
+	if err != nil || !hmac.Equal(got, signature(secret, ts, body)) {
+		return at, errors.New("alerting: signature does not match")
+	}
+	return at, nil
 }
 
 // SlackText is the text of a Slack delivery, in Slack's mrkdwn. The

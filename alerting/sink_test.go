@@ -3,6 +3,7 @@ package alerting
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -50,5 +51,33 @@ func TestSlackTextEscapesClientValues(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestVerify: Verify takes what Sign makes, and refuses another body,
+// another secret, a t beyond the tolerance and a malformed header.
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	secret, body, at := []byte("s3cret"), []byte(`{"kind":"lockout"}`), time.Unix(1_800_000_000, 0)
+	h := Sign(secret, at, body)
+	if got, err := Verify(secret, h, body, at.Add(time.Minute), 5*time.Minute); err != nil || !got.Equal(at) {
+		t.Fatalf("Verify(Sign) = %v, %v; want %v, nil", got, err, at)
+	}
+	for name, c := range map[string]struct {
+		secret []byte
+		header string
+		body   []byte
+		now    time.Time
+	}{
+		"another body":    {secret, h, []byte(`{"kind":"step_up"}`), at},
+		"another secret":  {[]byte("other"), h, body, at},
+		"too old":         {secret, h, body, at.Add(6 * time.Minute)},
+		"from the future": {secret, h, body, at.Add(-6 * time.Minute)},
+		"no t":            {secret, "v1=00", body, at},
+		"v1 not hex":      {secret, strings.Replace(h, "v1=", "v1=zz", 1), body, at},
+	} {
+		if _, err := Verify(c.secret, c.header, c.body, c.now, 5*time.Minute); err == nil {
+			t.Errorf("%s: verified", name)
+		}
 	}
 }

@@ -1,9 +1,6 @@
 package attack
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -19,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/tollgate-dev/tollgate/alerting"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -86,28 +84,6 @@ func withAlerting(url, secret string) (func(*service.RiskdConfig), setup) {
 		}
 }
 
-// verifySignature is the receiver's check of docs/alerting.md.
-func verifySignature(secret, header string, body []byte, now time.Time) (time.Time, bool) {
-	var ts, v1 string
-	for _, part := range strings.Split(header, ",") {
-		k, v, _ := strings.Cut(part, "=")
-		switch k {
-		case "t":
-			ts = v
-		case "v1":
-			v1 = v
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || now.Sub(time.Unix(sec, 0)).Abs() > 5*time.Minute {
-		return time.Time{}, false
-	}
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts + "."))
-	m.Write(body)
-	return time.Unix(sec, 0), hmac.Equal([]byte(v1), []byte(hex.EncodeToString(m.Sum(nil))))
-}
-
 // TestAuditWebhookLockoutAlert (7.2, 4): a lockout fired by riskd reaches
 // a signed webhook with the contract's fields; a receiver that answers
 // 503 gets the delivery again, with the same delivery_id and a fresh,
@@ -141,7 +117,8 @@ func TestAuditWebhookLockoutAlert(t *testing.T) {
 	var ids []string
 	for i, d := range ours {
 		sig := d.header.Get("X-Tollgate-Signature")
-		at, ok := verifySignature(secret, sig, d.body, d.at)
+		at, err := alerting.Verify([]byte(secret), sig, d.body, d.at, 5*time.Minute)
+		ok := err == nil
 		if !ok {
 			t.Fatalf("delivery %d: signature %q does not verify over t.body: %s", i, sig, d.body)
 		}
