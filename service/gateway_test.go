@@ -30,10 +30,12 @@ limits:
 failure_mode: {default: open, auth: closed}
 `
 
-// upstreamLog is an upstream API that records the paths it served.
+// upstreamLog is an upstream API that records the paths it served and
+// the Authorization header each request had.
 type upstreamLog struct {
 	mu    sync.Mutex
 	paths []string
+	auths []string
 }
 
 func (u *upstreamLog) start(t *testing.T) string {
@@ -41,11 +43,19 @@ func (u *upstreamLog) start(t *testing.T) string {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.paths = append(u.paths, r.Method+" "+r.URL.RequestURI())
+		u.auths = append(u.auths, r.Header.Get("Authorization"))
 		u.mu.Unlock()
 		_, _ = io.WriteString(w, "hello from upstream")
 	}))
 	t.Cleanup(s.Close)
 	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// authorizations returns the Authorization headers the upstream got, in order.
+func (u *upstreamLog) authorizations() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return strings.Join(u.auths, ",")
 }
 
 func (u *upstreamLog) seen() string {
