@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -21,13 +20,7 @@ func TestRiskdReadyzWhileRedisStalls(t *testing.T) {
 	t.Parallel()
 	ns := testenv.StartNATS(t)
 	rs := testenv.StartRedis(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
-		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-rr.Done })
+	rr := startRiskdAgainst(t, ns, rs, slog.New(slog.DiscardHandler))
 	eventually(t, 10*time.Second, func() string {
 		if code, body := get(t, "http://"+rr.Addr+"/readyz"); code != 200 {
 			return fmt.Sprintf("readyz %d %s", code, body)
@@ -66,13 +59,7 @@ func TestRiskdReadyzWhileNATSStalls(t *testing.T) {
 	ns := testenv.StartNATS(t)
 	rs := testenv.StartRedis(t)
 	logs := &testenv.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
-		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-rr.Done })
+	rr := startRiskdAgainst(t, ns, rs, slog.New(slog.NewJSONHandler(logs, nil)))
 	ready := func() string {
 		if code, body := get(t, "http://"+rr.Addr+"/readyz"); code != 200 || !strings.Contains(body, `"nats":"up"`) {
 			return fmt.Sprintf("readyz %d %s", code, body)

@@ -588,13 +588,7 @@ func TestRiskdTellsTheTruth(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	rs.Stop() // its port, with nothing listening until Restart
 	logs := &testenv.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
-		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-rr.Done })
+	rr := startRiskdAgainst(t, ns, rs, slog.New(slog.NewJSONHandler(logs, nil)))
 	readyz := func() (int, map[string]any) {
 		code, body := get(t, "http://"+rr.Addr+"/readyz")
 		var v map[string]any
@@ -708,4 +702,19 @@ func TestSubjectViewComputed(t *testing.T) {
 	if code, body := adminDo(t, "GET", base+"/v1/admin/multipliers?limit=0", "tok", ""); code != 400 || !strings.Contains(body, `\"limit\"`) {
 		t.Errorf("limit=0: %d %s", code, body)
 	}
+}
+
+// startRiskdAgainst runs riskd on its own NATS and Redis servers (which a
+// test may stop, pause or restart) until the test ends.
+func startRiskdAgainst(t *testing.T, ns *testenv.NATSServer, rs *testenv.RedisServer, log *slog.Logger) *Running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := StartRiskd(ctx, RiskdConfig{Listen: "127.0.0.1:0", RedisURL: "redis://" + rs.Addr + "/0", NATSURL: ns.URL,
+		DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20, LeaseTTL: time.Second, Logger: log})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-rr.Done })
+	return rr
 }
