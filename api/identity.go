@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,13 +178,11 @@ func jsonUTF8(b []byte) []byte {
 // Another coding is 415: the limiter cannot read the account in it, and
 // an upstream that could would take guesses no account limit counted.
 func decodedBody(body []byte, encodings []string) ([]byte, *apiError) {
-	codings := strings.FieldsFunc(strings.Join(encodings, ","), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	codings := contentCodings(encodings)
 	for i := len(codings) - 1; i >= 0; i-- {
 		var zr io.Reader
 		var err error
 		switch c := strings.ToLower(codings[i]); c {
-		case "identity":
-			continue
 		case "gzip", "x-gzip":
 			zr, err = gzip.NewReader(bytes.NewReader(body))
 		case "deflate":
@@ -205,6 +204,13 @@ func decodedBody(body []byte, encodings []string) ([]byte, *apiError) {
 		}
 	}
 	return body, nil
+}
+
+// contentCodings returns the codings of a request's Content-Encoding
+// values, in the order they were applied; "identity" is none.
+func contentCodings(values []string) []string {
+	codings := strings.FieldsFunc(strings.Join(values, ","), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	return slices.DeleteFunc(codings, func(c string) bool { return strings.EqualFold(c, "identity") })
 }
 
 // formField adds the keys of the url-encoded form that match field

@@ -313,12 +313,13 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 		return badRequest("cannot determine the client address")
 	}
 	id.xff = xff
-	ep := r.Method + " " + policy.RoutePath(r.URL.EscapedPath())
+	path := policy.RoutePath(r.URL.EscapedPath())
+	ep := r.Method + " " + path
 	if aerr := checkProxyEndpoint(ep); aerr != nil {
 		return aerr
 	}
 	id.in = engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
-	if aerr := checkOverride(pol, r, r.Method, ep[len(r.Method)+1:]); aerr != nil {
+	if aerr := checkOverride(pol, r, r.Method, path); aerr != nil {
 		return aerr
 	}
 	if ident.UserHeader != "" {
@@ -352,8 +353,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
 		return nil // no account to find: skip matching the route twice
 	}
-	method, path, _ := strings.Cut(id.in.Endpoint, " ")
-	if ci, _ := pol.Route(method, path); pol.Classes[ci] == "auth" {
+	if ci, _ := pol.Route(r.Method, path); pol.Classes[ci] == "auth" {
 		return p.account(r, ident, id)
 	}
 	return nil
@@ -373,7 +373,7 @@ func (p *proxy) watchOverride(r *http.Request, pol *policy.Policy, id *identity)
 	if id.whole != nil {
 		return bodyOverride(pol, path, id.whole, ct)
 	}
-	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(ce[0], "identity")) {
+	if len(contentCodings(r.Header.Values("Content-Encoding"))) > 0 {
 		// the scanner reads bodies as sent: a compressed form is not
 		// scanned, and an upstream that decompresses could override
 		return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia,
