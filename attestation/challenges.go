@@ -175,8 +175,12 @@ const secretRefresh = time.Minute
 func (r *RedisChallenges) key(ctx context.Context, now time.Time, reread bool) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fresh := r.secret != nil && now.Sub(r.readAt) < secretRefresh && now.Sub(r.readAt) >= 0
-	if fresh && !(reread && !now.Before(r.retryAt)) {
+	switch {
+	case r.secret == nil, now.Sub(r.readAt) >= secretRefresh, now.Before(r.readAt):
+		// none yet, or read a minute ago (or by a clock that went back)
+	case reread && !now.Before(r.retryAt):
+		// a signature failed: another replica may have made a new secret
+	default:
 		return r.secret, nil
 	}
 	var b [32]byte
