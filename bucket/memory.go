@@ -24,11 +24,12 @@ type MemoryOptions struct {
 	MaxKeys int
 	// MaxLeases bounds the concurrency leases held (default MaxKeys/4, at
 	// least 1024; about 365 bytes each), each of the 64 shards a 64th of
-	// it: a lease not released lives its lease_ttl, so without a bound they
-	// grew with the request rate times the TTL. When a shard is full (its expired leases swept), a decision
-	// that would add a lease there is denied, with a Retry-After until the
-	// shard's first lease expires, and counted (LeasesRefused): no lease
-	// held is ever dropped, which would free a slot of its key.
+	// it: a lease not released lives its lease_ttl, so without a bound
+	// they grew with the request rate times the TTL. When a shard is full
+	// (its expired leases swept), a decision that would add a lease there
+	// is denied, with a Retry-After until the shard's first lease expires,
+	// and counted (LeasesRefused): no lease held is ever dropped, which
+	// would free a slot of its key.
 	MaxLeases int
 	// MaxSubjects bounds the subjects with multipliers and the locks held,
 	// each (default MaxKeys/4, at least 1024). Expired entries go first.
