@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -558,7 +559,9 @@ func (s *MemoryStore) take(sh *memShard, h uint64, key string, ev *eval, lease s
 				sh.leases = make(map[string]leaseSet)
 			}
 			set = leaseSet{}
-			sh.leases[key] = set
+			// the set outlives Decide: keep a key of its own, not the
+			// request's (the engine may lend its reused key buffer)
+			sh.leases[strings.Clone(key)] = set
 		}
 		sh.nleases += takeConcurrency(ev, set, lease, now)
 		sh.leaseNext = math.Min(sh.leaseNext, ev.end)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -118,5 +119,38 @@ func TestConcurrencyDecision(t *testing.T) {
 		if err := e.Decide(ctx, &in, &d); err != nil || d.Outcome != Allowed {
 			t.Fatalf("after expiry %d: %+v %v", i, d, err)
 		}
+	}
+}
+
+// TestConcurrencyKeysOutliveTheDecision: the memory store keeps a
+// concurrency limit's key in its lease table past Decide, so it must not
+// keep the key the engine lent it (the Decision's reused key buffer): a
+// later decision rewrote the kept key's bytes in place, and a fresh
+// address could find another's lease under its own key and be denied
+// (about one in a few hundred in the one-process default).
+func TestConcurrencyKeysOutliveTheDecision(t *testing.T) {
+	t.Parallel()
+	p, err := policy.Parse("p.yaml", []byte("version: 1\nlimits:\n  - {name: exports, by: [ip], concurrency: 1, lease_ttl: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := bucket.NewMemoryStore(bucket.MemoryOptions{MaxLeases: 1 << 20})
+	e, err := New(Options{Store: store, Policy: func() *policy.Policy { return p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Decision // one key buffer for every decision, as the pool gives
+	denied := 0
+	for i := range 5000 {
+		in := Input{Endpoint: "GET /export", IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Cost: 1}
+		if err := e.Decide(context.Background(), &in, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome != Allowed {
+			denied++
+		}
+	}
+	if denied != 0 || store.Leases() != 5000 {
+		t.Fatalf("5,000 addresses' first exports: %d denied, %d leases held; want none denied, 5,000 held", denied, store.Leases())
 	}
 }
