@@ -63,6 +63,8 @@ type Engine struct {
 	claimKeys  bucket.KeyTemplate // the claim subject's (claims.go)
 	bucketKeys atomic.Pointer[bucketKeys]
 	lockPlan   atomic.Pointer[lockPlan] // locks.go
+	// giveBacks holds a token per give-back under way (lease.go).
+	giveBacks chan struct{}
 }
 
 // New returns an Engine, validating o.
@@ -87,7 +89,8 @@ func New(o Options) (*Engine, error) {
 	}
 	lc, _ := o.Store.(interface{ LocalClock() bool })
 	_, mem := o.Store.(*bucket.MemoryStore)
-	e := &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil, dec: o.Store}
+	e := &Engine{o: o, localClock: lc != nil && lc.LocalClock(), borrowKeys: mem && o.L1 == nil, dec: o.Store,
+		giveBacks: make(chan struct{}, maxGiveBacks)}
 	if !mem {
 		// an in-process store has no hot key to spare: shares serve only
 		// a store other processes share (Redis)
@@ -233,6 +236,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		// a failure for the breaker (a burst of disconnects would open it
 		// for everyone else).
 		e.o.Breaker.Abandon(bc)
+		e.giveBack(req)
 		e.fail(d, p, ci, err, start)
 		d.abandoned = true
 		e.record(d, p, start)
@@ -246,6 +250,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		if e.o.Metrics != nil {
 			e.o.Metrics.StoreErrors.Inc()
 		}
+		e.giveBack(req)
 		e.fail(d, p, ci, err, start)
 		e.record(d, p, start)
 		return nil

@@ -22,6 +22,12 @@ import (
 // keys of those sets (without the store's prefix, base64url), joined by
 // dots: any limiter on the store can release it, with no state of its own.
 // A forged id frees nothing: the lease is 96 random bits.
+//
+// A decision whose store call failed after it may have reached the store
+// (its answer timed out, its caller went away) has no lease id to hand
+// out, yet its script may still run and take the slots: the engine gives
+// such a lease back itself (giveBack), or the slots would stay taken, by
+// no one, for their lease_ttl.
 
 // ErrBadLeaseID reports a lease id that is not one a decision answered.
 var ErrBadLeaseID = errors.New("engine: malformed lease id")
@@ -73,6 +79,77 @@ func (e *Engine) Release(ctx context.Context, id string) (bool, error) {
 		e.o.Metrics.release(ok)
 	}
 	return ok, nil
+}
+
+// Bounds on giving back the leases of failed decisions (giveBack).
+const (
+	// maxGiveBacks bounds the give-backs under way; past it a failed
+	// decision's lease is left to expire after its lease_ttl.
+	maxGiveBacks = 1024
+	// giveBackFor bounds how long one give-back tries (and the lease's
+	// lease_ttl, after which there is nothing to give back).
+	giveBackFor = time.Minute
+	// giveBackWait is the first wait between tries; it doubles up to
+	// giveBackMaxWait.
+	giveBackWait    = 50 * time.Millisecond
+	giveBackMaxWait = 2 * time.Second
+)
+
+// giveBack frees, in the background, the slots req's concurrency limits
+// may have taken for a decision whose store call failed after it may
+// have reached the store (a timeout, a caller gone): the script may have
+// run, or still run, and no one has its lease id. It releases the lease
+// until the store answers, and once more when that answer found nothing:
+// the decision was sent before the release, but on another connection,
+// so the first answer may come from a Redis that had not yet run it.
+// Releasing a lease that was never added frees nothing.
+func (e *Engine) giveBack(req *bucket.Request) {
+	if req.Lease == "" || req.Cost <= 0 {
+		return
+	}
+	var keys []string
+	ttl := time.Duration(0)
+	for i := range req.Limits {
+		if l := &req.Limits[i]; l.Kind == bucket.KindConcurrency {
+			keys = append(keys, strings.Clone(l.Key)) // the request's keys may be lent
+			ttl = max(ttl, l.LeaseTTL)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	select {
+	case e.giveBacks <- struct{}{}:
+	default:
+		return // too many under way: this one expires after its lease_ttl
+	}
+	lease := req.Lease
+	go func() {
+		defer func() { <-e.giveBacks }()
+		ctx, cancel := context.WithTimeout(context.Background(), min(ttl, giveBackFor))
+		defer cancel()
+		answered := false
+		for wait := giveBackWait; ; wait = min(2*wait, giveBackMaxWait) {
+			freed, err := e.o.Store.Release(ctx, lease, keys)
+			if err == nil {
+				if freed && e.o.Metrics != nil {
+					e.o.Metrics.Releases.WithLabelValues(ReleaseGivenBack).Inc()
+				}
+				if freed || answered {
+					return
+				}
+				answered = true
+				continue
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 // parseLeaseID splits a lease id into its lease and its sets' keys.

@@ -83,9 +83,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Decisions, m.Remaining, m.Seconds, m.StoreErrors, m.Circuit, m.L1Hits)
 		reg.MustRegister(m.leaseMetrics.collectors()...)
 	}
-	// both results from the start, for alerting on a rate of not_found
+	// every result from the start, for alerting on a rate of not_found
 	m.Releases.WithLabelValues(ReleaseReleased)
 	m.Releases.WithLabelValues(ReleaseNotFound)
+	m.Releases.WithLabelValues(ReleaseGivenBack)
 	return m
 }
 

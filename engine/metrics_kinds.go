@@ -6,6 +6,10 @@ import "github.com/prometheus/client_golang/prometheus"
 const (
 	ReleaseReleased = "released"
 	ReleaseNotFound = "not_found"
+	// ReleaseGivenBack counts the slots the limiter freed itself: taken
+	// by a decision whose store call failed (timed out, its caller gone)
+	// after it reached the store, so no one had its lease id.
+	ReleaseGivenBack = "given_back"
 )
 
 // leaseMetrics are the metrics of the limit kinds (bucket, quota,
@@ -39,7 +43,7 @@ func newLeaseMetrics() leaseMetrics {
 		}, []string{"limit"}),
 		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_lease_releases_total",
-			Help: "Releases of concurrency leases: released (a slot in force freed) or not_found (unknown, already released or expired).",
+			Help: "Releases of concurrency leases: released (a slot in force freed) or not_found (unknown, already released or expired); given_back: a slot freed by the limiter itself, taken by a decision whose store call failed after it reached the store.",
 		}, []string{"result"}),
 	}
 }
