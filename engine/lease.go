@@ -99,9 +99,10 @@ const (
 // may have taken for a decision whose store call failed after it may
 // have reached the store (a timeout, a caller gone): the script may have
 // run, or still run, and no one has its lease id. It releases the lease
-// until the store answers, and once more when that answer found nothing:
-// the decision was sent before the release, but on another connection,
-// so the first answer may come from a Redis that had not yet run it.
+// until the store answers, and once more, a beat later, when that answer
+// found nothing: the decision was sent before the release (or was being
+// sent), but on another connection, so the first answer may come from a
+// Redis that had not yet run it.
 // Releasing a lease that was never added frees nothing.
 func (e *Engine) giveBack(req *bucket.Request) {
 	if req.Lease == "" || req.Cost <= 0 {
@@ -138,8 +139,9 @@ func (e *Engine) giveBack(req *bucket.Request) {
 				if freed || answered {
 					return
 				}
-				answered = true
-				continue
+				// once more, a beat later: the decision may still have
+				// been on its way (a lane sends what it took just before)
+				answered, wait = true, giveBackWait
 			}
 			t := time.NewTimer(wait)
 			select {
