@@ -41,8 +41,8 @@ func TestAbandonedDecisionCostsNothing(t *testing.T) {
 
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.Decide(gone, oneToken("{before}"), &res); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("a caller gone before the call: %v, want ErrUnavailable and context.Canceled", err)
+	if err := s.Decide(gone, oneToken("{before}"), &res); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnanswered) {
+		t.Fatalf("a caller gone before the call: %v, want ErrUnavailable and context.Canceled, not ErrUnanswered", err)
 	}
 
 	// The lane is held by a decision on a paused Redis; a second one
@@ -66,8 +66,8 @@ func TestAbandonedDecisionCostsNothing(t *testing.T) {
 		return ""
 	})
 	leave()
-	if err := <-left; !errors.Is(err, context.Canceled) {
-		t.Fatalf("a caller gone while queued: %v, want context.Canceled", err)
+	if err := <-left; !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnanswered) {
+		t.Fatalf("a caller gone while queued: %v, want context.Canceled, not ErrUnanswered", err)
 	}
 	srv.Resume(t)
 	if err := <-held; err != nil {
@@ -78,5 +78,36 @@ func TestAbandonedDecisionCostsNothing(t *testing.T) {
 		if err := s.Decide(ctx, oneToken(key), &res); err != nil || !res.Allowed {
 			t.Fatalf("%s: the next decision after an abandoned one: %v, allowed %v; want its token unspent", key, err, res.Allowed)
 		}
+	}
+}
+
+// TestUnansweredDecision: a decision sent to a Redis that stalls past the
+// store timeout fails with ErrUnanswered beside ErrUnavailable, and Redis
+// runs it once it goes on (its token is spent): the caller must treat
+// what it may have taken as taken (the engine gives its concurrency
+// slots back).
+func TestUnansweredDecision(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	s := NewRedisStore(c, RedisOptions{Timeout: 100 * time.Millisecond, Lanes: 1, MaxBatch: 1, ExpirySlack: time.Hour})
+	defer s.Close()
+	ctx := context.Background()
+	var res Result
+	if err := s.Decide(ctx, oneToken("{warm}"), &res); err != nil || !res.Allowed {
+		t.Fatalf("warm-up: %v %+v", err, res)
+	}
+	srv.Pause(t)
+	err := s.Decide(ctx, oneToken("{stalled}"), &res)
+	srv.Resume(t)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrUnanswered) {
+		t.Fatalf("a decision Redis took but did not answer in time: %v, want ErrUnavailable and ErrUnanswered", err)
+	}
+	s2 := NewRedisStore(c, RedisOptions{Timeout: 2 * time.Second, ExpirySlack: time.Hour})
+	defer s2.Close()
+	// sent after the stalled one, so run after it
+	if err := s2.Decide(ctx, oneToken("{stalled}"), &res); err != nil || res.Allowed {
+		t.Fatalf("the next decision on the stalled one's bucket of one token: %v, allowed %v; want it spent by the stalled one", err, res.Allowed)
 	}
 }

@@ -23,6 +23,14 @@ var (
 	// ErrBadRequest reports a decision request the store cannot evaluate
 	// (too many limits, a subject index out of range, a negative cost).
 	ErrBadRequest = errors.New("bucket: bad request")
+	// ErrUnanswered, beside ErrUnavailable, reports a decision that
+	// reached the store but whose answer never came back (a timeout, the
+	// caller gone, a connection lost after the command was sent): the
+	// store may have run it, or may still run it, and taken its tokens and
+	// its concurrency slots. A decision that failed before it was sent
+	// (its caller gone while it waited for a lane, a refused connection)
+	// is ErrUnavailable alone.
+	ErrUnanswered = errors.New("bucket: decision sent, answer lost")
 )
 
 // Limit is one limit of a decision: a token bucket, or what Kind says.

@@ -166,7 +166,8 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 			}
 			return s.decideCluster(ctx, req, res)
 		}
-		return err
+		// the slots' scripts were sent: those that ran kept what they took
+		return fmt.Errorf("%w: %w", ErrUnanswered, err)
 	}
 	allowed := true
 	for _, g := range groups {
@@ -183,7 +184,7 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 		}
 	}
 	if refundErr != nil {
-		return refundErr
+		return fmt.Errorf("%w: %w", ErrUnanswered, refundErr)
 	}
 	res.Allowed = allowed
 	res.Limits = append(res.Limits, out...)

@@ -92,6 +92,26 @@ type call struct {
 	// gone is the caller's ctx.Done(): once it is closed nobody waits for
 	// the answer, and a lane drops the call unsent (see run).
 	gone <-chan struct{}
+	// state is callQueued until a lane sends the call (callSent) or its
+	// caller stops waiting for it first (callDropped): whichever moves it
+	// first decides whether the call can have reached Redis.
+	state atomic.Int32
+}
+
+// States of a call.
+const (
+	callQueued int32 = iota
+	callSent
+	callDropped
+)
+
+// givenUp returns the error of a call whose caller stops waiting with
+// cause: ErrUnanswered too when a lane had sent it already.
+func (c *call) givenUp(cause error) error {
+	if c.state.CompareAndSwap(callQueued, callDropped) {
+		return cause // never sent: no lane will
+	}
+	return fmt.Errorf("%w: %w", ErrUnanswered, cause)
 }
 
 // newCall makes a call for the store's pool.
@@ -170,6 +190,7 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 	}
 	c := s.calls.Get().(*call)
 	c.build(req, s.slack)
+	c.state.Store(callQueued)
 	c.gone = ctx.Done()
 	c.deadline = time.Now().Add(s.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
@@ -188,15 +209,18 @@ func (s *RedisStore) decideOne(ctx context.Context, req *Request, res *Result) e
 		c.timer.Stop()
 	case <-c.timer.C:
 		// The lane still owns c; leave it to the garbage collector.
-		return errDeadline
+		return c.givenUp(errDeadline)
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return c.givenUp(fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err()))
 	}
 	reply, err := c.reply, c.err
 	c.reply, c.err = nil, nil
 	s.calls.Put(c)
 	if err != nil {
-		return fmt.Errorf("%w: decide: %w", ErrUnavailable, err)
+		// sent: a lost connection or a timeout may have lost the answer
+		// of a script that ran (a Redis error reply means it did not, but
+		// telling them apart is not worth a slot held for its lease_ttl)
+		return fmt.Errorf("%w: %w: decide: %w", ErrUnavailable, ErrUnanswered, err)
 	}
 	if err := parseDecision(reply, req, res); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -460,7 +484,7 @@ func (s *RedisStore) run(batch []*call, buf *batchBuf) {
 	var last time.Time
 	live := batch[:0]
 	for _, c := range batch {
-		if c.deadline.After(now) && !closed(c.gone) {
+		if c.deadline.After(now) && !closed(c.gone) && c.state.CompareAndSwap(callQueued, callSent) {
 			live = append(live, c)
 			if c.deadline.After(last) {
 				last = c.deadline

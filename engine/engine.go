@@ -236,7 +236,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		// a failure for the breaker (a burst of disconnects would open it
 		// for everyone else).
 		e.o.Breaker.Abandon(bc)
-		e.giveBack(req)
+		e.giveBack(req, err)
 		e.fail(d, p, ci, err, start)
 		d.abandoned = true
 		e.record(d, p, start)
@@ -250,7 +250,7 @@ func (e *Engine) decideStore(ctx context.Context, p *policy.Policy, ci int, d *D
 		if e.o.Metrics != nil {
 			e.o.Metrics.StoreErrors.Inc()
 		}
-		e.giveBack(req)
+		e.giveBack(req, err)
 		e.fail(d, p, ci, err, start)
 		e.record(d, p, start)
 		return nil

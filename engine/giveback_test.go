@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,16 +17,27 @@ import (
 )
 
 // lostAnswers is a store whose decisions run but whose answers are lost
-// while lose is set: a timeout after the script reached Redis.
+// while lose is set (a timeout after the script reached Redis), and that
+// fails decisions without running them while unsent is set (a refused
+// connection).
 type lostAnswers struct {
 	*bucket.MemoryStore
-	lose bool
+	lose, unsent bool
+	releases     atomic.Int32 // Release calls
+}
+
+func (s *lostAnswers) Release(ctx context.Context, lease string, keys []string) (bool, error) {
+	s.releases.Add(1)
+	return s.MemoryStore.Release(ctx, lease, keys)
 }
 
 func (s *lostAnswers) Decide(ctx context.Context, req *bucket.Request, res *bucket.Result) error {
+	if s.unsent {
+		return errors.Join(bucket.ErrUnavailable, errors.New("test: refused"))
+	}
 	err := s.MemoryStore.Decide(ctx, req, res)
 	if s.lose {
-		return errors.Join(bucket.ErrUnavailable, errors.New("test: answer lost"))
+		return errors.Join(bucket.ErrUnavailable, bucket.ErrUnanswered, errors.New("test: answer lost"))
 	}
 	return err
 }
@@ -67,10 +79,22 @@ func TestGiveBackLostLeases(t *testing.T) {
 		if n := store.Leases(); n != 0 {
 			return fmt.Sprintf("%d leases still held", n)
 		}
+		if got := testutil.ToFloat64(m.Releases.WithLabelValues(ReleaseGivenBack)); got != 2 || len(e.giveBacks) != 0 {
+			return fmt.Sprintf("given back %v, want 2; %d give-backs under way", got, len(e.giveBacks))
+		}
 		return ""
 	})
-	if got := testutil.ToFloat64(m.Releases.WithLabelValues(ReleaseGivenBack)); got != 2 {
-		t.Fatalf("given back %v, want 2", got)
+	if n := store.releases.Load(); n != 2 {
+		t.Fatalf("2 leases given back in %d releases, want 2", n)
+	}
+	// a decision that never reached the store has nothing to give back
+	store.unsent = true
+	if err := e.Decide(ctx, &in, &d); err != nil || d.Outcome != Degraded {
+		t.Fatalf("unsent: %v %v", d.Outcome, err)
+	}
+	store.unsent = false
+	if n := store.releases.Load(); n != 2 || len(e.giveBacks) != 0 {
+		t.Fatalf("an unsent decision gave back: %d releases, %d under way", n, len(e.giveBacks))
 	}
 	for i := 0; i < 3; i++ {
 		if err := e.Decide(ctx, &in, &d); err != nil {

@@ -96,16 +96,18 @@ const (
 )
 
 // giveBack frees, in the background, the slots req's concurrency limits
-// may have taken for a decision whose store call failed after it may
-// have reached the store (a timeout, a caller gone): the script may have
-// run, or still run, and no one has its lease id. It releases the lease
+// may have taken for a decision whose store call failed with err after it
+// reached the store (bucket.ErrUnanswered: a timeout, a caller gone): the
+// script may have run, or still run, and no one has its lease id. A call
+// that never left (its caller gone while it waited for a lane: HTTP/2
+// rapid resets) costs nothing. It releases the lease
 // until the store answers, and once more, a beat later, when that answer
 // found nothing: the decision was sent before the release (or was being
 // sent), but on another connection, so the first answer may come from a
 // Redis that had not yet run it.
 // Releasing a lease that was never added frees nothing.
-func (e *Engine) giveBack(req *bucket.Request) {
-	if req.Lease == "" || req.Cost <= 0 {
+func (e *Engine) giveBack(req *bucket.Request, err error) {
+	if req.Lease == "" || req.Cost <= 0 || !errors.Is(err, bucket.ErrUnanswered) {
 		return
 	}
 	var keys []string
