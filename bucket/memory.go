@@ -21,7 +21,8 @@ type MemoryOptions struct {
 	// MaxKeys bounds the number of buckets held (default DefaultMaxKeys).
 	// When a shard is full, a new bucket evicts the sampled bucket that was
 	// full again earliest: an already full bucket first (which changes no
-	// decision), else the one closest to full.
+	// decision), else the one closest to full, and of those full again at
+	// once (a calendar quota's keys) the one that used least.
 	MaxKeys int
 	// MaxLeases bounds the concurrency leases held (default MaxKeys/4, at
 	// least 1024; about 365 bytes each), each of the 64 shards a 64th of

@@ -233,7 +233,12 @@ func (t *memTable) sweep(now float64) {
 
 // evict removes one bucket: among the next few held, from the eviction
 // cursor on, the first already full at now (which changes no decision),
-// else the one full again earliest.
+// else the one full again earliest, and of those full again together the
+// one with the fewest tokens held. That tie is a calendar quota's: all of
+// its keys are full again at the period's end and hold their count used,
+// so a rotation of fresh keys (each used once) makes room among its own
+// kind before it forgets a spent quota, which is lost only to keys used
+// as much (TestAttackRotationRefillsSpentQuota).
 func (t *memTable) evict(now float64) {
 	const samples = 8
 	if t.n == 0 {
@@ -251,7 +256,7 @@ func (t *memTable) evict(now float64) {
 			victim = i
 			break
 		}
-		if victim < 0 || s.full < best {
+		if victim < 0 || s.full < best || s.full == best && s.tokens < t.slots[victim].tokens {
 			victim, best = i, s.full
 		}
 		seen++
