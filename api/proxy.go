@@ -353,7 +353,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	if ident.AccountBodyField == "" && ident.AccountHeader == "" {
 		return nil // no account to find: skip matching the route twice
 	}
-	if ci, _ := pol.Route(r.Method, path); pol.Classes[ci] == "auth" {
+	if ci, _ := pol.Route(r.Method, path); pol.ReadsAccount(ci) {
 		return p.account(r, ident, id)
 	}
 	return nil

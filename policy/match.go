@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -116,6 +117,39 @@ func (p *Policy) matching(classIndex int, authenticated bool) []*Limit {
 	return out
 }
 
+// ReadsAccount reports whether requests of class classIndex name their
+// account for the reverse proxy to find in the body or a header
+// (`identity.account_body_field`, `account_header`): class auth, and every
+// class that a limit keyed by account names in its `if: {class}` or an
+// account lockout or step-up rule names in its `classes`. Without it a
+// per-account limit on an OTP route was never decided in proxy mode
+// (TestAttackOTPGuessesUnlimitedPerAccount). A limit keyed by account
+// without `if: {class}` does not make every route read bodies: it binds
+// on the classes above.
+func (p *Policy) ReadsAccount(classIndex int) bool {
+	if classIndex < 0 || classIndex >= len(p.Classes) {
+		return false
+	}
+	if p.indexed {
+		return p.readsAccount[classIndex]
+	}
+	return p.needsAccount(classIndex)
+}
+
+// needsAccount computes ReadsAccount.
+func (p *Policy) needsAccount(classIndex int) bool {
+	class := p.Classes[classIndex]
+	if class == LockClass {
+		return true
+	}
+	for i := range p.Limits {
+		if l := &p.Limits[i]; slices.Contains(l.By, PartAccount) && contains(l.IfClasses, class) {
+			return true
+		}
+	}
+	return slices.Contains(p.LockParts(classIndex), PartAccount)
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -173,7 +207,9 @@ func (p *Policy) index() {
 	p.defaultIndex = p.ClassIndex(DefaultClass)
 	p.applicable = make([][]*Limit, 2*len(p.Classes))
 	p.classFailure = make([]FailureMode, len(p.Classes))
+	p.readsAccount = make([]bool, len(p.Classes))
 	for c, name := range p.Classes {
+		p.readsAccount[c] = p.needsAccount(c)
 		p.applicable[2*c] = p.matching(c, false)
 		p.applicable[2*c+1] = p.matching(c, true)
 		mode, ok := p.FailureByClass[name]

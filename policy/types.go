@@ -117,6 +117,7 @@ type Policy struct {
 	indexed      bool
 	defaultIndex int
 	classFailure []FailureMode // by class index
+	readsAccount []bool        // by class index (ReadsAccount)
 	byName       map[string]*Limit
 	// sum is the SHA-256 of the file the policy was parsed from.
 	sum [32]byte
