@@ -158,7 +158,7 @@ func (e *Engine) anomalyDecision(d *streams.Decision, ns int64, out []Action) []
 	if rate < a.Factor*baseline*(1-rateSlack) {
 		return out
 	}
-	return e.fireAnomaly(a, subject, st, value, d.TS, ns, short, rate, baseline, out)
+	return e.fireAnomaly(a, subject, st, value, e.at, ns, short, rate, baseline, out)
 }
 
 // fireAnomaly sets the anomaly multiplier on (a.By, value) and appends the

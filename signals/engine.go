@@ -116,8 +116,12 @@ type Engine struct {
 	// only drives the sweeping of idle keys, never a verdict.
 	clock int64
 	// bound is the latest time the clock may reach (Unix ns; 0: none):
-	// BoundClock.
+	// BoundClock. An event is counted no later than bound and no earlier
+	// than bound - 2*MaxClockSkew (eventAt).
 	bound int64
+	// at is the time the event being applied counts at: its ts, or the
+	// nearer end of the bound's range (eventAt).
+	at time.Time
 
 	buf []byte // scratch for composite keys
 
@@ -218,7 +222,7 @@ func (e *Engine) ApplyDecision(seq uint64, index int, d *streams.Decision, out [
 	if !e.fresh(seq, index) || d.Result == "allowed_list" {
 		return out // an allow list exempts the request from every signal
 	}
-	ns, ok := eventTime(d.TS)
+	ns, ok := e.eventAt(d.TS)
 	if !ok {
 		return out
 	}
@@ -250,7 +254,7 @@ func (e *Engine) ApplyReport(seq uint64, index int, r *streams.Report, out []Act
 	if !e.fresh(seq, index) {
 		return out
 	}
-	ns, ok := eventTime(r.TS)
+	ns, ok := e.eventAt(r.TS)
 	if !ok {
 		return out
 	}
@@ -373,18 +377,26 @@ func (e *Engine) fresh(seq uint64, index int) bool {
 	return true
 }
 
-// MaxClockSkew is how far ahead of its stream's time (BoundClock) an
-// event's ts may move the engine's clock.
+// MaxClockSkew is how far from its stream's time (BoundClock) an event's
+// ts may be and still count at that ts: a later one counts at the stream
+// time + MaxClockSkew, an earlier one at the stream time - MaxClockSkew.
 const MaxClockSkew = time.Minute
 
-// BoundClock bounds how far the events that follow may move the engine's
-// clock: to at most t + MaxClockSkew. t is the time the event stream gives
-// the next event (riskd: its JetStream message's timestamp, so a replay of
-// the same record is the same): one event from a host whose clock runs an
-// hour ahead would otherwise move the clock an hour on, and every key,
-// every measure in force with it, would look idle and be swept. Events
-// still count at their own ts. A zero t removes the bound (the clock is
-// then the newest event time seen). Until it is called, there is none.
+// BoundClock bounds the time of the events that follow to within
+// MaxClockSkew of t, the time the event stream gives the next event
+// (riskd: its JetStream message's timestamp, so a replay of the same
+// record is the same). An event within it counts at its own ts (hosts a
+// little apart keep their order); one outside it counts, and its measure
+// and alert are stamped, at the nearer end (streams.Report and Decision
+// keep their ts). So a limiter host whose clock is off by an hour neither
+// blinds a key's window (one report an hour ahead once put every real
+// failure outside the window it was judged by) nor sets measures that
+// have ended before they are written (a lockout from a host 20 minutes
+// behind expired at once), and it does not move the engine's clock an
+// hour on (every key, every measure in force with it, would look idle
+// and be swept). A zero t removes the bound (events count at their own
+// ts and the clock is the newest seen). Until it is called, there is
+// none.
 func (e *Engine) BoundClock(t time.Time) {
 	e.lock()
 	defer e.unlock()
@@ -392,6 +404,30 @@ func (e *Engine) BoundClock(t time.Time) {
 	if ns, ok := eventTime(t.Add(MaxClockSkew)); ok {
 		e.bound = ns
 	}
+}
+
+// eventAt returns the Unix ns an event stamped ts counts at, and records
+// it as time in e.at: ts, within the bound's range (BoundClock), else
+// the nearer end of it. ok is false for a ts eventTime refuses. Callers
+// hold e.mu.
+func (e *Engine) eventAt(ts time.Time) (int64, bool) {
+	ns, ok := eventTime(ts)
+	if !ok {
+		return 0, false
+	}
+	e.at = ts
+	if e.bound > 0 {
+		switch lo := e.bound - 2*int64(MaxClockSkew); {
+		case ns > e.bound:
+			ns = e.bound
+		case ns < lo && lo > 0:
+			ns = lo
+		default:
+			return ns, true
+		}
+		e.at = time.Unix(0, ns).UTC()
+	}
+	return ns, true
 }
 
 // advanceClock moves the engine's clock to ns, at most to its bound, if

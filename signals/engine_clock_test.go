@@ -66,3 +66,48 @@ func TestClockAheadSweepsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestSkewedHostCountsNearStreamTime: a report stamped further than
+// MaxClockSkew from its stream time counts at the nearer end of that
+// range. One report an hour ahead no longer blinds the account's window
+// to the real failures after it, and ten from a host 20 minutes behind
+// lock until about 14 minutes after the stream time, not until 5 minutes
+// before it.
+func TestSkewedHostCountsNearStreamTime(t *testing.T) {
+	t.Parallel()
+	t.Run("ahead", func(t *testing.T) {
+		t.Parallel()
+		e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{lockoutRule()}}})
+		e.BoundClock(sec(0))
+		e.ApplyReport(0, 0, failed("alice", sec(0).Add(time.Hour)), nil)
+		var lock *Action
+		for i := 1; i <= 30 && lock == nil; i++ {
+			e.BoundClock(sec(float64(i)))
+			for _, a := range e.ApplyReport(0, 0, failed("alice", sec(float64(i))), nil) {
+				if a.Kind == SetLock {
+					lock = &a
+				}
+			}
+		}
+		if lock == nil {
+			t.Fatal("31 failures, one stamped an hour ahead: no lockout")
+		}
+	})
+	t.Run("behind", func(t *testing.T) {
+		t.Parallel()
+		e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{lockoutRule()}}})
+		var until time.Time
+		for i := 0; i < 10; i++ {
+			stream := sec(3600 + float64(i))
+			e.BoundClock(stream)
+			for _, a := range e.ApplyReport(0, 0, failed("alice", stream.Add(-20*time.Minute)), nil) {
+				if a.Kind == SetLock {
+					until = a.Lock.Until
+				}
+			}
+		}
+		if want := sec(3609).Add(14 * time.Minute); !until.Equal(want) {
+			t.Fatalf("lockout until %v, want %v (stream time - 1m + 15m)", until, want)
+		}
+	})
+}

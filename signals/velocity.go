@@ -189,7 +189,7 @@ func (e *Engine) velocityReport(r *streams.Report, ns int64, out []Action) []Act
 		if !ok || count < rule.Threshold || st.until > ns {
 			continue
 		}
-		out = e.fireVelocity(rule, subject, st, value, r.TS, ns, count, out)
+		out = e.fireVelocity(rule, subject, st, value, e.at, ns, count, out)
 	}
 	return out
 }

@@ -1,0 +1,114 @@
+package attack
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/service"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// skewedHost is a second limiter host on the target's NATS whose clock is
+// off by skew: its reports carry its own time, as api's handleReport
+// stamps them.
+type skewedHost struct {
+	pub  *streams.Publisher
+	skew time.Duration
+}
+
+// onSkewedHost returns a setup that records the target's streams and a
+// function that starts, once the target runs, a limiter host whose clock
+// runs skew ahead (negative: behind).
+func onSkewedHost(t *testing.T, skew time.Duration) (setup, func() *skewedHost) {
+	t.Helper()
+	var cfg streams.Config
+	return func(c *service.Config) {
+			cfg = streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName}
+		}, func() *skewedHost {
+			nc, err := nats.Connect(testenv.NATSURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pub.Close)
+			return &skewedHost{pub: pub, skew: skew}
+		}
+}
+
+// failed reports a failed login on account as the host's API would.
+func (h *skewedHost) failed(t *testing.T, account string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: time.Now().Add(h.skew).UTC(),
+		Type: streams.ReportLoginFailed, Source: "api", Account: account}
+	if err := h.pub.Report(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedOut reports whether a login on account is answered ACCOUNT_LOCKED.
+func (tg *target) lockedOut(t *testing.T, account string) bool {
+	t.Helper()
+	_, body := do(t, "POST", tg.api+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.201","account":"`+account+`"}`, bearer(apiToken))
+	return strings.Contains(body, "ACCOUNT_LOCKED")
+}
+
+// Attack: one limiter host of the fleet has a clock an hour ahead (NTP
+// broken), and one failed login on the victim's account went through it.
+// The attacker then guesses the password through the healthy hosts.
+// Before: each account's velocity window was evaluated as of the newest
+// report's own ts, an hour in the future, so none of the real failures
+// fell in it: 30 failures (threshold 10) and no lockout, for the next
+// hour. Defence: riskd counts an event no further from its JetStream
+// message's time than signals.MaxClockSkew (a minute), so the skewed
+// report counts a minute ahead and the 10th failure locks.
+func TestAttackFastHostClockBlindsLockout(t *testing.T) {
+	t.Parallel()
+	capture, host := onSkewedHost(t, time.Hour)
+	tg := start(t, capture)
+	fast := host()
+	const victim = "fast-clock-victim"
+	fast.failed(t, victim)
+	for i := 0; i < 30; i++ {
+		if code, body := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"`+victim+`"}`, bearer(apiToken)); code != 202 {
+			t.Fatalf("report: %d %s", code, body)
+		}
+	}
+	tg.syncRisk(t)
+	if !tg.lockedOut(t, victim) {
+		t.Fatal("31 failed logins (threshold 10), one stamped by a host an hour ahead: the account is not locked")
+	}
+}
+
+// Attack: the limiter host that the victim's login traffic reaches has a
+// clock 20 minutes behind. Before: a lockout was set until its 10th
+// report's ts + 15m, already past, so Redis dropped it at once (and the
+// rule's count started again): the attacker guessed on, ten at a time.
+// Defence: riskd counts a report no earlier than signals.MaxClockSkew (a
+// minute) before its JetStream message's time, so the lock lasts about
+// 14 minutes from now.
+func TestAttackSlowHostClockExpiresLockout(t *testing.T) {
+	t.Parallel()
+	capture, host := onSkewedHost(t, -20*time.Minute)
+	tg := start(t, capture)
+	slow := host()
+	const victim = "slow-clock-victim"
+	for i := 0; i < 10; i++ {
+		slow.failed(t, victim)
+	}
+	tg.syncRisk(t)
+	if !tg.lockedOut(t, victim) {
+		t.Fatal("10 failed logins (threshold 10) through a host 20m behind: the account is not locked")
+	}
+}
