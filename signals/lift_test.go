@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/policy"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // TestLiftLockResetsCounts (6.5): after an admin lift the account is not
@@ -48,5 +49,58 @@ func TestLiftLockResetsCounts(t *testing.T) {
 	}
 	if e.LiftLock("", sec(40)) || e.LiftLock("dave", time.Time{}) {
 		t.Fatal("empty account or zero time lifted something")
+	}
+}
+
+// TestLiftReplayedAfterLaterReportsSlotted: riskd's restart replays the
+// reports before it reads the audit stream, so a lift reaches a slotted
+// counter (threshold over 64) after the reports that followed it. The
+// counter then drops every slot up to the lift's, as the live engine
+// dropped them all when the lift came: the reports counted while the
+// lock was in force do not lock the ip again after a few new failures
+// (6.5: only `threshold` new ones do). Before, the replayed counter kept
+// the 80 failures made during the lock, and 20 new ones locked again.
+func TestLiftReplayedAfterLaterReportsSlotted(t *testing.T) {
+	t.Parallel()
+	rule := policy.VelocityRule{Name: "ip-lock", Event: streams.ReportLoginFailed, By: policy.PartIP,
+		Threshold: 100, Window: 10 * time.Minute, Action: "lockout", Duration: 15 * time.Minute}
+	fail := func(s float64) *streams.Report { return failedFrom("192.0.2.7", sec(s)) }
+	for _, order := range []string{"live", "replayed"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			e := New(Options{Risk: policy.Risk{Velocity: []policy.VelocityRule{rule}}})
+			locks := 0
+			apply := func(r *streams.Report) {
+				for _, a := range e.ApplyReport(0, 0, r, nil) {
+					if a.Kind == SetLock {
+						locks++
+					}
+				}
+			}
+			for i := 0; i < 100; i++ { // locked at 99 s
+				apply(fail(float64(i)))
+			}
+			for i := 0; i < 80; i++ { // failures while locked
+				apply(fail(100 + float64(i)))
+			}
+			lift := func() {
+				if !e.LiftSubjectLock("ip", "192.0.2.7", sec(200)) {
+					t.Fatal("the lift found no lock in force")
+				}
+			}
+			if order == "live" {
+				lift()
+			}
+			apply(fail(215)) // a new failure after the lift
+			if order == "replayed" {
+				lift() // the audit stream is read after the reports
+			}
+			for i := 0; i < 19; i++ {
+				apply(fail(216 + float64(i)))
+			}
+			if locks != 1 {
+				t.Fatalf("20 new failures after the lift (threshold 100): %d lockouts, want 1 (the first)", locks)
+			}
+		})
 	}
 }

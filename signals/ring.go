@@ -67,6 +67,31 @@ func (r *ring) add(s int64) bool {
 	return true
 }
 
+// clearTo empties the slots the ring holds up to slot s, keeping the
+// later ones.
+func (r *ring) clearTo(s int64) {
+	if !r.used {
+		return
+	}
+	n := int64(len(r.c))
+	if s >= r.head {
+		r.reset()
+		return
+	}
+	lo := r.head - n + 1
+	if s < lo {
+		return
+	}
+	j := slotMod(lo, n)
+	for i := lo; i <= s; i++ {
+		r.sum -= uint64(r.c[j])
+		r.c[j] = 0
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
 // countTo returns the events in the k slots (to-k, to] that the ring still
 // holds. It does not change the ring.
 func (r *ring) countTo(to, k int64) uint64 {

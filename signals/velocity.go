@@ -513,8 +513,13 @@ func (e *Engine) liftLocked(subject, id string, ns int64) bool {
 				j++
 			}
 			st.stamps = append(st.stamps[:0], st.stamps[j:]...)
-		} else if st.last <= ns {
-			st.ring.reset() // slot counts cannot be split at ts
+		} else {
+			// slot counts cannot be split at ts: every slot up to the
+			// lift's goes (all of them when nothing came after it, as
+			// live), so a lift read after the reports that followed it
+			// (riskd's restart replays reports first) forgets the reports
+			// before it too, and those of its own slot after it
+			st.ring.clearTo(floorDiv(ns, rule.slot))
 		}
 	}
 	inForce := false
