@@ -190,3 +190,29 @@ func TestReportWithoutNATS(t *testing.T) {
 	expect(t, f.do(t, "POST", "/v1/report", `{"type":"login_failed","account":"a"}`), 503,
 		`{"error":{"code":"LIMITER_UNAVAILABLE","message":"reports are not enabled (no NATS)","details":{"retry_after_ms":1000},"request_id":"req-1"}}`, "Retry-After", "1")
 }
+
+// TestReportIdempotencyKey: a report with an Idempotency-Key is published
+// under an id of the key (its retries share it, so JetStream stores one),
+// a report without one under a fresh ULID; a bad key is 400.
+func TestReportIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	f := newAttrFixture(t, false)
+	body := `{"type":"login_failed","account":"a"}`
+	for range 2 {
+		expect(t, f.do(t, "POST", "/v1/report", body, "Idempotency-Key", "login-7"), 202, "")
+	}
+	expect(t, f.do(t, "POST", "/v1/report", body, "Idempotency-Key", "login-8"), 202, "")
+	expect(t, f.do(t, "POST", "/v1/report", body), 202, "")
+	for _, bad := range []string{"a b", strings.Repeat("k", MaxIdempotencyKey+1), "é"} {
+		expect(t, f.do(t, "POST", "/v1/report", body, "Idempotency-Key", bad), 400, "")
+	}
+	f.reporter.mu.Lock()
+	defer f.reporter.mu.Unlock()
+	ids := make([]string, len(f.reporter.list))
+	for i, r := range f.reporter.list {
+		ids[i] = r.ID
+	}
+	if len(ids) != 4 || ids[0] != ids[1] || ids[0] == ids[2] || !strings.HasPrefix(ids[0], "k") || len(ids[0]) != 33 || len(ids[3]) != 26 {
+		t.Fatalf("published ids %q", ids)
+	}
+}

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -101,12 +103,17 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, aerr)
 		return
 	}
+	id, aerr := reportID(r.Header)
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
 	if s.o.Reporter == nil {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, rid, &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "reports are not enabled (no NATS)", details: `"retry_after_ms":1000`})
 		return
 	}
-	rep.ID = ulid.Make().String()
+	rep.ID = id
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
 	rep.Attested = s.deviceVerified(token, rep.DeviceID)
@@ -120,6 +127,37 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	}
 	s.countReport(&rep)
 	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": true, "id": rep.ID, "request_id": rid})
+}
+
+// MaxIdempotencyKey bounds the Idempotency-Key of a report, in bytes.
+const MaxIdempotencyKey = 255
+
+// reportID returns the id a report is published under (its JetStream
+// message id): a new ULID, or, when the request carries an
+// Idempotency-Key header, "k" and the first 128 bits of the key's SHA-256
+// in hex, so that a retry of a report (after a 503 whose report JetStream
+// had stored all the same, its acknowledgement late) is stored once
+// within the events stream's duplicate window. A key that is empty,
+// longer than MaxIdempotencyKey, not visible ASCII or sent twice is 400.
+func reportID(h http.Header) (string, *apiError) {
+	vs := h.Values("Idempotency-Key")
+	switch {
+	case len(vs) == 0:
+		return ulid.Make().String(), nil
+	case len(vs) > 1:
+		return "", badRequest(`header "Idempotency-Key" is sent more than once`)
+	}
+	k := vs[0]
+	if k == "" || len(k) > MaxIdempotencyKey {
+		return "", badRequest(fmt.Sprintf(`header "Idempotency-Key" must be 1-%d bytes`, MaxIdempotencyKey))
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x21 || c > 0x7e {
+			return "", badRequest(`header "Idempotency-Key" must be visible ASCII`)
+		}
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "k" + hex.EncodeToString(sum[:16]), nil
 }
 
 // countReport counts an accepted report in Options.Reports. Its type is

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,47 @@ func TestAttackSlowHostClockExpiresLockout(t *testing.T) {
 	tg.syncRisk(t)
 	if !tg.lockedOut(t, victim) {
 		t.Fatal("10 failed logins (threshold 10) through a host 20m behind: the account is not locked")
+	}
+}
+
+// Attack (on the legitimate user, by a slow NATS): JetStream stores a
+// report but its acknowledgement comes after the limiter's report timeout
+// (2 s: a replicated stream electing a leader, a slow link), so
+// /v1/report answers 503 "retry", and the API backend retries, as the
+// docs said to. Before: the retry was a new report (a new id), so each of
+// the user's 6 failed logins counted twice and the 10th count locked the
+// user out (threshold 10). Defence: a report sent with an
+// Idempotency-Key header is published under a message id derived from
+// the key, so its retries within the stream's duplicate window (10 min)
+// are stored once.
+func TestAttackRetriedReportCountsTwice(t *testing.T) {
+	t.Parallel()
+	proxy := testenv.StartNATSProxy(t, testenv.NATSURL())
+	tg := start(t, func(c *service.Config) { c.NATSURL = proxy.URL })
+	const victim = "slow-ack-victim"
+	retried := 0
+	for i := 0; i < 6; i++ {
+		h := bearer(apiToken)
+		h.Set("Idempotency-Key", fmt.Sprintf("login-%s-%d", victim, i))
+		proxy.HoldReplies(2500 * time.Millisecond)
+		body := `{"type":"login_failed","account":"` + victim + `"}`
+		for attempt := 0; ; attempt++ {
+			code, resp := do(t, "POST", tg.api+"/v1/report", body, h)
+			if code == 202 {
+				break
+			}
+			if code != 503 || attempt == 5 {
+				t.Fatalf("report %d: %d %s", i, code, resp)
+			}
+			retried++
+			time.Sleep(time.Second) // Retry-After: 1
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no report was answered 503: the acknowledgements were not held")
+	}
+	tg.syncRisk(t)
+	if tg.lockedOut(t, victim) {
+		t.Fatalf("6 failed logins (threshold 10), %d of them retried after a late ack: the user is locked out", retried)
 	}
 }
