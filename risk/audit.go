@@ -192,6 +192,11 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 	}
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
+	if live {
+		var cancel context.CancelFunc
+		ctx, cancel = d.leadCtx(ctx) // readAudit asked Leading
+		defer cancel()
+	}
 	now := d.o.Now()
 	switch a.Action {
 	case streams.AuditMultiplierSet:
@@ -255,7 +260,10 @@ func (d *Daemon) reassert(ctx context.Context, now time.Time) error {
 		if !d.Leading() {
 			return ErrNotLeading
 		}
-		if err := d.o.Store.SetMultiplier(ctx, bucket.Subject{Kind: e.subject, ID: e.id}, e.m); err != nil {
+		wctx, cancel := d.leadCtx(ctx)
+		err := d.o.Store.SetMultiplier(wctx, bucket.Subject{Kind: e.subject, ID: e.id}, e.m)
+		cancel()
+		if err != nil {
 			d.count("store")
 			continue
 		}

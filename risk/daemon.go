@@ -93,6 +93,14 @@ type Options struct {
 	// every store write, alert and acknowledgement; once it answers false
 	// the daemon acts no more and Run returns ErrNotLeading. nil: always.
 	Leading func() bool
+	// LeadingUntil, when set with Leading, returns when the daemon's time
+	// to act ends (riskd: Lease.Until; zero: it may not act). Every store
+	// write runs under a context that ends then, so that a write which has
+	// not left by then is never sent: a leader paused between asking
+	// Leading and writing, or its Redis client retrying a write that timed
+	// out, would otherwise write after another riskd took the lease over
+	// (and acted: a lift, a newer lock). nil: writes have no such end.
+	LeadingUntil func() time.Time
 }
 
 // ErrNotLeading is Run's error when Options.Leading turned false: the
@@ -892,11 +900,23 @@ func (d *Daemon) execute(ctx context.Context, progress func(), actions []signals
 	return nil
 }
 
+// leadCtx returns ctx ending also when the daemon's time to act does
+// (Options.LeadingUntil): a store write under it is never sent after
+// another riskd may have taken over. Call it after asking Leading.
+func (d *Daemon) leadCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.o.Leading == nil || d.o.LeadingUntil == nil {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, d.o.LeadingUntil())
+}
+
 // do applies one action.
 func (d *Daemon) do(ctx context.Context, a *signals.Action) error {
 	if !d.Leading() {
 		return ErrNotLeading
 	}
+	ctx, cancel := d.leadCtx(ctx)
+	defer cancel()
 	m := d.o.Metrics
 	if a.Kind == signals.Alert {
 		if err := d.o.Publisher.Alert(ctx, &a.Alert); err != nil {
@@ -1049,10 +1069,12 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				m.Lag.WithLabelValues(srcs[i].stream).Set(float64(info.NumPending))
 			}
 		}
-		if d.o.OffenderSink != nil {
-			if err := d.o.OffenderSink(ctx, list); err != nil {
+		if d.o.OffenderSink != nil && d.Leading() {
+			sctx, cancel := d.leadCtx(ctx)
+			if err := d.o.OffenderSink(sctx, list); err != nil {
 				d.count("store")
 			}
+			cancel()
 		}
 		lost := false
 		if d.o.StoreLost != nil {

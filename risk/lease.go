@@ -109,6 +109,20 @@ func (l *Lease) Valid() bool {
 	return u != 0 && int64(time.Since(l.base)) < u
 }
 
+// Until returns when the holder's time to act ends (Valid turns false
+// then, unless a renewal moves it on), zero when the lease is not held.
+// The daemon gives its store writes a context that ends then
+// (Options.LeadingUntil): a write that has not left by then, a leader
+// paused between asking Valid and writing, a client's retry of a write
+// that timed out, is never sent.
+func (l *Lease) Until() time.Time {
+	u := l.until.Load()
+	if u == 0 {
+		return time.Time{}
+	}
+	return l.base.Add(time.Duration(u))
+}
+
 // held records a successful request sent at sent (since base).
 func (l *Lease) held(sent time.Duration) {
 	l.until.Store(int64(sent + l.ttl*2/3))

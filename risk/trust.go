@@ -176,9 +176,11 @@ func (d *Daemon) reassertTrust(ctx context.Context, now time.Time) error {
 		if !d.Leading() {
 			return ErrNotLeading
 		}
-		if err := d.o.Store.Trust(ctx, bucket.Subject{Kind: "account", ID: e.account}, e.device, e.until); err != nil {
+		wctx, cancel := d.leadCtx(ctx)
+		if err := d.o.Store.Trust(wctx, bucket.Subject{Kind: "account", ID: e.account}, e.device, e.until); err != nil {
 			d.count("store")
 		}
+		cancel()
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert,
 	}
 	if r.lease != nil {
-		o.Leading = r.lease.Valid
+		o.Leading, o.LeadingUntil = r.lease.Valid, r.lease.Until
 	}
 	if c.Redis != nil {
 		o.StoreLost = storeLost(c.Redis, bucket.StoreEpochKey(c.KeyPrefix, c.Durable))
