@@ -9,7 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -154,4 +156,86 @@ func TestAttackRetriedReportCountsTwice(t *testing.T) {
 	if tg.lockedOut(t, victim) {
 		t.Fatalf("6 failed logins (threshold 10), %d of them retried after a late ack: the user is locked out", retried)
 	}
+}
+
+// Attack: as TestAttackRedisLossUntrustsPhone, on a Redis Cluster: alice's
+// account is locked out (exempt_attested) and her trusted phone still
+// gets in; then the one master holding alice's keys restarts empty, the
+// others keep theirs. Before: riskd's marker of a store that lost its data
+// lived on another master, so riskd never saw the loss; its periodic
+// re-assertion put the lockout back but not the trust set, which it writes
+// back only on a loss: alice's own phone was answered ACCOUNT_LOCKED.
+// Defence: riskd keeps a marker on every master's slots and writes the
+// trusted devices back when any of them is gone.
+func TestAttackClusterShardLossUntrustsPhone(t *testing.T) {
+	t.Parallel()
+	cl := testenv.StartCluster(t)
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t),
+		func(c *service.Config) { c.RedisURL = "redis+cluster://" + strings.Join(cl.Addrs, ",") })
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	t.Cleanup(func() { cc.Close() })
+	ctx := context.Background()
+	// an account whose master is not the one of riskd's marker key
+	masterOf := func(key string) *testenv.RedisServer {
+		t.Helper()
+		slots, err := cc.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := int(bucket.Slot(key))
+		for _, r := range slots {
+			if r.Start <= s && s <= r.End {
+				for _, n := range cl.Nodes {
+					if n.Addr == r.Nodes[0].Addr {
+						return n
+					}
+				}
+			}
+		}
+		t.Fatalf("no master serves %q", key)
+		return nil
+	}
+	marker := masterOf(bucket.StoreEpochKey(tg.prefix, "riskd"))
+	account := ""
+	for i := 0; account == ""; i++ {
+		if a := fmt.Sprint("alice", i); masterOf(bucket.LockKey(tg.prefix, "account", a)) != marker {
+			account = a
+		}
+	}
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", account, "right", phone...); status != 200 {
+		t.Fatalf("the phone's first login: %d %s", status, c)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if _, err := cc.ZScore(ctx, bucket.TrustKey(tg.prefix, "account", account), "alice-phone").Result(); err != nil {
+			return fmt.Sprintf("the phone is not a trusted device yet (%v)", err)
+		}
+		return ""
+	})
+	for i := 0; i < 10; i++ {
+		if status, b := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"`+account+`","ip":"203.0.113.9"}`, bearer(apiToken)); status != 202 {
+			t.Fatalf("report %d: %d %s", i, status, b)
+		}
+	}
+	eventually(t, 10*time.Second, func() string {
+		if !tg.lockedOut(t, account) {
+			return "not locked out yet"
+		}
+		return ""
+	})
+	if status, c := tg.login(t, "198.51.100.10", account, "right", phone...); status != 200 {
+		t.Fatalf("the trusted phone during the lockout: %d %s, want 200", status, c)
+	}
+	tg.syncRisk(t)
+	masterOf(bucket.LockKey(tg.prefix, "account", account)).Restart(t)
+	lockKey := bucket.LockKey(tg.prefix, "account", account)
+	eventually(t, 20*time.Second, func() string {
+		if n, _ := cc.Exists(ctx, lockKey).Result(); n != 1 || !tg.lockedOut(t, account) {
+			return "the lockout is not re-asserted yet"
+		}
+		if status, c := tg.login(t, "198.51.100.10", account, "right", phone...); status != 200 {
+			return fmt.Sprintf("the trusted phone after its master restarted empty: %d %s", status, c)
+		}
+		return ""
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -258,18 +259,69 @@ func (r *riskComponent) offenders(context.Context) ([]signals.Offender, error) {
 
 // storeLost returns a risk.Options.StoreLost over rc: it keeps a marker
 // key in Redis and reports true whenever the marker is missing (a Redis
-// that restarted empty, or the first call).
+// that restarted empty, or the first call). On a Redis Cluster it keeps
+// one marker in each slot range of the cluster's slot map (clusterMarkers),
+// so that a single master that restarted empty is seen too: the trusted
+// devices riskd writes back only on a loss live on every master.
+// The function it returns is called from one goroutine at a time
+// (riskd's housekeeping).
 func storeLost(rc redis.UniversalClient, key string) func(ctx context.Context) (bool, error) {
+	cc, _ := rc.(*redis.ClusterClient)
+	tags := map[int]string{} // slot -> its marker's hash tag
 	return func(ctx context.Context) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, storeLostTimeout)
 		defer cancel()
-		n, err := rc.Exists(ctx, key).Result()
-		if err != nil || n == 1 {
-			return false, err
+		keys := []string{key}
+		if cc != nil {
+			slots, err := cc.ClusterSlots(ctx).Result()
+			if err != nil {
+				return false, err
+			}
+			keys = clusterMarkers(key, slots, tags)
 		}
-		if err := rc.Set(ctx, key, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
-			return false, err
+		lost := false
+		for _, k := range keys {
+			n, err := rc.Exists(ctx, k).Result()
+			if err != nil {
+				return false, err
+			}
+			if n == 1 {
+				continue
+			}
+			if err := rc.Set(ctx, k, time.Now().UTC().Format(time.RFC3339), 0).Err(); err != nil {
+				return false, err
+			}
+			lost = true
 		}
-		return true, nil
+		return lost, nil
 	}
+}
+
+// clusterMarkers returns one marker key per slot range of slots: key and
+// a hash tag that hashes to the range's first slot ({0}, {1}, ...: the
+// first number that does; tags caches them by slot). A range that moves
+// to another master, or a master that restarts empty, is missing its
+// marker.
+func clusterMarkers(key string, slots []redis.ClusterSlot, tags map[int]string) []string {
+	out := make([]string, 0, len(slots))
+	for _, r := range slots {
+		tag, ok := tags[r.Start]
+		if !ok {
+			tag = slotTag(r.Start)
+			tags[r.Start] = tag
+		}
+		out = append(out, key+":{"+tag+"}")
+	}
+	return out
+}
+
+// slotTag returns the first decimal number that hashes to slot (every
+// slot has one below 2^20: TestSlotTagsCoverEverySlot).
+func slotTag(slot int) string {
+	for i := 0; i < 1<<20; i++ {
+		if tag := strconv.Itoa(i); int(bucket.Slot(tag)) == slot {
+			return tag
+		}
+	}
+	return "" // no slot's: the marker then lives in the key's own slot
 }
