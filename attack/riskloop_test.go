@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 
@@ -235,6 +236,71 @@ func TestAttackClusterShardLossUntrustsPhone(t *testing.T) {
 		}
 		if status, c := tg.login(t, "198.51.100.10", account, "right", phone...); status != 200 {
 			return fmt.Sprintf("the trusted phone after its master restarted empty: %d %s", status, c)
+		}
+		return ""
+	})
+}
+
+// Attack: as TestAttackRedisLossUntrustsPhone, with alice's phone enrolled
+// longer ago than the events stream keeps reports (48 h; a phone is
+// trusted for 30 days). Redis restarts empty: riskd loses its lease with
+// it and leads again with a new daemon, whose record of trusted devices
+// was rebuilt from the events stream alone. Before: the phone was no
+// longer in it, riskd re-asserted the lockout and not the phone's trust:
+// alice's own phone was answered ACCOUNT_LOCKED. Defence: riskd keeps
+// one record of trusted devices for the life of the process, handed from
+// each leadership to the next.
+func TestAttackRedisLossForgetsOlderTrust(t *testing.T) {
+	t.Parallel()
+	rs, onRedis := privateRedis(t)
+	var cfg streams.Config
+	capture := func(c *service.Config) { cfg = streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName} }
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis, capture)
+	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { tg.rdb.Close() })
+	tg.enrol(t, "alice", "alice-phone")
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if status, b := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"alice","ip":"203.0.113.9"}`, bearer(apiToken)); status != 202 {
+			t.Fatalf("report %d: %d %s", i, status, b)
+		}
+	}
+	eventually(t, 10*time.Second, func() string {
+		if !tg.lockedOut(t, "alice") {
+			return "alice not locked out yet"
+		}
+		return ""
+	})
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 200 {
+		t.Fatalf("the trusted phone during the lockout: %d %s, want 200", status, c)
+	}
+	tg.syncRisk(t)
+	// two days on: the phone's logins have left the events stream
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, cfg.Stream(streams.EventsStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(cfg.Prefix+"reports."+streams.ReportLoginSucceeded)); err != nil {
+		t.Fatal(err)
+	}
+	rs.Restart(t)
+	lockKey := bucket.LockKey(tg.prefix, "account", "alice")
+	eventually(t, 20*time.Second, func() string {
+		if n, _ := tg.rdb.Exists(ctx, lockKey).Result(); n != 1 || !tg.lockedOut(t, "alice") {
+			return "the lockout is not re-asserted yet"
+		}
+		if status, c := tg.login(t, "198.51.100.10", "alice", "right", phone...); status != 200 {
+			return fmt.Sprintf("the trusted phone, enrolled before the events stream's retention, after Redis restarted empty: %d %s", status, c)
 		}
 		return ""
 	})

@@ -85,6 +85,11 @@ type Options struct {
 	// hundredth of the record that ends first, counted in
 	// tollgate_riskd_signal_evictions_total{structure="trusts"}).
 	MaxTrust int
+	// Trust, when set, is the record of trusted devices the daemon adds
+	// to and re-asserts from (riskd: one for the whole process, kept from
+	// one leadership to the next); MaxTrust is then its own. nil: one of
+	// the daemon's own.
+	Trust *TrustRecord
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
 	MaxAdmin int
@@ -139,8 +144,8 @@ type Daemon struct {
 	// execMu serialises re-assertion with admin lifts and clears, so a
 	// re-assertion never writes back what an admin just removed.
 	execMu sync.Mutex
-	admins adminRecord // guarded by execMu
-	trusts trustRecord // the trusted devices in force (7.1)
+	admins adminRecord  // guarded by execMu
+	trusts *trustRecord // the trusted devices in force (7.1): Options.Trust's, or the daemon's own
 
 	// evicted is eng's eviction counts housekeeping last exported.
 	evicted signals.Evictions
@@ -190,8 +195,13 @@ func New(o Options) (*Daemon, error) {
 		last:    map[string]uint64{},
 		ready:   make(chan struct{}),
 		admins:  adminRecord{max: o.MaxAdmin, m: map[string]adminEntry{}},
-		trusts:  trustRecord{max: o.MaxTrust, m: map[string]time.Time{}},
 	}
+	if o.Trust == nil {
+		o.Trust = NewTrustRecord(o.MaxTrust)
+		d.o.Trust = o.Trust
+	}
+	d.trusts = &o.Trust.r
+	d.trustEvicted = d.trusts.evictions() // counted by the daemons before
 	return d, nil
 }
 

@@ -46,6 +46,25 @@ type trustRecord struct {
 	evicted uint64
 }
 
+// TrustRecord is a record of trusted devices that outlives a Daemon:
+// riskd makes one for the life of the process and hands it to the daemon
+// of each leadership (Options.Trust). A Redis that restarted empty also
+// takes riskd's lease with it, so riskd leads again with a new daemon
+// just when the record is needed; a daemon of its own would know only
+// the enrolments whose reports the events stream still holds (48 h by
+// default, where a device stays trusted for 30 days). Safe for
+// concurrent use.
+type TrustRecord struct{ r trustRecord }
+
+// NewTrustRecord returns an empty record of at most max enrolments
+// (DefaultMaxTrust when max <= 0).
+func NewTrustRecord(max int) *TrustRecord {
+	if max <= 0 {
+		max = DefaultMaxTrust
+	}
+	return &TrustRecord{r: trustRecord{max: max, m: map[string]time.Time{}}}
+}
+
 // set records device as trusted by account until until (a later end wins).
 func (r *trustRecord) set(account, device string, until, now time.Time) {
 	k := account + "\x00" + device

@@ -74,6 +74,11 @@ type riskComponent struct {
 	cur     atomic.Pointer[risk.Daemon] // the daemon in force (nil while standing by)
 	failure atomic.Pointer[string]      // why the daemon stopped
 	alerts  *alerting.Deliverer         // runs beside the daemon in force
+	// trust is the record of trusted devices every daemon of the process
+	// shares: a Redis that restarts empty ends the lease, and the next
+	// leadership's daemon must still know the enrolments older than the
+	// events stream (7.1)
+	trust *risk.TrustRecord
 }
 
 var _ component = (*riskComponent)(nil)
@@ -86,7 +91,7 @@ func newRisk(c riskConfig) (*riskComponent, error) {
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
 	}
-	r := &riskComponent{c: c, metrics: risk.NewMetrics(c.Registerer)}
+	r := &riskComponent{c: c, metrics: risk.NewMetrics(c.Registerer), trust: risk.NewTrustRecord(0)}
 	if c.LeaseTTL > 0 {
 		r.lease = risk.NewLease(c.Redis, bucket.LeaderKey(c.KeyPrefix, c.Durable), ulid.Make().String(), c.LeaseTTL)
 	}
@@ -109,7 +114,7 @@ func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 	c := r.c
 	o := risk.Options{
 		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Streams: c.Streams, Durable: c.Durable,
-		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert,
+		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert, Trust: r.trust,
 	}
 	if r.lease != nil {
 		o.Leading, o.LeadingUntil = r.lease.Valid, r.lease.Until
