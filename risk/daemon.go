@@ -136,6 +136,9 @@ type Daemon struct {
 	eng     *signals.Engine
 	polName *policy.Policy    // the policy eng was last given; mu held
 	last    map[string]uint64 // stream -> last processed sequence; mu held
+	// lifts are the admin lifts the replay of reports has yet to apply
+	// (readLifts, liftBefore); mu held once Run started.
+	lifts []pendingLift
 
 	// auditNext is the audit stream's next unread sequence, where a
 	// replaced audit reader starts (tailAudit).
@@ -280,6 +283,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	srcs := d.sources()
+	if err := d.readLifts(ctx, srcs[1].window); err != nil {
+		return err
+	}
 	cons, err := d.start(ctx, srcs)
 	if err != nil {
 		return err
@@ -498,11 +504,69 @@ func (d *Daemon) replay(ctx context.Context, s source, floor uint64) (int, error
 	if err != nil {
 		return 0, err
 	}
+	reports := s.filter == d.o.Streams.Prefix+"reports.>"
+	defer func() {
+		if reports {
+			d.lifts = nil // the rest: readAudit's, after the replay
+		}
+	}()
 	return d.readBack(ctx, "replay", s.stream, s.filter, d.o.Now().Add(-s.window), min(end, floor), func(m jetstream.Msg) {
 		d.mu.Lock()
+		if reports {
+			d.liftBefore(m)
+		}
 		_, _ = d.apply(m, nil)
 		d.mu.Unlock()
 	})
+}
+
+// pendingLift is an admin lift (an audit lockout_lift event) the replay
+// of reports applies in its place among them.
+type pendingLift struct {
+	at          time.Time // its audit message's time (the server's)
+	subject, id string
+	ts          time.Time // the event's ts
+}
+
+// readLifts reads the admin lifts of the last window from the audit
+// stream, in order, for the replay of reports to apply where they came
+// (liftBefore): a lift applied only after every report was replayed
+// would find reports after it counted while the lock it lifted was in
+// force for the replay, so that a lock they set after the lift was never
+// rebuilt (the rule fired again on the next event, alert and all).
+func (d *Daemon) readLifts(ctx context.Context, window time.Duration) error {
+	stream := d.o.Streams.Stream(streams.AuditStream)
+	end, err := d.lastSeq(ctx, stream)
+	if err != nil {
+		return err
+	}
+	_, err = d.readBack(ctx, "replay", stream, d.o.Streams.Prefix+"audit."+streams.AuditLockoutLift, d.o.Now().Add(-window), end, func(m jetstream.Msg) {
+		var a streams.Audit
+		meta, merr := m.Metadata()
+		if merr != nil || json.Unmarshal(m.Data(), &a) != nil || a.TS.IsZero() || a.ID == "" {
+			return
+		}
+		subject := a.Subject
+		if subject == "" {
+			subject = "account" // audit events of builds before 7.1
+		}
+		d.lifts = append(d.lifts, pendingLift{at: meta.Timestamp, subject: subject, id: a.ID, ts: a.TS})
+	})
+	return err
+}
+
+// liftBefore applies to the engine the pending lifts stored before m;
+// mu held.
+func (d *Daemon) liftBefore(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	for len(d.lifts) > 0 && d.lifts[0].at.Before(meta.Timestamp) {
+		l := d.lifts[0]
+		d.lifts = d.lifts[1:]
+		d.eng.LiftSubjectLock(l.subject, l.id, l.ts)
+	}
 }
 
 // readBack calls apply on each message of stream for filter from time
