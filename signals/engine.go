@@ -141,11 +141,12 @@ func New(o Options) *Engine {
 		buf:  make([]byte, 0, 256),
 	}
 	e.off.onRemove = e.dropEpisode
-	// a counter under way (two events or more, or a measure it set in
-	// force) outlives the single-event keys a flood of fresh ids adds: an
-	// attacker cannot reset a victim's failures by failing once on more
-	// accounts than the table holds between guesses
-	e.vel.keep = func(en *entry[velState]) bool { return en.val.underWay(e.clock) }
+	// a counter holding more events (or a measure it set in force)
+	// outlives those holding fewer that a flood of fresh ids adds: an
+	// attacker cannot reset a victim's failures by failing once, or twice,
+	// on more accounts than the table holds between guesses; he must fail
+	// on each as often as the victim's count
+	e.vel.worth = func(en *entry[velState]) uint64 { return en.val.worth(e.clock) }
 	e.meas.onEvict = func(en *entry[measure]) {
 		if en.val.end > e.clock {
 			e.measInForce++

@@ -70,3 +70,32 @@ func TestFloodKeepsCountsUnderWay(t *testing.T) {
 	}
 	checkBound(t, e.Stats(), maxKeys)
 }
+
+// TestFloodOfPairsKeepsLongerCounts: a flood of fresh accounts failed
+// twice each (every counter "under way") no longer evicts a victim's
+// longer count: of the least recent counters, the one holding the fewest
+// events goes. Before, when all of them were under way the least recent
+// went: 600 failures on 300 fresh accounts between the victim's 4th and
+// 5th guess wiped the victim's 4 (threshold 5), where failing once each
+// did not (TestFloodKeepsCountsUnderWay).
+func TestFloodOfPairsKeepsLongerCounts(t *testing.T) {
+	t.Parallel()
+	const maxKeys = 100
+	e := New(fullOptions(maxKeys))
+	fail := func(ts float64, account string) {
+		e.ApplyReport(0, 0, &streams.Report{Type: streams.ReportLoginFailed, TS: sec(ts), Account: account}, nil)
+	}
+	for i := range 4 {
+		fail(float64(i), "victim")
+	}
+	for i := range 3 * maxKeys {
+		a := "fresh-" + itoa(int64(i))
+		fail(5+float64(i)/1000, a)
+		fail(5+float64(i)/1000, a)
+	}
+	fail(6, "victim")
+	if s := summary(e.Active(sec(7))); !strings.Contains(s, "SetLock account/victim lockout") {
+		t.Fatalf("the victim's 5 failures in the window, a flood of accounts failed twice between them: Active = %s; want its lockout", s)
+	}
+	checkBound(t, e.Stats(), maxKeys)
+}

@@ -45,11 +45,11 @@ type lru[V any] struct {
 	// evicted counts the entries evicted for room (not those swept or
 	// deleted).
 	evicted uint64
-	// keep, when set, reports whether an entry is worth more than the
-	// least recent ones: evict passes over up to evictScan least recent
-	// entries it keeps for the first it does not, so a flood of fresh keys
-	// evicts its own kind first (the oldest entry when all are kept).
-	keep func(*entry[V]) bool
+	// worth, when set, weighs an entry against the least recent ones:
+	// evict takes, of the evictScan least recent entries, the one worth
+	// least (the least recent of those), so a flood of fresh keys evicts
+	// its own kind first, and keys holding less before keys holding more.
+	worth func(*entry[V]) uint64
 }
 
 // evictScan bounds how many least recent entries evict looks at.
@@ -280,15 +280,16 @@ func (t *lru[V]) setMax(n int) {
 	}
 }
 
-// evict removes the least recent entry for room, counting it, or the
-// least recent one of the evictScan oldest that keep does not keep.
+// evict removes the least recent entry for room, counting it, or, with
+// worth, the one worth least of the evictScan oldest (the least recent of
+// those).
 func (t *lru[V]) evict() {
 	e := t.root.prev
-	if t.keep != nil {
-		for c, i := e, 0; i < evictScan && c != &t.root; c, i = c.prev, i+1 {
-			if !t.keep(c) {
-				e = c
-				break
+	if t.worth != nil && e != &t.root {
+		best := t.worth(e)
+		for c, i := e.prev, 1; best > 0 && i < evictScan && c != &t.root; c, i = c.prev, i+1 {
+			if w := t.worth(c); w < best {
+				e, best = c, w
 			}
 		}
 	}

@@ -209,11 +209,15 @@ func (e *Engine) velocity(rule *velRule, value string) *velState {
 	return st
 }
 
-// underWay reports whether st has counted two events or more (in its
-// window or not yet swept) or set a measure still in force at clock (Unix
-// ns): worth keeping over a key seen once when the table is full.
-func (st *velState) underWay(clock int64) bool {
-	return len(st.stamps) >= 2 || st.ring.sum >= 2 || st.until > clock
+// worth weighs st for the LRU bound at clock (Unix ns): the events it
+// counts (in its window or not yet swept), or the most when a measure it
+// set is in force. A full table evicts, of its least recent counters, the
+// one worth least.
+func (st *velState) worth(clock int64) uint64 {
+	if st.until > clock {
+		return math.MaxUint64
+	}
+	return uint64(len(st.stamps)) + st.ring.sum
 }
 
 // reset re-initialises st for rule, keeping its buffers.
