@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -21,18 +22,19 @@ var nav = []struct{ Path, Label string }{
 }
 
 var funcs = template.FuncMap{
-	"at":     at,
-	"short":  func(t time.Time) string { return t.UTC().Format("Jan 2 15:04:05") + " UTC" },
-	"rel":    rel,
-	"num":    num,
-	"mult":   mult,
-	"nav":    func() any { return nav },
-	"kinds":  func() []string { return subjectKinds },
-	"bar":    bar,
-	"minus":  func(a, b int) int { return a - b },
-	"slot":   func(i, n int) int { return (16-n+i)*10 + 1 }, // the chart has 16 slots, the current minute last
-	"label":  func(s string) string { return strings.ReplaceAll(s, "_", " ") },
-	"derefb": func(b *bool) bool { return b != nil && *b },
+	"at":         at,
+	"short":      func(t time.Time) string { return t.UTC().Format("Jan 2 15:04:05") + " UTC" },
+	"rel":        rel,
+	"num":        num,
+	"mult":       mult,
+	"nav":        func() any { return nav },
+	"kinds":      func() []string { return subjectKinds },
+	"bar":        bar,
+	"minus":      func(a, b int) int { return a - b },
+	"slot":       func(i, n int) int { return (16-n+i)*10 + 1 }, // the chart has 16 slots, the current minute last
+	"label":      func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+	"derefb":     func(b *bool) bool { return b != nil && *b },
+	"subjectURL": subjectURL,
 	"pf": func(f *float64) float64 {
 		if f == nil {
 			return 0
@@ -78,6 +80,14 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// subjectURL is the console path of a subject's page, its kind and id
+// query-escaped: an id is whatever a client sent ("ceo@example.com#x",
+// "a&id=b", "alice+1@example.com"), and a change made on the page must
+// return to that subject's page, not another's.
+func subjectURL(subject, id string) string {
+	return "/console/subjects?subject=" + url.QueryEscape(subject) + "&id=" + url.QueryEscape(id)
 }
 
 // at formats t in UTC ("" for the zero time).
