@@ -153,3 +153,73 @@ func flash(page string) string {
 	}
 	return html.UnescapeString(m[1])
 }
+
+// TestAttackConsoleDotSegmentIDs: the attacker sends its flood with the
+// device id ".." (and logs in as the account "."), ids the proxy takes as
+// any other. The operator finds the device among the offenders and blocks
+// it on its console page; the console built the admin call's path with
+// the id as a path segment, ".." a dot segment, so the admin API's router
+// cleaned it away: the subject's page showed an error ("Moved
+// Permanently"), the block was refused ("PUT is not allowed here; use
+// GET") and the lockout of "." could not be lifted. The attacker's id
+// kept its traffic out of the console's reach.
+func TestAttackConsoleDotSegmentIDs(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	for range 10 {
+		if code, body := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"."}`, bearer(apiToken)); code != 202 {
+			t.Fatalf("report: %d %s", code, body)
+		}
+	}
+	if code, body := do(t, "GET", tg.public+"/items", "", from("203.0.113.5", "X-Device-Id", "..")); code != 200 {
+		t.Fatalf("the attacker's device before the block: %d %s", code, body)
+	}
+	c := consoleClient(t)
+	tg.consoleSignIn(t, c)
+
+	page := tg.api + "/console/subjects?" + url.Values{"subject": {"device"}, "id": {".."}}.Encode()
+	code, _, body := consoleDo(t, c, "GET", page, nil)
+	if code != 200 || title(body) != "device .." {
+		t.Fatalf("the device's page: %d, titled %q, error %q", code, title(body), pageError(body))
+	}
+	form := postedForm(t, body, "/console/multipliers/set")
+	form.Set("multiplier", "0")
+	form.Set("reason", "flood")
+	if code, loc, out := consoleDo(t, c, "POST", tg.api+"/console/multipliers/set", form); code != http.StatusSeeOther {
+		t.Fatalf("block: %d %s %s", code, loc, out)
+	}
+	if _, _, back := consoleDo(t, c, "GET", page, nil); !strings.Contains(flash(back), "Set multiplier 0") {
+		t.Fatalf("block of device ..: %q", flash(back))
+	}
+	if code, body := do(t, "GET", tg.public+"/items", "", from("203.0.113.6", "X-Device-Id", "..")); code != http.StatusTooManyRequests {
+		t.Fatalf("the blocked device ..: %d %s", code, body)
+	}
+
+	page = tg.api + "/console/subjects?" + url.Values{"subject": {"account"}, "id": {"."}}.Encode()
+	eventually(t, 15*time.Second, func() string {
+		if _, _, body = consoleDo(t, c, "GET", page, nil); !strings.Contains(body, `action="/console/lockouts/lift"`) {
+			return "account . not shown locked: " + pageError(body)
+		}
+		return ""
+	})
+	if code, loc, out := consoleDo(t, c, "POST", tg.api+"/console/lockouts/lift", postedForm(t, body, "/console/lockouts/lift")); code != http.StatusSeeOther {
+		t.Fatalf("lift: %d %s %s", code, loc, out)
+	}
+	if _, _, back := consoleDo(t, c, "GET", page, nil); !strings.Contains(flash(back), "Lifted the lockout of account .") {
+		t.Fatalf("lift of account .: %q", flash(back))
+	}
+	if ids := tg.lockouts(t); len(ids) != 0 {
+		t.Fatalf("lockouts after the lift: %q", ids)
+	}
+}
+
+var errorRE = regexp.MustCompile(`<p class="flash bad" role="alert">([^<]*)</p>`)
+
+// pageError is the page's error message.
+func pageError(page string) string {
+	m := errorRE.FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return html.UnescapeString(m[1])
+}

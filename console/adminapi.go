@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // recorder is the ResponseWriter of an in-process admin API call.
@@ -85,9 +86,21 @@ func (c *Console) call(r *http.Request, method, path string, body, out any) erro
 	return nil
 }
 
-// subjectPath is /{subject}/{id} with the id escaped.
+// subjectPath is /{subject}/{id} with the id escaped (pathSegment).
 func subjectPath(subject, id string) string {
-	return "/" + url.PathEscape(subject) + "/" + url.PathEscape(id)
+	return "/" + pathSegment(subject) + "/" + pathSegment(id)
+}
+
+// pathSegment is s escaped as one segment of an admin API path. The ids
+// "." and ".." (a client picks its device id and account name) are
+// spelled %2E and %2E%2E: as dot segments the API's router would clean
+// them away and answer a redirect, and the subject could not be read,
+// blocked or lifted from the console.
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -3,7 +3,6 @@ package console
 import (
 	"errors"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -213,7 +212,7 @@ func (c *Console) handleLift(r *http.Request, _ string) (string, error) {
 	}
 	path := "/v1/admin/lockouts" + subjectPath(subject, id)
 	if subject == "account" {
-		path = "/v1/admin/lockouts/" + url.PathEscape(id)
+		path = "/v1/admin/lockouts/" + pathSegment(id)
 	}
 	var out struct {
 		Cleared bool `json:"cleared"`
@@ -238,7 +237,7 @@ func (c *Console) handleForgetAttestation(r *http.Request, _ string) (string, er
 	var out struct {
 		Cleared bool `json:"cleared"`
 	}
-	if err := c.call(r, "DELETE", "/v1/admin/attestations/"+url.PathEscape(id), nil, &out); err != nil {
+	if err := c.call(r, "DELETE", "/v1/admin/attestations/"+pathSegment(id), nil, &out); err != nil {
 		return "", err
 	}
 	if !out.Cleared {
