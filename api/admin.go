@@ -105,13 +105,22 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, aerr)
 		return
 	}
+	body, aerr := readBody(r, nil)
+	if aerr != nil {
+		writeError(w, rid, aerr)
+		return
+	}
 	var req putMultiplier
-	if aerr := decodeStrict(r, &req); aerr != nil {
+	if aerr := unmarshalStrict(body, &req); aerr != nil {
 		writeError(w, rid, aerr)
 		return
 	}
 	if req.Multiplier == nil {
 		writeError(w, rid, badRequest(`field "multiplier" is required`))
+		return
+	}
+	if lit := multiplierText(body); policy.Underflows(lit, *req.Multiplier) {
+		writeError(w, rid, badRequest(fmt.Sprintf(`field "multiplier" is too small: %s is no float64 but 0, which blocks (send 0 to block)`, clip(lit))))
 		return
 	}
 	if v := *req.Multiplier; v < 0 || v > MaxMultiplier || math.IsNaN(v) {
@@ -152,6 +161,16 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		return
 	}
 	s.writeSubject(w, r, rid, subject, id)
+}
+
+// multiplierText is the text of the multiplier field of a PUT body that
+// unmarshalStrict took ("" when it cannot be read again).
+func multiplierText(body []byte) string {
+	var raw struct {
+		Multiplier json.RawMessage `json:"multiplier"`
+	}
+	_ = json.Unmarshal(body, &raw)
+	return string(raw.Multiplier)
 }
 
 func (s *Server) handleDeleteMultiplier(w http.ResponseWriter, r *http.Request, rid string) {

@@ -262,9 +262,13 @@ func (c *Console) handleSetMultiplier(r *http.Request, _ string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	m, err := strconv.ParseFloat(strings.TrimSpace(r.PostFormValue("multiplier")), 64)
+	text := strings.TrimSpace(r.PostFormValue("multiplier"))
+	m, err := strconv.ParseFloat(text, 64)
 	if err != nil {
 		return "", errors.New("the multiplier must be a number such as 0.1 (0 blocks the subject)")
+	}
+	if policy.Underflows(text, m) { // ParseFloat reads 1e-999 as 0, which blocks
+		return "", errors.New("the multiplier " + text + " is too small: it would read as 0, which blocks the subject (write 0 to block)")
 	}
 	body := map[string]any{"multiplier": m, "reason": r.PostFormValue("reason")}
 	if ttl := strings.TrimSpace(r.PostFormValue("ttl")); ttl != "" {

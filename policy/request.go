@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -35,4 +36,22 @@ func CheckID(s string) string {
 		}
 	}
 	return ""
+}
+
+// Underflows reports whether lit, the text of a number that parsed as v,
+// names a nonzero number though v is 0: one too small for a float64
+// (1e-999). As a multiplier it would read as 0, which blocks, so the admin
+// API and the console refuse it. lit is a JSON number or any text
+// strconv.ParseFloat takes (a hex float's mantissa is its hex digits).
+func Underflows(lit string, v float64) bool {
+	if v != 0 {
+		return false
+	}
+	s := strings.ToLower(strings.TrimLeft(strings.TrimSpace(lit), "+-"))
+	if hex, ok := strings.CutPrefix(s, "0x"); ok {
+		mant, _, _ := strings.Cut(hex, "p")
+		return strings.ContainsAny(mant, "123456789abcdef")
+	}
+	mant, _, _ := strings.Cut(s, "e")
+	return strings.ContainsAny(mant, "123456789")
 }
