@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -115,6 +116,10 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		writeError(w, rid, aerr)
 		return
 	}
+	if k := repeatedField(body); k != "" {
+		writeError(w, rid, badRequest(fmt.Sprintf("body: field %q is given more than once (in some spelling); send it once", clip(k))))
+		return
+	}
 	if req.Multiplier == nil {
 		writeError(w, rid, badRequest(`field "multiplier" is required`))
 		return
@@ -161,6 +166,39 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		return
 	}
 	s.writeSubject(w, r, rid, subject, id)
+}
+
+// repeatedField returns the second key of the JSON object body that
+// names a field already named, in any spelling ("" when none):
+// encoding/json matches names without regard to case and keeps the last
+// value, so {"multiplier":0.5,"MULTIPLIER":0} would block a subject while
+// a reviewer, or a log taking the first, read a halving. body is an
+// object unmarshalStrict took: its keys are the few fields of the
+// request, so the scan ends within a handful of keys.
+func repeatedField(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	var seen []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		k, _ := t.(string)
+		for _, s := range seen {
+			if strings.EqualFold(s, k) {
+				return k
+			}
+		}
+		seen = append(seen, k)
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // multiplierText is the text of the multiplier field of a PUT body that

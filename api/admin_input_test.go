@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -26,4 +27,30 @@ func TestAdminMultiplierUnderflow(t *testing.T) {
 			expect(t, w, 400, want)
 		})
 	}
+}
+
+// TestAdminFieldGivenTwice: encoding/json matches field names without
+// regard to case and keeps the last, so {"multiplier":0.5,"MULTIPLIER":0}
+// blocked the subject while the request read, to a reviewer or a log
+// that takes the first, as a halving. A field given twice, in any
+// spelling, is a 400.
+func TestAdminFieldGivenTwice(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "s3cret")
+	auth := []string{"Authorization", "Bearer s3cret"}
+	for name, body := range map[string]string{
+		"same spelling":    `{"multiplier":0.5,"multiplier":0}`,
+		"another spelling": `{"multiplier":0.5,"MULTIPLIER":0}`,
+		"ttl":              `{"multiplier":0.5,"ttl":"1h","Ttl":"8760h"}`,
+		"reason":           `{"multiplier":0.5,"reason":"a","REASON":"b"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := f.do(t, "PUT", "/v1/admin/multipliers/device/x", body, auth...)
+			if w.Code != 400 || !strings.Contains(w.Body.String(), "is given more than once") {
+				t.Fatalf("%s: %d %s", body, w.Code, w.Body)
+			}
+		})
+	}
+	expect(t, f.do(t, "GET", "/v1/admin/subjects/device/x", "", auth...), 200,
+		`{"subject":"device","id":"x","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 }
