@@ -37,6 +37,11 @@ var subjects = map[string]bool{"ip": true, "user": true, "device": true, "accoun
 // MaxMultiplier bounds an admin multiplier.
 const MaxMultiplier = 1000
 
+// MinTTL is the shortest ttl of an admin multiplier: a shorter one
+// ("1ns", "999ms", a slip for "1m") would end before the answer, an
+// audited change that changed nothing.
+const MinTTL = time.Second
+
 // MaxTTL bounds an admin multiplier's ttl.
 const MaxTTL = 365 * 24 * time.Hour
 
@@ -144,6 +149,10 @@ func (s *Server) handlePutMultiplier(w http.ResponseWriter, r *http.Request, rid
 		ttl, err := time.ParseDuration(req.TTL)
 		if err != nil || ttl <= 0 || ttl > MaxTTL {
 			writeError(w, rid, badRequest(`field "ttl" must be a positive duration such as "10m", at most 8760h`))
+			return
+		}
+		if ttl < MinTTL {
+			writeError(w, rid, badRequest(fmt.Sprintf(`field "ttl" must be at least 1s: %q would end before the answer`, clip(req.TTL))))
 			return
 		}
 		now, err := s.o.Store.Now(r.Context()) // the clock the store judges expiry by

@@ -54,3 +54,21 @@ func TestAdminFieldGivenTwice(t *testing.T) {
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/device/x", "", auth...), 200,
 		`{"subject":"device","id":"x","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 }
+
+// TestAdminTTLTooShort: a ttl under a second ("1ns", "999ms": a slip for
+// "1m") was taken, answered 200 and audited as a multiplier set, and
+// ended before the answer was written (the stores keep microseconds):
+// nothing was in force. It is a 400 now.
+func TestAdminTTLTooShort(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "s3cret")
+	auth := []string{"Authorization", "Bearer s3cret"}
+	for _, ttl := range []string{"1ns", "999us", "999ms"} {
+		t.Run(ttl, func(t *testing.T) {
+			expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", `{"multiplier":0.5,"ttl":"`+ttl+`"}`, auth...), 400,
+				`{"error":{"code":"BAD_REQUEST","message":"field \"ttl\" must be at least 1s: \"`+ttl+`\" would end before the answer","details":{},"request_id":"req-1"}}`)
+		})
+	}
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", `{"multiplier":0.5,"ttl":"1s"}`, auth...), 200,
+		`{"subject":"device","id":"x","effective":0.5,"multipliers":[{"source":"admin","value":0.5,"expires_at":"2024-04-19T10:30:01Z","reason":""}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+}
