@@ -253,8 +253,13 @@ func signature(secret []byte, t string, body []byte) []byte {
 // Verify is a receiver's check of an X-Tollgate-Signature value (Sign's,
 // docs/alerting.md): the signature of body compared in constant time,
 // and its t within tolerance of now (a replayed delivery is refused). It
-// returns when the delivery was signed.
+// returns when the delivery was signed. An empty secret (a receiver whose
+// secret variable is unset) verifies nothing: HMAC takes an empty key,
+// and anyone can sign with it.
 func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) (time.Time, error) {
+	if len(secret) == 0 {
+		return time.Time{}, errors.New("alerting: no secret to verify the signature with (is its variable set?)")
+	}
 	var ts, v1 string
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(part, "=")

@@ -81,3 +81,19 @@ func TestVerify(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyRefusesAnEmptySecret: a receiver whose secret variable is
+// unset calls Verify with an empty secret; HMAC takes an empty key, so
+// Verify accepted any delivery the attacker signed with the empty key:
+// forged lockouts and blocks passed as Tollgate's. An empty secret
+// verifies nothing.
+func TestVerifyRefusesAnEmptySecret(t *testing.T) {
+	t.Parallel()
+	body, at := []byte(`{"kind":"block","subject":"ip","id":"198.51.100.7"}`), time.Unix(1_800_000_000, 0)
+	for _, secret := range [][]byte{nil, {}} {
+		forged := Sign(secret, at, body)
+		if _, err := Verify(secret, forged, body, at, 5*time.Minute); err == nil {
+			t.Errorf("Verify(%q) took a delivery signed with the empty key", secret)
+		}
+	}
+}
