@@ -269,15 +269,25 @@ func checkSinkURL(s string) error {
 	return nil
 }
 
-// redactURL drops a URL's user info from messages (a password in it is
-// a secret).
+// redactURL is s as messages show it: its scheme and host, the rest cut
+// to "/…" (a Slack or Discord webhook's path is its secret, a token may
+// sit in the query, and these messages are logged and printed by
+// limiter validate), and user info as xxx (a password in it is a
+// secret).
 func redactURL(s string) string {
+	rest := 0
+	if i := strings.Index(s, "://"); i >= 0 {
+		rest = i + 3
+	}
+	if j := strings.IndexAny(s[rest:], "/?#"); j >= 0 && rest+j+1 < len(s) {
+		s = s[:rest+j] + "/…"
+	}
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s
 	}
 	u.User = url.User("xxx")
-	return u.String()
+	return strings.Replace(u.String(), "/%E2%80%A6", "/…", 1)
 }
 
 // validLabelName reports whether s is a Prometheus label name.

@@ -66,10 +66,15 @@ func TestParseAlertingErrors(t *testing.T) {
 		{"unknown field", "alerting:\n  alertmanager: {url: \"http://a:9093\"}\n  folds: 1m\n", `p.yaml:8: unknown field "folds" (want one of alertmanager, webhooks, fold, retry_for, shadow)`},
 		{"alertmanager without url", "alerting:\n  alertmanager: {labels: {team: x}}\n", `p.yaml:7: alertmanager: missing required field "url"`},
 		{"alertmanager bad scheme", "alerting:\n  alertmanager: {url: \"ftp://a:9093\"}\n", `p.yaml:7: url "ftp://a:9093": want an http:// or https:// URL`},
-		{"alertmanager no host", "alerting:\n  alertmanager: {url: \"http:///x\"}\n", `p.yaml:7: url "http:///x": want a URL with a host`},
-		{"url with fragment", "alerting:\n  alertmanager: {url: \"http://a:9093/#x\"}\n", `p.yaml:7: url "http://a:9093/#x": must not have a #fragment`},
+		{"alertmanager no host", "alerting:\n  alertmanager: {url: \"http:///x\"}\n", `p.yaml:7: url "http:///…": want a URL with a host`},
+		{"url with fragment", "alerting:\n  alertmanager: {url: \"http://a:9093/#x\"}\n", `p.yaml:7: url "http://a:9093/…": must not have a #fragment`},
 		{"url password redacted", "alerting:\n  alertmanager: {url: \"gopher://u:pw@a\"}\n", `p.yaml:7: url "gopher://xxx@a": want an http:// or https:// URL`},
+		{"url password and path redacted", "alerting:\n  alertmanager: {url: \"gopher://u:pw@a/x\"}\n", `p.yaml:7: url "gopher://xxx@a/…": want an http:// or https:// URL`},
 		{"not a url", "alerting:\n  alertmanager: {url: \"http://a b\"}\n", `p.yaml:7: url "http://a b": not a URL`},
+		// a Slack or Discord webhook's path is its secret, and these messages
+		// are logged by a refused reload and printed by limiter validate in CI
+		{"webhook path not echoed", "alerting:\n  webhooks:\n    - {url: \"hooks.slack.com/services/T000/B000/XXXSECRET\", format: slack}\n", `p.yaml:8: url "hooks.slack.com/…": want an http:// or https:// URL`},
+		{"webhook query not echoed", "alerting:\n  webhooks:\n    - {url: \"https://h.example/hook?token=XXXSECRET#x\"}\n", `p.yaml:8: url "https://h.example/…": must not have a #fragment`},
 		{"reserved label", "alerting:\n  alertmanager:\n    url: \"http://a:9093\"\n    labels: {severity: page}\n", `p.yaml:9: alertmanager labels: "severity" is set by Tollgate (alertname, kind, subject, id, rule or severity are)`},
 		{"bad label name", "alerting:\n  alertmanager:\n    url: \"http://a:9093\"\n    labels: {\"a-b\": x}\n", `p.yaml:9: alertmanager labels: "a-b" is not a label name (want [a-zA-Z_][a-zA-Z0-9_]*)`},
 		{"empty label value", "alerting:\n  alertmanager:\n    url: \"http://a:9093\"\n    labels: {team: \"\"}\n", `p.yaml:9: team: must not be empty`},
