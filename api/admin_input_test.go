@@ -72,3 +72,17 @@ func TestAdminTTLTooShort(t *testing.T) {
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/device/x", `{"multiplier":0.5,"ttl":"1s"}`, auth...), 200,
 		`{"subject":"device","id":"x","effective":0.5,"multipliers":[{"source":"admin","value":0.5,"expires_at":"2024-04-19T10:30:01Z","reason":""}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
 }
+
+// TestAdminAuditClientIP: an audit event names the client as the proxy
+// rules identify it (client_ip); from a peer that is no trusted proxy an
+// X-Forwarded-For is not believed: the client is the peer.
+func TestAdminAuditClientIP(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, "tok")
+	audit := &auditLog{}
+	f.srv.o.Audit = audit
+	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/user/u1", `{"multiplier":2}`, "Authorization", "Bearer tok", "X-Forwarded-For", "198.51.100.9"), 200, "")
+	if len(audit.list) != 1 || audit.list[0].ClientIP != "192.0.2.1" || audit.list[0].RemoteAddr != "192.0.2.1:1234" {
+		t.Fatalf("audit events %+v: want client_ip 192.0.2.1, the untrusted peer", audit.list)
+	}
+}

@@ -37,8 +37,12 @@ const (
 func (s *Server) record(w http.ResponseWriter, r *http.Request, rid string, a *streams.Audit) bool {
 	a.V, a.AuditID, a.TS = streams.SchemaVersion, ulid.Make().String(), s.o.Now().UTC()
 	a.RequestID, a.RemoteAddr = rid, r.RemoteAddr
+	if ip, _ := clientIP(r, s.o.Engine.Policy().Identity.TrustedProxies); ip.IsValid() {
+		a.ClientIP = ip.String() // behind a balancer the peer is the balancer
+	}
 	attrs := []slog.Attr{slog.String("action", a.Action), slog.String("subject", a.Subject), slog.String("id", a.ID),
-		slog.String("ttl", a.TTL), slog.String("reason", a.Reason), slog.String("request_id", rid), slog.String("remote_addr", a.RemoteAddr)}
+		slog.String("ttl", a.TTL), slog.String("reason", a.Reason), slog.String("request_id", rid), slog.String("remote_addr", a.RemoteAddr),
+		slog.String("client_ip", a.ClientIP)}
 	if a.Value != nil {
 		attrs = append(attrs, slog.Float64("value", *a.Value))
 	}

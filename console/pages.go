@@ -67,6 +67,7 @@ type auditEvent struct {
 	Reason     string     `json:"reason"`
 	RequestID  string     `json:"request_id"`
 	RemoteAddr string     `json:"remote_addr"`
+	ClientIP   string     `json:"client_ip"`
 	Cleared    *bool      `json:"cleared"`
 }
 

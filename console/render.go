@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -35,6 +36,7 @@ var funcs = template.FuncMap{
 	"label":      func(s string) string { return strings.ReplaceAll(s, "_", " ") },
 	"derefb":     func(b *bool) bool { return b != nil && *b },
 	"subjectURL": subjectURL,
+	"host":       host,
 	"pf": func(f *float64) float64 {
 		if f == nil {
 			return 0
@@ -88,6 +90,15 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 // return to that subject's page, not another's.
 func subjectURL(subject, id string) string {
 	return "/console/subjects?subject=" + url.QueryEscape(subject) + "&id=" + url.QueryEscape(id)
+}
+
+// host is the host of an address host:port (addr itself when it has
+// no port).
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // at formats t in UTC ("" for the zero time).

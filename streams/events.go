@@ -221,6 +221,12 @@ type Audit struct {
 	// RequestID is the admin request's id; RemoteAddr its peer address.
 	RequestID  string `json:"request_id"`
 	RemoteAddr string `json:"remote_addr"`
+	// ClientIP is the admin client's address as the proxy rules identify
+	// it (identity.trusted_proxies: behind a trusted balancer, the
+	// right-most X-Forwarded-For address that is not one; else the
+	// peer's), so a change made through a balancer names who made it
+	// ("" in events of earlier versions).
+	ClientIP string `json:"client_ip,omitempty"`
 	// Cleared reports, for lockout_lift, multiplier_clear and
 	// attestation_forget, whether
 	// something was in force.
