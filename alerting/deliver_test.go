@@ -371,7 +371,7 @@ func TestFoldAndFilters(t *testing.T) {
 	}
 	slack.mu.Lock()
 	defer slack.mu.Unlock()
-	if len(slack.raw) != 1 || !strings.HasPrefix(slack.raw[0], `{"text":":rotating_light: *TollgateLockout* device `+"`d2`"+`: device spike`) {
+	if len(slack.raw) != 1 || !strings.HasPrefix(slack.raw[0], `{"text":":rotating_light: *TollgateLockout* device `+"`d2`: `device spike`") {
 		t.Errorf("slack got %q", slack.raw)
 	}
 	if n := testutil.ToFloat64(m.Deliveries.WithLabelValues("webhooks[2]", ResultFailed)); n != 1 {

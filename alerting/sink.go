@@ -174,9 +174,12 @@ func summary(a streams.Alert) string {
 }
 
 // description says what fired, on whom, and until when.
-func description(a streams.Alert) string {
+func description(a streams.Alert) string { return describe(a, strconv.Quote(a.SubjectID)) }
+
+// describe is description with the subject's id written as id.
+func describe(a streams.Alert, id string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Tollgate %s of %s %q by rule %s", strings.ReplaceAll(a.Kind, "_", " "), a.Subject, a.SubjectID, a.Rule)
+	fmt.Fprintf(&b, "Tollgate %s of %s %s by rule %s", strings.ReplaceAll(a.Kind, "_", " "), a.Subject, id, a.Rule)
 	if a.Count > 0 {
 		fmt.Fprintf(&b, " after %d events", a.Count)
 	}
@@ -289,20 +292,33 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 // subject id and the reason come from clients (an account name is
 // whatever the attacker typed), so every piece is escaped as Slack asks
 // (& < > as &amp; &lt; &gt;): no id can mention a channel (<!channel>)
-// or post a link (<https://...|text>). The id sits in a code span, whose
-// backticks it cannot close.
+// or post a link (<https://...|text>). The id shows only in code spans,
+// whose backticks it cannot close: Slack makes a link of a bare URL or
+// domain anywhere else ("https://evil.example/reset" as an account name).
 func SlackText(d Delivery) string {
 	a := d.Alert
 	icon := ":warning:"
 	if Severity(a.Kind) == "critical" {
 		icon = ":rotating_light:"
 	}
-	id := strings.ReplaceAll(a.SubjectID, "`", "'")
-	text := fmt.Sprintf("%s *%s* %s `%s`: %s\n%s", icon, AlertName(a.Kind), SlackEscape(a.Subject), SlackEscape(id), SlackEscape(summary(a)), SlackEscape(description(a)))
+	id := slackCode(a.SubjectID)
+	sum := slackCode(a.Reason) // a repeat offender's names the key, client ids in it
+	if a.Reason == "" {
+		sum = fmt.Sprintf("%s of %s %s", SlackEscape(a.Kind), SlackEscape(a.Subject), id)
+	}
+	const mark = "\x00" // where the id goes: no other part holds a NUL
+	desc := strings.Replace(SlackEscape(describe(a, mark)), mark, id, 1)
+	text := fmt.Sprintf("%s *%s* %s %s: %s\n%s", icon, AlertName(a.Kind), SlackEscape(a.Subject), id, sum, desc)
 	if d.Folded > 1 {
 		text += fmt.Sprintf("\n(%d alerts folded into this one)", d.Folded)
 	}
 	return text
+}
+
+// slackCode is s as a Slack code span: escaped, its backticks shown as
+// ' so that it cannot close the span.
+func slackCode(s string) string {
+	return "`" + SlackEscape(strings.ReplaceAll(s, "`", "'")) + "`"
 }
 
 // slackEscaper escapes the three characters Slack's mrkdwn gives meaning.

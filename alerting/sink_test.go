@@ -22,13 +22,13 @@ func TestSlackTextEscapesClientValues(t *testing.T) {
 		{
 			name:   "mention and link as the account",
 			alert:  streams.Alert{Kind: "lockout", Subject: "account", SubjectID: "<!channel> <https://evil.example/reset|reset your password>", Rule: "account-failures"},
-			want:   []string{"`&lt;!channel&gt; &lt;https://evil.example/reset|reset your password&gt;`", `"&lt;!channel&gt; &lt;https://evil.example/reset|reset your password&gt;"`},
+			want:   []string{"`&lt;!channel&gt; &lt;https://evil.example/reset|reset your password&gt;`", "of account `&lt;!channel&gt; &lt;https://evil.example/reset|reset your password&gt;` by rule account-failures"},
 			refuse: []string{"<", ">"},
 		},
 		{
 			name:   "reason and ampersand",
 			alert:  streams.Alert{Kind: "tighten", Subject: "attr:tenant", SubjectID: "a&b", Rule: "r", Reason: "<@U123> look <!here>"},
-			want:   []string{"`a&amp;b`", ": &lt;@U123&gt; look &lt;!here&gt;\n"},
+			want:   []string{"`a&amp;b`", ": `&lt;@U123&gt; look &lt;!here&gt;`\n"},
 			refuse: []string{"<", ">", "&b"},
 		},
 		{
@@ -94,6 +94,34 @@ func TestVerifyRefusesAnEmptySecret(t *testing.T) {
 		forged := Sign(secret, at, body)
 		if _, err := Verify(secret, forged, body, at, 5*time.Minute); err == nil {
 			t.Errorf("Verify(%q) took a delivery signed with the empty key", secret)
+		}
+	}
+}
+
+// TestSlackTextShowsIDsOnlyAsCode: Slack makes a link of any bare URL or
+// domain in a message, so an account named "https://evil.example/reset"
+// put a clickable link to the attacker's page into the security
+// channel's lockout alert (the summary and the description repeated the
+// id outside its code span). A client-chosen id shows only inside code
+// spans, which Slack leaves as text.
+func TestSlackTextShowsIDsOnlyAsCode(t *testing.T) {
+	t.Parallel()
+	for _, a := range []streams.Alert{
+		{Kind: "lockout", Subject: "account", SubjectID: "https://evil.example/reset", Rule: "account-failures", Count: 10},
+		{Kind: "block", Subject: "attr:tenant", SubjectID: "www.evil.example", Rule: "r", Reason: "pumping"},
+		{Kind: "anomaly", Subject: "device", SubjectID: "x`evil.example/`y", Rule: "r", Rate: 5, Baseline: 0.1},
+		{Kind: "repeat_offender", Subject: "device", SubjectID: "https://evil.example/r", Rule: "device", Count: 500,
+			Reason: `limit device denied key "device|device=https://evil.example/r" 500 times in the last minute (more than 100)`},
+	} {
+		text := SlackText(Delivery{Alert: a})
+		var outside strings.Builder
+		for i, part := range strings.Split(text, "`") {
+			if i%2 == 0 { // outside the code spans
+				outside.WriteString(part)
+			}
+		}
+		if strings.Contains(outside.String(), "evil.example") {
+			t.Errorf("the id %q shows outside a code span, as a link: %q", a.SubjectID, text)
 		}
 	}
 }
