@@ -261,6 +261,9 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnauthorized, "signin", view{Title: "Sign in", Message: "That is not the admin token."})
 		return
 	}
+	if old := cookieValue(r); old != "" {
+		c.sessions.drop(old) // the session this browser held ends: its cookie is replaced
+	}
 	now := c.o.Now()
 	exp := now.Add(SessionTTL)
 	setCookie(w, r, c.sessions.create(now, exp), exp, int(SessionTTL/time.Second))
