@@ -362,7 +362,30 @@ type subjectView struct {
 	Lockout     *lockView  `json:"lockout"`
 	Lockouts    []lockView `json:"lockouts,omitempty"`
 	Attestation any        `json:"attestation"`
-	RequestID   string     `json:"request_id"`
+	// Warning says that no limit of the policy in force is keyed by the
+	// subject's kind: its multipliers, effective included, change no
+	// decision (a multiplier weighs only on the limits whose `by` names
+	// its subject). "" (left out) otherwise.
+	Warning   string `json:"warning,omitempty"`
+	RequestID string `json:"request_id"`
+}
+
+// unkeyedWarning is the subject view's warning for subject when no limit
+// of p is keyed by it ("" when one is).
+func unkeyedWarning(p *policy.Policy, subject string) string {
+	part := subject
+	if subject == bucket.ClaimKind {
+		part = "device" // a claim's multipliers weigh on the device limits
+	}
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		for j := range l.By {
+			if l.PartName(j) == part {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("no limit of the policy in force is keyed by %s: multipliers on this subject change no decision (a multiplier weighs only on the limits whose by names its subject)", part)
 }
 
 type multiplierView struct {
@@ -385,7 +408,8 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 		s.storeError(w, rid, err)
 		return
 	}
-	v := subjectView{Subject: subject, ID: id, Multipliers: []multiplierView{}, RequestID: rid}
+	v := subjectView{Subject: subject, ID: id, Multipliers: []multiplierView{}, RequestID: rid,
+		Warning: unkeyedWarning(s.o.Engine.Policy(), subject)}
 	if subject == "device" && s.o.Attestation != nil {
 		view, err := s.o.Attestation(ctx, id)
 		if err != nil {

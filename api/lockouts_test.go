@@ -160,7 +160,8 @@ func TestReportAnyEventType(t *testing.T) {
 }
 
 // TestAdminAttributeSubjects (7.4): multipliers on attr:NAME subjects are
-// set, shown, listed and audited as "subject": "attr:NAME", "id": VALUE.
+// set, shown, listed and audited as "subject": "attr:NAME", "id": VALUE;
+// the view warns that no limit of this policy is keyed by attr:phone_prefix.
 func TestAdminAttributeSubjects(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, "tok")
@@ -168,7 +169,7 @@ func TestAdminAttributeSubjects(t *testing.T) {
 	f.srv.o.Audit = audit
 	auth := []string{"Authorization", "Bearer tok"}
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/attr:phone_prefix/4479", `{"multiplier":0,"reason":"pumping"}`, auth...), 200,
-		`{"subject":"attr:phone_prefix","id":"4479","effective":0,"multipliers":[{"source":"admin","value":0,"expires_at":null,"reason":"pumping"}],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+		`{"subject":"attr:phone_prefix","id":"4479","effective":0,"multipliers":[{"source":"admin","value":0,"expires_at":null,"reason":"pumping"}],"lockout":null,"attestation":null,"warning":"no limit of the policy in force is keyed by attr:phone_prefix: multipliers on this subject change no decision (a multiplier weighs only on the limits whose by names its subject)","request_id":"req-1"}`)
 	w := f.do(t, "GET", "/v1/admin/multipliers", "", auth...)
 	if !strings.Contains(w.Body.String(), `"subject":"attr:phone_prefix","id":"4479","source":"admin","value":0`) {
 		t.Errorf("list: %s", w.Body)
@@ -177,7 +178,7 @@ func TestAdminAttributeSubjects(t *testing.T) {
 		t.Errorf("audit %+v", audit.list)
 	}
 	expect(t, f.do(t, "DELETE", "/v1/admin/multipliers/attr:phone_prefix/4479", "", auth...), 200,
-		`{"subject":"attr:phone_prefix","id":"4479","effective":1,"multipliers":[],"lockout":null,"attestation":null,"request_id":"req-1"}`)
+		`{"subject":"attr:phone_prefix","id":"4479","effective":1,"multipliers":[],"lockout":null,"attestation":null,"warning":"no limit of the policy in force is keyed by attr:phone_prefix: multipliers on this subject change no decision (a multiplier weighs only on the limits whose by names its subject)","request_id":"req-1"}`)
 	expect(t, f.do(t, "PUT", "/v1/admin/multipliers/attr:Phone/4479", `{"multiplier":0}`, auth...), 400, "")
 }
 

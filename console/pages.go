@@ -100,6 +100,7 @@ type subjectView struct {
 	Lockout     *lockView      `json:"lockout"`
 	Lockouts    []lockView     `json:"lockouts"` // every lock in force, longest first
 	Attestation map[string]any `json:"attestation"`
+	Warning     string         `json:"warning"` // no limit is keyed by the subject's kind
 }
 
 // lockView is a lock of the subject view.
@@ -275,10 +276,15 @@ func (c *Console) handleSetMultiplier(r *http.Request, _ string) (string, error)
 	if ttl := strings.TrimSpace(r.PostFormValue("ttl")); ttl != "" {
 		body["ttl"] = ttl
 	}
-	if err := c.call(r, "PUT", "/v1/admin/multipliers"+subjectPath(subject, id), body, nil); err != nil {
+	var sv subjectView
+	if err := c.call(r, "PUT", "/v1/admin/multipliers"+subjectPath(subject, id), body, &sv); err != nil {
 		return "", err
 	}
-	return "Set multiplier " + strconv.FormatFloat(m, 'g', -1, 64) + " on " + subject + " " + id + ".", nil
+	msg := "Set multiplier " + strconv.FormatFloat(m, 'g', -1, 64) + " on " + subject + " " + id + "."
+	if sv.Warning != "" {
+		return "", errors.New(msg + " But " + sv.Warning + ".")
+	}
+	return msg, nil
 }
 
 // handleClearMultiplier clears an admin multiplier through the admin API.
