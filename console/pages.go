@@ -159,8 +159,8 @@ const listLimit = 200
 type overview struct {
 	Counts      *Summary
 	CountsError string
-	Lockouts    int
-	Multipliers int
+	Lockouts    string // how many are in force: "200+" past listLimit
+	Multipliers string
 	Alerts      []alert
 	Max         int64 // the largest per-minute total, for the chart's scale
 }
@@ -181,18 +181,28 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, v *view
 	var locks []lockout
 	var ms []multiplier
 	var errs []string
-	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit), nil, &locks); err != nil {
+	// one more than listLimit: past it the tiles say "200+", not 200
+	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit+1), nil, &locks); err != nil {
 		errs = append(errs, "lockouts: "+err.Error())
 	}
-	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit), nil, &ms); err != nil {
+	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit+1), nil, &ms); err != nil {
 		errs = append(errs, "multipliers: "+err.Error())
 	}
 	if err := c.call(r, "GET", "/v1/admin/alerts?limit=5", nil, &ov.Alerts); err != nil {
 		errs = append(errs, "alerts: "+err.Error())
 	}
-	ov.Lockouts, ov.Multipliers = len(locks), len(ms)
+	ov.Lockouts, ov.Multipliers = inForce(len(locks)), inForce(len(ms))
 	v.Error, v.Data = strings.Join(errs, "; "), ov
 	c.render(w, r, http.StatusOK, "overview", *v)
+}
+
+// inForce is how many of a list are in force, from the n entries asked
+// for with limit listLimit+1: "200+" when there are more than listLimit.
+func inForce(n int) string {
+	if n > listLimit {
+		return itoa(listLimit) + "+"
+	}
+	return itoa(int64(n))
 }
 
 func (c *Console) handleLockouts(w http.ResponseWriter, r *http.Request, v *view) {
