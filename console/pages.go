@@ -21,7 +21,8 @@ type view struct {
 	FlashFailed bool
 	Message     string // the sign-in and error pages' message
 	Now         time.Time
-	Refresh     int // seconds between live refreshes (0: none)
+	Refresh     int  // seconds between live refreshes (0: none)
+	More        bool // a list page shows listLimit entries of more
 	Error       string
 	Data        any
 }
@@ -196,6 +197,16 @@ func (c *Console) handleOverview(w http.ResponseWriter, r *http.Request, v *view
 	c.render(w, r, http.StatusOK, "overview", *v)
 }
 
+// bounded returns list cut to listLimit entries, and whether it was
+// longer (it was asked for listLimit+1): a list page says when it shows
+// only the newest.
+func bounded[T any](list []T) ([]T, bool) {
+	if len(list) > listLimit {
+		return list[:listLimit], true
+	}
+	return list, false
+}
+
 // inForce is how many of a list are in force, from the n entries asked
 // for with limit listLimit+1: "200+" when there are more than listLimit.
 func inForce(n int) string {
@@ -208,9 +219,10 @@ func inForce(n int) string {
 func (c *Console) handleLockouts(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title, v.Refresh = "Lockouts", 30
 	var locks []lockout
-	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit), nil, &locks); err != nil {
+	if err := c.call(r, "GET", "/v1/admin/lockouts?limit="+itoa(listLimit+1), nil, &locks); err != nil {
 		v.Error = err.Error()
 	}
+	locks, v.More = bounded(locks)
 	v.Data = locks
 	c.render(w, r, http.StatusOK, "lockouts", *v)
 }
@@ -261,9 +273,10 @@ func (c *Console) handleForgetAttestation(r *http.Request, _ string) (string, er
 func (c *Console) handleMultipliers(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title, v.Refresh = "Multipliers", 30
 	var ms []multiplier
-	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit), nil, &ms); err != nil {
+	if err := c.call(r, "GET", "/v1/admin/multipliers?limit="+itoa(listLimit+1), nil, &ms); err != nil {
 		v.Error = err.Error()
 	}
+	ms, v.More = bounded(ms)
 	v.Data = ms
 	c.render(w, r, http.StatusOK, "multipliers", *v)
 }
@@ -360,9 +373,10 @@ func (c *Console) handleSubjects(w http.ResponseWriter, r *http.Request, v *view
 func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title, v.Refresh = "Audit trail", 30
 	var list []auditEvent
-	if err := c.call(r, "GET", "/v1/admin/audit?limit="+itoa(listLimit), nil, &list); err != nil {
+	if err := c.call(r, "GET", "/v1/admin/audit?limit="+itoa(listLimit+1), nil, &list); err != nil {
 		v.Error = err.Error()
 	}
+	list, v.More = bounded(list)
 	v.Data = list
 	c.render(w, r, http.StatusOK, "audit", *v)
 }
@@ -370,9 +384,10 @@ func (c *Console) handleAudit(w http.ResponseWriter, r *http.Request, v *view) {
 func (c *Console) handleAlerts(w http.ResponseWriter, r *http.Request, v *view) {
 	v.Title, v.Refresh = "Alerts", 30
 	var list []alert
-	if err := c.call(r, "GET", "/v1/admin/alerts?limit="+itoa(listLimit), nil, &list); err != nil {
+	if err := c.call(r, "GET", "/v1/admin/alerts?limit="+itoa(listLimit+1), nil, &list); err != nil {
 		v.Error = err.Error()
 	}
+	list, v.More = bounded(list)
 	v.Data = list
 	c.render(w, r, http.StatusOK, "alerts", *v)
 }

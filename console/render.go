@@ -37,6 +37,7 @@ var funcs = template.FuncMap{
 	"derefb":     func(b *bool) bool { return b != nil && *b },
 	"subjectURL": subjectURL,
 	"host":       host,
+	"listLimit":  func() int { return listLimit },
 	"pf": func(f *float64) float64 {
 		if f == nil {
 			return 0
