@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -36,4 +38,22 @@ func (s *Server) CheckAdminToken(r *http.Request, token string) (time.Duration, 
 		return 0, false
 	}
 	return s.checkToken(r, token, true, s.admin, &s.tokenSum)
+}
+
+// ForwardedTLS reports whether r came through a trusted proxy
+// (identity.trusted_proxies) that says the client reached it over TLS:
+// the last X-Forwarded-Proto value, the one the nearest proxy set, is
+// https. The console makes its session cookie Secure then (7.3), as over
+// its own TLS. From any other peer the header is not believed.
+func (s *Server) ForwardedTLS(r *http.Request) bool {
+	peer, err := netip.ParseAddr(peerHost(r.RemoteAddr))
+	if err != nil || !inPrefixes(peer.WithZone("").Unmap(), s.o.Engine.Policy().Identity.TrustedProxies) {
+		return false
+	}
+	vs := r.Header.Values("X-Forwarded-Proto")
+	if len(vs) == 0 {
+		return false
+	}
+	hops := strings.Split(vs[len(vs)-1], ",")
+	return strings.EqualFold(strings.TrimSpace(hops[len(hops)-1]), "https")
 }

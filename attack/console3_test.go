@@ -223,3 +223,35 @@ func pageError(page string) string {
 	}
 	return html.UnescapeString(m[1])
 }
+
+// TestAttackConsoleCookieNotSecureBehindTLSBalancer: the console is
+// reached through the load balancer that terminates TLS (it says so with
+// X-Forwarded-Proto: https). The session cookie was Secure only when the
+// limiter itself served TLS, so behind the balancer it went out without
+// Secure: a network attacker who makes the operator's browser load any
+// http:// URL of the console's host (an image on a page it can inject
+// into) reads the session in clear and has the console. Through a
+// trusted proxy that says https, the cookie is Secure.
+func TestAttackConsoleCookieNotSecureBehindTLSBalancer(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	req, err := http.NewRequest("POST", tg.api+"/console/signin", strings.NewReader(url.Values{"token": {adminToken}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-For", "198.51.100.23") // the balancer, on loopback, is a trusted proxy
+	req.Header.Set("X-Forwarded-Proto", "https")
+	resp, err := consoleClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sc := resp.Header.Get("Set-Cookie")
+	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(sc, "tollgate_console=") {
+		t.Fatalf("sign in: %d %q", resp.StatusCode, sc)
+	}
+	if !strings.Contains(sc, "; Secure") {
+		t.Fatalf("session cookie behind a TLS balancer: %q, without Secure", sc)
+	}
+}

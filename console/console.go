@@ -50,6 +50,10 @@ type Options struct {
 	// tokens others sent does not refuse them: the session is no guess
 	// (nil: none, and a throttled address's session is refused too).
 	SignedIn func(context.Context) context.Context
+	// ForwardedTLS reports whether a request came over TLS to a trusted
+	// proxy in front of the limiter (api.Server.ForwardedTLS): the session
+	// cookie is Secure then too (nil: only over the limiter's own TLS).
+	ForwardedTLS func(*http.Request) bool
 	// Counters supplies the overview's decision counts (nil: none shown).
 	Counters *Counters
 	// Now is the clock (default time.Now).
@@ -141,10 +145,12 @@ func cookieValue(r *http.Request) string {
 }
 
 // setCookie sets (or, with maxAge < 0, deletes) the session cookie:
-// HttpOnly, SameSite=Strict, Secure over TLS, scoped to /console/.
-func setCookie(w http.ResponseWriter, r *http.Request, value string, expires time.Time, maxAge int) {
+// HttpOnly, SameSite=Strict, Secure over TLS (the limiter's own, or a
+// trusted proxy's: Options.ForwardedTLS), scoped to /console/.
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, value string, expires time.Time, maxAge int) {
+	secure := r.TLS != nil || c.o.ForwardedTLS != nil && c.o.ForwardedTLS(r)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/console/", Expires: expires, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure})
 }
 
 // page wraps a page handler: without a session it sends the browser to
@@ -190,7 +196,7 @@ func (c *Console) change(h func(r *http.Request, id string) (msg string, err err
 		}
 		msg, err := h(c.signedIn(r), id)
 		if r.URL.Path == "/console/signout" {
-			setCookie(w, r, "", time.Unix(0, 0), -1)
+			c.setCookie(w, r, "", time.Unix(0, 0), -1)
 			http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 			return
 		}
@@ -266,7 +272,7 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.o.Now()
 	exp := now.Add(SessionTTL)
-	setCookie(w, r, c.sessions.create(now, exp), exp, int(SessionTTL/time.Second))
+	c.setCookie(w, r, c.sessions.create(now, exp), exp, int(SessionTTL/time.Second))
 	c.o.Logger.Info("console: signed in", "remote_addr", r.RemoteAddr)
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }

@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,17 @@ func TestSignInAgainEndsTheOldSession(t *testing.T) {
 	copyOfOld.Jar.SetCookies(u, []*http.Cookie{{Name: "tollgate_console", Value: old, Path: "/console/"}})
 	if resp, _ := do(t, copyOfOld, "GET", base+"/console/lockouts", nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the first session's cookie after sign-in again and sign-out: %d, want the sign-in redirect", resp.StatusCode)
+	}
+}
+
+// TestForwardedProtoFromAnUntrustedPeer: X-Forwarded-Proto makes the
+// session cookie Secure only from a trusted proxy; the one-process
+// default trusts none, so it is not believed.
+func TestForwardedProtoFromAnUntrustedPeer(t *testing.T) {
+	t.Parallel()
+	base := startLimiter(t, adminToken)
+	resp, _ := do(t, newClient(t), "POST", base+"/console/signin", url.Values{"token": {adminToken}}, "X-Forwarded-Proto", "https")
+	if sc := resp.Header.Get("Set-Cookie"); resp.StatusCode != http.StatusSeeOther || strings.Contains(sc, "Secure") {
+		t.Fatalf("sign-in with X-Forwarded-Proto from an untrusted peer: %d %q", resp.StatusCode, sc)
 	}
 }

@@ -14,7 +14,7 @@ func (l *limiter) addConsole(srv *api.Server) error {
 		return nil
 	}
 	counters := console.NewCounters(l.reg)
-	c, err := console.New(console.Options{AdminToken: l.cfg.AdminToken, API: srv, CheckToken: srv.CheckAdminToken, SignedIn: api.SignedIn, Counters: counters,
+	c, err := console.New(console.Options{AdminToken: l.cfg.AdminToken, API: srv, CheckToken: srv.CheckAdminToken, SignedIn: api.SignedIn, ForwardedTLS: srv.ForwardedTLS, Counters: counters,
 		Logger: l.log.With("component", "console")})
 	if err != nil {
 		return err
