@@ -142,6 +142,8 @@ func TestParseBrokenFiles(t *testing.T) {
 			`p.yaml:8: duration "-1m": must be positive`},
 		{"velocity bad action", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: ban, duration: 1m}\n"),
 			`p.yaml:8: action "ban": want lockout, step_up, tighten or block`},
+		{"velocity multiplier underflows", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: tighten, multiplier: 1e-999, duration: 1m}\n"),
+			`p.yaml:8: multiplier 1e-999: too small for a float64, it would read as 0 (write 0 for 0)`},
 		{"velocity tighten without multiplier", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: tighten, duration: 1m}\n"),
 			`p.yaml:8: velocity rule: missing required field "multiplier" (action tighten)`},
 		{"velocity multiplier out of range", withRisk("  velocity:\n    - {name: v, event: login_failed, by: ip, threshold: 5, window: 1m, action: tighten, duration: 1m,\n       multiplier: 1.5}\n"),

@@ -289,6 +289,11 @@ func (ps *parser) number(f field) (float64, bool) {
 		ps.errorf(n, "%s: want a number, got %s", f.name, kindName(n))
 		return 0, false
 	}
+	if Underflows(n.Value, x) {
+		// 1e-999 reads as 0: a tightening multiplier would block
+		ps.errorf(n, "%s %s: too small for a float64, it would read as 0 (write 0 for 0)", f.name, n.Value)
+		return 0, false
+	}
 	return x, true
 }
 
