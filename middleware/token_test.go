@@ -48,7 +48,9 @@ func TestDeviceTokens(t *testing.T) {
 	}
 
 	f := &fakeLimiter{status: 200, body: `{"allowed":true}`}
-	rh, _ := build(t, middleware.Options{LimiterURL: startFake(t, f), Identify: identifyToken})
+	// a generous timeout: under a loaded machine the default 100 ms
+	// passed before the check was sent, and the middleware failed open
+	rh, _ := build(t, middleware.Options{LimiterURL: startFake(t, f), Timeout: 5 * time.Second, Identify: identifyToken})
 	serve(rh, "GET", "/x", "198.51.100.7", "", "X-Device-Id", "d1", "X-Device-Token", tok)
 	f.mu.Lock()
 	defer f.mu.Unlock()
