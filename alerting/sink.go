@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/visible"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -165,12 +166,14 @@ func Severity(kind string) string {
 	return "warning"
 }
 
-// summary is the alert's reason, or a sentence when it has none.
+// summary is the alert's reason, or a sentence when it has none, with
+// its Unicode format characters shown as [U+XXXX] (the id label keeps the
+// id exact, for routes and silences).
 func summary(a streams.Alert) string {
 	if a.Reason != "" {
-		return a.Reason
+		return visible.Format(a.Reason)
 	}
-	return fmt.Sprintf("%s of %s %s", a.Kind, a.Subject, a.SubjectID)
+	return fmt.Sprintf("%s of %s %s", a.Kind, a.Subject, visible.Format(a.SubjectID))
 }
 
 // description says what fired, on whom, and until when.
@@ -316,9 +319,10 @@ func SlackText(d Delivery) string {
 }
 
 // slackCode is s as a Slack code span: escaped, its backticks shown as
-// ' so that it cannot close the span.
+// ' so that it cannot close the span, its Unicode format characters as
+// [U+XXXX] (a right-to-left override would show another name).
 func slackCode(s string) string {
-	return "`" + SlackEscape(strings.ReplaceAll(s, "`", "'")) + "`"
+	return "`" + SlackEscape(strings.ReplaceAll(visible.Format(s), "`", "'")) + "`"
 }
 
 // slackEscaper escapes the three characters Slack's mrkdwn gives meaning.

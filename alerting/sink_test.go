@@ -125,3 +125,20 @@ func TestSlackTextShowsIDsOnlyAsCode(t *testing.T) {
 		}
 	}
 }
+
+// TestSlackTextShowsFormatCharacters: an account named with a
+// right-to-left override renders as another name in Slack as anywhere:
+// "ceo\u202emoc.elpmaxe@" reads ceo@example.com. The id and the reason
+// show their format characters as [U+XXXX].
+func TestSlackTextShowsFormatCharacters(t *testing.T) {
+	t.Parallel()
+	for _, a := range []streams.Alert{
+		{Kind: "lockout", Subject: "account", SubjectID: "ceo\u202emoc.elpmaxe@", Rule: "account-failures", Count: 10},
+		{Kind: "block", Subject: "account", SubjectID: "ceo\u202emoc.elpmaxe@", Rule: "r", Reason: "pumping by ceo\u202emoc.elpmaxe@"},
+	} {
+		text := SlackText(Delivery{Alert: a})
+		if strings.ContainsRune(text, '\u202e') || !strings.Contains(text, "`ceo[U+202E]moc.elpmaxe@`") {
+			t.Errorf("%s: %q", a.Kind, text)
+		}
+	}
+}

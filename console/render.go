@@ -11,7 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/tollgate-dev/tollgate/internal/visible"
 )
 
 // pageNames are the templates of templates/, each parsed with layout.html.
@@ -37,7 +38,7 @@ var funcs = template.FuncMap{
 	"label":      func(s string) string { return strings.ReplaceAll(s, "_", " ") },
 	"derefb":     func(b *bool) bool { return b != nil && *b },
 	"subjectURL": subjectURL,
-	"shown":      shown,
+	"shown":      visible.Format, // ids and reasons are the client's choosing
 	"host":       host,
 	"listLimit":  func() int { return listLimit },
 	"pf": func(f *float64) float64 {
@@ -180,26 +181,3 @@ func bar(v, largest int64) int {
 	}
 	return max(1, int(v*100/largest))
 }
-
-// shown returns s with each Unicode format character (category Cf: the
-// bidirectional overrides and isolates, zero-width spaces and joiners)
-// written as [U+XXXX]. Ids and reasons are the client's choosing, and
-// "ceo\u202emoc.elpmaxe@" would otherwise render as ceo@example.com: the
-// operator must see which subject he lifts or blocks.
-func shown(s string) string {
-	if !strings.ContainsFunc(s, isFormat) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if isFormat(r) {
-			fmt.Fprintf(&b, "[U+%04X]", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// isFormat reports whether r is a Unicode format character.
-func isFormat(r rune) bool { return r >= 0x80 && unicode.Is(unicode.Cf, r) }
