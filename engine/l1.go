@@ -27,9 +27,11 @@ type L1Options struct {
 // L1 is the limiter's local cache in front of the bucket store. It holds
 // answers that cannot become more lenient by waiting less than they say:
 //
-//   - a bucket found empty: every request needing at least as many tokens
-//     is denied locally until the bucket's retry time or TTL, whichever
-//     comes first, without a store call;
+//   - a bucket found empty: every request of the cost it denied is
+//     denied locally until the bucket's retry time or TTL, whichever
+//     comes first, without a store call, with the store's wait (less the
+//     time since) as its retry time, so Retry-After stays exact; another
+//     cost asks the store;
 //   - a lockout or step-up: reused for TTL (capped at its end);
 //   - a subject's effective multiplier: reused for TTL, so the store does
 //     not read the subject's multipliers again (a penalty or bonus set or
@@ -66,6 +68,10 @@ type l1Shard struct {
 type l1Entry struct {
 	until time.Time // local monotonic time it holds until
 	cost  float64   // the cost that was denied (smaller costs may pass)
+	// retry is when cost tokens are there, as the store said (local time
+	// plus its wait): a denial answered from the cache names this wait,
+	// not the entry's time to live
+	retry time.Time
 	// limit numbers for the answer's headers
 	burst float64
 	reset time.Time

@@ -41,10 +41,12 @@ func (e *Engine) fromL1(p *policy.Policy, ci int, d *Decision, req *bucket.Reque
 			continue
 		}
 		en, ok := c.get(req.Limits[i].Key, now)
-		if !ok || req.Cost < en.cost {
+		if !ok || req.Cost != en.cost {
+			// a smaller cost may pass; a larger one waits longer than the
+			// store said for this one: only the store knows how long
 			continue
 		}
-		if w := en.until.Sub(now); w > longest || bi < 0 {
+		if w := en.retry.Sub(now); w > longest || bi < 0 {
 			longest, bi, hit = w, i, en
 		}
 	}
@@ -98,7 +100,8 @@ func (e *Engine) toL1(d *Decision, req *bucket.Request, now time.Time) {
 			}
 			// Local time plus the store's wait: the store's clock (Redis
 			// TIME) and ours differ only by the round trip.
-			c.put(req.Limits[i].Key, l1Entry{until: now.Add(min(c.ttl, lr.RetryAfter)), cost: req.Cost, burst: lr.Burst, reset: lr.Reset}, now)
+			c.put(req.Limits[i].Key, l1Entry{until: now.Add(min(c.ttl, lr.RetryAfter)), cost: req.Cost, retry: now.Add(lr.RetryAfter),
+				burst: lr.Burst, reset: lr.Reset}, now)
 		}
 	}
 }

@@ -1,0 +1,57 @@
+package attack
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// check posts a /v1/check body on the API port with the API token and
+// returns the status, the Retry-After header and the envelope's
+// details.retry_after_ms (0 when there is none).
+func (tg *target) check(t *testing.T, body string) (status int, retryAfter string, retryMS int64, errCode string) {
+	t.Helper()
+	code, h, b := doH(t, "POST", tg.api+"/v1/check", body, bearer(apiToken))
+	var env struct {
+		Error struct {
+			Code    string `json:"code"`
+			Details struct {
+				RetryAfterMS int64 `json:"retry_after_ms"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(b), &env)
+	return code, h.Get("Retry-After"), env.Error.Details.RetryAfterMS, env.Error.Code
+}
+
+// Attack: a client that keeps hammering a limit it has exhausted. The
+// first denial comes from the store and names the real wait (login-account
+// is 5/min: 12 s until the next token), but the denials the L1 cache then
+// answers for --l1-ttl (250 ms) said retry_after_ms of at most 250 and
+// Retry-After: 1: the cache answered the time its entry had left to live,
+// not the wait. Every client that honours Retry-After (as the docs tell
+// apps to) came back 12 times as often, each time costing a store call
+// (a retry storm the limiter itself invited).
+// Defence: a cached denial answers the store's wait, less the time since
+// (the denied cost's exact wait, as the contract says retry_after_ms is).
+func TestAttackCachedDenialUndersellsRetryAfter(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	body := `{"endpoint":"POST /auth/login","ip":"198.51.100.90","account":"carol"}`
+	for i := range 5 {
+		if status, _, _, c := tg.check(t, body); status != http.StatusOK {
+			t.Fatalf("attempt %d: %d %s; want 200 (login-account allows 5 a minute)", i+1, status, c)
+		}
+	}
+	for i := range 2 {
+		status, ra, ms, c := tg.check(t, body)
+		if status != http.StatusTooManyRequests || c != "RATE_LIMITED" {
+			t.Fatalf("denial %d: %d %s; want 429 RATE_LIMITED", i+1, status, c)
+		}
+		// 12 s for a token, less the few ms the test has taken
+		if ra != "12" || ms < 11_000 || ms > 12_000 {
+			t.Errorf("denial %d (%s): Retry-After %s, retry_after_ms %d; want 12 and 11000-12000 (the 12 s until login-account's next token)",
+				i+1, []string{"from the store", "from the L1 cache"}[i], ra, ms)
+		}
+	}
+}
