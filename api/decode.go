@@ -76,7 +76,7 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	if err != nil || ip.Zone() != "" {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
-	*in = engine.Input{Endpoint: *req.Endpoint, IP: ipText(*req.IP, ip.Unmap()), Addr: ip.Unmap(), Cost: 1}
+	*in = engine.Input{Endpoint: routedEndpoint(*req.Endpoint), IP: ipText(*req.IP, ip.Unmap()), Addr: ip.Unmap(), Cost: 1}
 	normalizeAccount(&req.Account)
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
@@ -314,6 +314,18 @@ func jsonError(err error) *apiError {
 		return badRequest("unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}
 	return badRequest("body: " + err.Error())
+}
+
+// routedEndpoint returns a valid endpoint (checkEndpoint) as it is
+// decided: its path without the query string or fragment, as forward
+// auth and Envoy's path entry route it (a backend may pass the URI as the
+// client sent it; "POST /auth/login?next=/" is the login route).
+func routedEndpoint(ep string) string {
+	method, path, _ := strings.Cut(ep, " ")
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		return method + " " + path[:i]
+	}
+	return ep
 }
 
 // checkEndpoint validates "METHOD /path"; it returns "" or what is wrong.

@@ -2,8 +2,10 @@ package attack
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // check posts a /v1/check body on the API port with the API token and
@@ -52,6 +54,41 @@ func TestAttackCachedDenialUndersellsRetryAfter(t *testing.T) {
 		if ra != "12" || ms < 11_000 || ms > 12_000 {
 			t.Errorf("denial %d (%s): Retry-After %s, retry_after_ms %d; want 12 and 11000-12000 (the 12 s until login-account's next token)",
 				i+1, []string{"from the store", "from the L1 cache"}[i], ra, ms)
+		}
+	}
+}
+
+// lockAccount reports ten failed logins of account (account-failures'
+// threshold) and waits until the check API answers its login
+// ACCOUNT_LOCKED.
+func (tg *target) lockAccount(t *testing.T, account string) {
+	t.Helper()
+	tg.report(t, 10, `{"type":"login_failed","account":"`+account+`","ip":"192.0.2.77"}`)
+	eventually(t, 10*time.Second, func() string {
+		if !tg.lockedOut(t, account) {
+			return account + " not locked yet"
+		}
+		return ""
+	})
+}
+
+// Attack: the backend asks /v1/check about each login with the request's
+// URI as the client sent it (api.md said "the path may carry a query
+// string"), and the attacker appends one: "POST /auth/login?next=/" is
+// the upstream's login, but the route globs saw the query, so it was
+// class write: no login-ip, no login-account, and no lockout: a locked
+// account's guesses went on. Forward auth and Envoy drop the query before
+// routing; the check API did not.
+// Defence: the check API routes the endpoint's path without its query
+// string (and fragment), as every other surface does.
+func TestAttackCheckQueryStringEscapesLockout(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	tg.lockAccount(t, "dave")
+	for i, ep := range []string{"POST /auth/login?next=%2Fhome", "POST /auth/login?", "POST /auth/login#x"} {
+		body := fmt.Sprintf(`{"endpoint":%q,"ip":"198.51.100.%d","account":"dave"}`, ep, 100+i)
+		if status, _, _, c := tg.check(t, body); status != http.StatusTooManyRequests || c != "ACCOUNT_LOCKED" {
+			t.Errorf("%s for locked account dave: %d %q; want 429 ACCOUNT_LOCKED", ep, status, c)
 		}
 	}
 }
