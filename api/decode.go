@@ -76,7 +76,11 @@ func decodeCheck(body []byte, in *engine.Input) *apiError {
 	if err != nil || ip.Zone() != "" {
 		return badRequest(fmt.Sprintf(`field "ip" is not an IP address: %q`, clip(*req.IP)))
 	}
-	*in = engine.Input{Endpoint: routedEndpoint(*req.Endpoint), IP: ipText(*req.IP, ip.Unmap()), Addr: ip.Unmap(), Cost: 1}
+	ep, msg := routedEndpoint(*req.Endpoint)
+	if msg != "" {
+		return badRequest(`field "endpoint" ` + msg)
+	}
+	*in = engine.Input{Endpoint: ep, IP: ipText(*req.IP, ip.Unmap()), Addr: ip.Unmap(), Cost: 1}
 	normalizeAccount(&req.Account)
 	if aerr := copyIDs(idField{"user_id", req.UserID, &in.UserID}, idField{"device_id", req.DeviceID, &in.DeviceID},
 		idField{"account", req.Account, &in.Account}); aerr != nil {
@@ -317,15 +321,41 @@ func jsonError(err error) *apiError {
 }
 
 // routedEndpoint returns a valid endpoint (checkEndpoint) as it is
-// decided: its path without the query string or fragment, as forward
-// auth and Envoy's path entry route it (a backend may pass the URI as the
-// client sent it; "POST /auth/login?next=/" is the login route).
-func routedEndpoint(ep string) string {
-	method, path, _ := strings.Cut(ep, " ")
+// decided: its path without the query string or fragment, seen as an
+// upstream sees it (policy.RoutePath: unreserved escapes and %2F
+// decoded, dot segments and repeated slashes cleaned), as forward auth
+// and Envoy's path entry route it. A backend may pass the URI as the
+// client sent it: "POST /auth/login?next=/" and "POST /auth/%6cogin" are
+// the login route. A path that decodes to bad UTF-8 or a control
+// character is refused (msg, as Envoy's path entry refuses it).
+func routedEndpoint(ep string) (routed, msg string) {
+	method, sent, _ := strings.Cut(ep, " ")
+	path := sent
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		return method + " " + path[:i]
+		path = path[:i]
 	}
-	return ep
+	if !cleanPath(path) {
+		if path = policy.RoutePath(path); !utf8.ValidString(path) {
+			return "", "is not valid UTF-8 once decoded"
+		}
+		for i := 0; i < len(path); i++ {
+			if c := path[i]; c < ' ' || c == 0x7f {
+				return "", "has a control character once decoded"
+			}
+		}
+	}
+	if path == sent {
+		return ep, ""
+	}
+	return method + " " + path, ""
+}
+
+// cleanPath reports whether policy.RoutePath would return the rooted
+// path p unchanged (as the Envoy path entry's check): no escape, no empty
+// segment or trailing slash, no segment starting with ".".
+func cleanPath(p string) bool {
+	return !strings.Contains(p, "%") && !strings.Contains(p, "//") && !strings.Contains(p, "/.") &&
+		(p == "/" || !strings.HasSuffix(p, "/"))
 }
 
 // checkEndpoint validates "METHOD /path"; it returns "" or what is wrong.

@@ -92,3 +92,23 @@ func TestAttackCheckQueryStringEscapesLockout(t *testing.T) {
 		}
 	}
 }
+
+// Attack: the backend passes the path as the client sent it, escaped
+// (Spring's getRequestURI, Node's req.url), and the attacker encodes a
+// letter or the slash: Spring and Go decode before routing and serve
+// "POST /auth/%6cogin" and "POST /auth%2Flogin" as the login, but the
+// check API matched routes on the escaped text, so they were class write:
+// a locked account's guesses went on (forward auth and Envoy decode, 6.4).
+// Defence: the check API routes the path as forward auth does
+// (policy.RoutePath: unreserved escapes and %2F decoded, cleaned again).
+func TestAttackCheckEncodedPathEscapesLockout(t *testing.T) {
+	t.Parallel()
+	tg := start(t)
+	tg.lockAccount(t, "erin")
+	for i, ep := range []string{"POST /auth/%6cogin", "POST /auth%2Flogin", "POST /%61uth/login", "POST /auth/x/%2E%2E/login"} {
+		body := fmt.Sprintf(`{"endpoint":%q,"ip":"198.51.100.%d","account":"erin"}`, ep, 110+i)
+		if status, _, _, c := tg.check(t, body); status != http.StatusTooManyRequests || c != "ACCOUNT_LOCKED" {
+			t.Errorf("%s for locked account erin: %d %q; want 429 ACCOUNT_LOCKED", ep, status, c)
+		}
+	}
+}
