@@ -86,7 +86,7 @@ func canonicalID(subject, id string) (string, *apiError) {
 		}
 		return strconv.FormatUint(v, 10), nil
 	case "account":
-		if CheckID(id) == "" { // else refused below: lower-casing would hide bad UTF-8
+		if printable(id) == "" { // else refused below: lower-casing would hide bad UTF-8; the length is judged normalised
 			id = policy.NormalizeAccount(id)
 		}
 	}

@@ -246,16 +246,35 @@ func scanAttributes(s *jsonscan.Scanner, dst *map[string]string) bool {
 }
 
 // normalizeAccount replaces a body's account by its canonical form (6.4);
-// one that is empty then is absent. One that CheckID refuses is left for
-// copyIDs to refuse (lower-casing would hide bad UTF-8).
+// one that is empty then is absent. One with bad UTF-8 or a control
+// character is left for copyIDs to refuse (lower-casing would hide bad
+// UTF-8); its length is judged normalised, by copyIDs, as Envoy's account
+// entry judges it: "frank" padded with white space past MaxIDLen is frank.
 func normalizeAccount(acct **string) {
-	if *acct != nil && CheckID(**acct) == "" {
+	if *acct != nil && printable(**acct) == "" {
 		a := policy.NormalizeAccount(**acct)
 		*acct = &a
 		if a == "" {
 			*acct = nil
 		}
 	}
+}
+
+// accountID returns the account raw names (policy.NormalizeAccount), or ""
+// when it names none a request may carry: bad UTF-8 or a control
+// character as sent, or over MaxIDLen once normalised. Its length is
+// judged normalised, as Envoy's account entry and the check API judge it:
+// an app trims the white space that padded "frank" past MaxIDLen, and
+// logs the login in as frank (TestAttackPaddedAccountHeaderEscapesLockout).
+func accountID(raw string) string {
+	if printable(raw) != "" {
+		return ""
+	}
+	a := policy.NormalizeAccount(raw)
+	if CheckID(a) != "" {
+		return ""
+	}
+	return a
 }
 
 // idField is an optional identifier of a request body and where it goes.

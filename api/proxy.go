@@ -424,14 +424,11 @@ func (p *proxy) account(r *http.Request, ident *policy.Identity, id *identity) *
 		if aerr != nil {
 			return aerr
 		}
-		if CheckID(acct) == "" {
-			id.in.Account = policy.NormalizeAccount(acct)
-		}
+		id.in.Account = accountID(acct)
 	}
 	if id.in.Account == "" && ident.AccountHeader != "" {
-		if acct, _ := headerValue(r.Header, ident.AccountHeader); CheckID(acct) == "" {
-			id.in.Account = policy.NormalizeAccount(acct)
-		}
+		acct, _ := headerValue(r.Header, ident.AccountHeader)
+		id.in.Account = accountID(acct)
 	}
 	return nil
 }

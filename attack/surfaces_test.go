@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,5 +111,34 @@ func TestAttackCheckEncodedPathEscapesLockout(t *testing.T) {
 		if status, _, _, c := tg.check(t, body); status != http.StatusTooManyRequests || c != "ACCOUNT_LOCKED" {
 			t.Errorf("%s for locked account erin: %d %q; want 429 ACCOUNT_LOCKED", ep, status, c)
 		}
+	}
+}
+
+// Attack: forward auth reads the login's account from identity's
+// account_header, and the attacker pads the account it guesses at with
+// white space that the app trims (Python's str.strip, which Django's
+// forms apply, Go's strings.TrimSpace and Java's String.strip trim
+// U+3000 IDEOGRAPHIC SPACE, as policy.NormalizeAccount does): "frank"
+// and 90 of them is 275 bytes, over the 256 an id may have, so the
+// limiter dropped the account before normalising it, and the login was
+// decided with none: no login-account, no lockout, while the app logged
+// the guess in as frank. Envoy's account entry normalised first and kept
+// it.
+// Defence: the account is normalised before it is bounded, on every way
+// in, as Envoy's entry does; what is too long once normalised is still
+// dropped.
+func TestAttackPaddedAccountHeaderEscapesLockout(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withPolicy(t, insertAfter("account_body_field: username", "  account_header: X-Account\n")))
+	tg.lockAccount(t, "frank")
+	padded := "frank" + strings.Repeat("\u3000", 90)
+	h := bearer(apiToken)
+	h.Set("X-Forwarded-Method", "POST")
+	h.Set("X-Forwarded-Uri", "/auth/login")
+	h.Set("X-Forwarded-For", "198.51.100.120")
+	h.Set("X-Account", padded)
+	code, body := do(t, "GET", tg.api+"/v1/forward-auth", "", h)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "ACCOUNT_LOCKED") {
+		t.Fatalf("forward auth of a login on locked account frank padded to %d bytes: %d %s; want 429 ACCOUNT_LOCKED", len(padded), code, body)
 	}
 }
