@@ -15,6 +15,11 @@ func TestNormalizeAccount(t *testing.T) {
 		{"j\u030cane", "\u01f0ane"},
 		{"H\u0331", "\u1e96"},
 		{"\u0130\u0301", "\u00ed"}, // İ lower-cases to i, which takes the acute
+		// NFKC, as Django's login form: fullwidth letters, a ligature,
+		// a compatibility space are the plain ones
+		{"\uff26\uff52\uff41\uff4e\uff4b", "frank"},
+		{"\ufb01sh@example.com", "fish@example.com"},
+		{"\u00a8x", "\u0308x"}, // a spacing diaeresis: a space (trimmed) and the mark
 		{"", ""},
 		{"   ", ""},
 	} {
