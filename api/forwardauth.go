@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
@@ -143,8 +144,13 @@ func forwardedRequest(r *http.Request) (*http.Request, *apiError) {
 	if err != nil || u.Scheme != "" || u.Host != "" || len(u.Path) == 0 || u.Path[0] != '/' {
 		return nil, badRequest("header " + headerForwardedURI + " must be an absolute path, as in the request line: " + strconv.Quote(clip(uri)))
 	}
-	if msg := checkEndpoint(method + " " + u.Path); msg != "" {
+	// the path as sent: a space is %20 there (a file name), which the
+	// decoded path would refuse; a control character is refused decoded
+	if msg := checkEndpoint(method + " " + u.EscapedPath()); msg != "" {
 		return nil, badRequest("header " + headerForwardedURI + " " + msg)
+	}
+	if strings.ContainsFunc(u.Path, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, badRequest("header " + headerForwardedURI + " has a control character once decoded")
 	}
 	orig := &http.Request{Method: method, URL: u, RequestURI: uri, Header: r.Header, RemoteAddr: r.RemoteAddr,
 		Host: r.Header.Get("X-Forwarded-Host"), Body: http.NoBody, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor}
