@@ -1,13 +1,17 @@
 package middleware
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -78,4 +82,62 @@ type statusError struct{ status int }
 
 func (e *statusError) Error() string {
 	return "middleware: release answered " + http.StatusText(e.status)
+}
+
+// serveHolding calls next holding a concurrency slot, which release
+// frees (once): when next returns, or, when next hijacked the connection
+// (a WebSocket upgrade) and returned normally, when that connection is
+// closed. Handlers that hand a hijacked connection to goroutines and
+// return at once (gorilla/websocket's examples do) so keep their slot
+// for the socket's life; a socket never closed keeps it until the
+// limit's lease_ttl. A panic in next releases at once.
+func serveHolding(w http.ResponseWriter, r *http.Request, next http.Handler, release func()) {
+	lw := &leaseWriter{ResponseWriter: w, release: sync.OnceFunc(release)}
+	returned := false
+	defer func() {
+		if !returned || !lw.hijacked.Load() {
+			lw.release()
+		}
+	}()
+	next.ServeHTTP(lw, r)
+	returned = true
+}
+
+// leaseWriter is the ResponseWriter of a request holding a concurrency
+// slot: it passes Flush, Hijack and Unwrap (http.ResponseController)
+// through, and ties the slot to a hijacked connection.
+type leaseWriter struct {
+	http.ResponseWriter
+	release  func()
+	hijacked atomic.Bool
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *leaseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush flushes the underlying writer when it can.
+func (w *leaseWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Hijack hijacks the underlying connection; closing the connection it
+// returns frees the slot.
+func (w *leaseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.hijacked.Store(true)
+	return &leaseConn{Conn: c, release: w.release}, rw, nil
+}
+
+// leaseConn is a hijacked connection whose Close frees its slot.
+type leaseConn struct {
+	net.Conn
+	release func()
+}
+
+// Close closes the connection and frees the slot.
+func (c *leaseConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

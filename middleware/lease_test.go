@@ -1,7 +1,10 @@
 package middleware_test
 
 import (
+	"bufio"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +61,61 @@ func TestReleasesConcurrency(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHijackedConnectionHoldsItsSlot: in direct mode, a handler that
+// hijacks its connection and returns (the pumps of a WebSocket run in
+// goroutines) keeps the slot until the connection is closed; a handler
+// that panics frees it at once.
+func TestHijackedConnectionHoldsItsSlot(t *testing.T) {
+	t.Parallel()
+	mw, err := middleware.New(middleware.Options{Identify: identify, Engine: directEngine(t, onePolicy, time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 4)
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			panic(http.ErrAbortHandler)
+		}
+		c, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+		_ = buf.Flush()
+		conns <- c
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	get := func(path string) int {
+		t.Helper()
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0 // the panic's connection is dropped
+		}
+		return resp.StatusCode
+	}
+	if code := get("/ws"); code != 101 {
+		t.Fatalf("first socket: %d", code)
+	}
+	if code := get("/ws"); code != 429 {
+		t.Fatalf("second socket while the first is open: %d, want 429", code)
+	}
+	(<-conns).Close()
+	if code := get("/panic"); code != 0 {
+		t.Fatalf("panicking handler: %d, want the connection dropped", code)
+	}
+	if code := get("/ws"); code != 101 {
+		t.Fatalf("after the first socket closed and a panic: %d, want 101", code)
 	}
 }

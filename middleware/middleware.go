@@ -335,8 +335,10 @@ func (l *limiter) direct(w http.ResponseWriter, r *http.Request, next http.Handl
 	engine.PutDecision(d)
 	if pass {
 		if lease != "" {
-			// the slots of concurrency limits are held until next returns
-			defer l.releaseDirect(rid, lease)
+			// the slots of concurrency limits are held until next returns,
+			// or a connection it hijacked is closed
+			serveHolding(w, r, next, func() { l.releaseDirect(rid, lease) })
+			return
 		}
 		next.ServeHTTP(w, r)
 	}
@@ -373,7 +375,8 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 	case http.StatusOK:
 		copyHeaders(w.Header(), header, passHeaders)
 		if lease := leaseOf(answer); lease != "" {
-			defer l.releaseRemote(rid, lease)
+			serveHolding(w, r, next, func() { l.releaseRemote(rid, lease) })
+			return
 		}
 		next.ServeHTTP(w, r)
 	case http.StatusBadRequest:
