@@ -15,6 +15,11 @@
 // of stampeding back at the same instant, and clients that were told
 // nothing still back off exponentially.
 //
+// A 429 whose envelope code is ACCOUNT_LOCKED is never retried, however
+// short the lockout left: the app should tell the user (docs/clients.md,
+// rule 6), and a login retried once the lock ends would count another
+// failure against the account.
+//
 // Only requests that can be sent again are retried: idempotent methods
 // (GET, HEAD, OPTIONS, PUT, DELETE) or any request with an Idempotency-Key
 // header, and only when the body can be replayed (no body, or

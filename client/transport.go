@@ -86,7 +86,8 @@ func NewTransport(base http.RoundTripper) *Transport {
 // RoundTrip sends req, waiting and retrying on 429 (and 503 when
 // RetryOn503) as long as the request may be retried and attempts remain.
 // It returns the first response that is not retried: a success, any other
-// status, or the last 429 or 503 with its body intact. Bodies of retried
+// status, a 429 ACCOUNT_LOCKED (never retried: see Wait), or the last 429
+// or 503 with its body intact. Bodies of retried
 // attempts are drained and closed. When the request's context ends during
 // a wait, RoundTrip returns ctx.Err().
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -134,10 +135,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // Wait returns how long to wait before retry attempt (0 for the first
 // retry) after resp: the larger of the server's time (RetryAfter) and the
 // full-jitter backoff. ok is false when the server asked for longer than
-// MaxWait: then the caller should give up. Wait may replace resp.Body (see
-// RetryAfter).
+// MaxWait, or when resp is a lockout (the envelope's code
+// ACCOUNT_LOCKED, however short the lockout left): then the caller should
+// give up and tell the user. Wait may replace resp.Body (see RetryAfter).
 func (t *Transport) Wait(resp *http.Response, attempt int) (wait time.Duration, ok bool) {
-	server, has := RetryAfter(resp)
+	server, has, code := retryAfter(resp)
+	if code == CodeAccountLocked {
+		return 0, false
+	}
 	maxWait := t.MaxWait
 	if maxWait <= 0 {
 		maxWait = DefaultMaxWait
@@ -270,13 +275,27 @@ func drain(body io.ReadCloser) {
 // replaces resp.Body with one that yields the same bytes, so the body stays
 // readable and closing it closes the original.
 func RetryAfter(resp *http.Response) (time.Duration, bool) {
+	d, ok, _ := retryAfter(resp)
+	return d, ok
+}
+
+// CodeAccountLocked is the envelope code of a lockout (429): the
+// Transport never retries it, since only the user can act on it (a
+// password reset, support, or waiting it out knowingly).
+const CodeAccountLocked = "ACCOUNT_LOCKED"
+
+// retryAfter is RetryAfter, also returning the envelope's error code
+// ("" when the body is no envelope).
+func retryAfter(resp *http.Response) (time.Duration, bool, string) {
 	if resp == nil {
-		return 0, false
+		return 0, false, ""
 	}
-	if d, ok := envelopeRetryAfter(resp); ok {
-		return d, true
+	d, ok, code := envelopeRetryAfter(resp)
+	if ok {
+		return d, true, code
 	}
-	return headerRetryAfter(resp.Header)
+	d, ok = headerRetryAfter(resp.Header)
+	return d, ok, code
 }
 
 // replayBody yields peeked bytes, then the rest of the original body.
@@ -285,38 +304,41 @@ type replayBody struct {
 	io.Closer
 }
 
-// envelopeRetryAfter reads error.details.retry_after_ms from the body.
-func envelopeRetryAfter(resp *http.Response) (time.Duration, bool) {
+// envelopeRetryAfter reads error.details.retry_after_ms and error.code
+// from the body.
+func envelopeRetryAfter(resp *http.Response) (time.Duration, bool, string) {
 	if resp.Body == nil || resp.Body == http.NoBody {
-		return 0, false
+		return 0, false, ""
 	}
 	orig := resp.Body
 	buf, err := io.ReadAll(io.LimitReader(orig, maxPeek+1))
 	resp.Body = replayBody{io.MultiReader(bytes.NewReader(buf), orig), orig}
 	if err != nil || len(buf) > maxPeek {
-		return 0, false
+		return 0, false, ""
 	}
 	trimmed := bytes.TrimLeft(buf, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return 0, false
+		return 0, false, ""
 	}
 	var env struct {
 		Error *struct {
+			Code    string                     `json:"code"`
 			Details map[string]json.RawMessage `json:"details"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(buf, &env) != nil || env.Error == nil {
-		return 0, false
+		return 0, false, ""
 	}
+	code := env.Error.Code
 	raw, ok := env.Error.Details["retry_after_ms"]
 	if !ok {
-		return 0, false
+		return 0, false, code
 	}
 	ms, perr := strconv.ParseFloat(string(raw), 64)
 	if perr != nil || math.IsNaN(ms) {
-		return 0, false
+		return 0, false, code
 	}
-	return durationOf(ms, float64(time.Millisecond)), true
+	return durationOf(ms, float64(time.Millisecond)), true, code
 }
 
 // headerRetryAfter parses Retry-After: delay-seconds or an HTTP date.
