@@ -1,19 +1,19 @@
 // Package client is the Go side of the cooperation Tollgate asks of its
-// callers: an http.RoundTripper that, on 429 (and 503), waits at least as
-// long as the server said (longer when the random full-jitter backoff says
-// so), retries a bounded number of times, and never retries before the
-// server's time.
+// callers: an http.RoundTripper that, on 429 (and 503), waits as long as
+// the server said plus a random full-jitter backoff, retries a bounded
+// number of times, and never retries before the server's time.
 //
 // The server's time comes from the error envelope's
 // error.details.retry_after_ms (exact, in milliseconds) or, when the body
 // does not carry it, from the Retry-After header (whole seconds or an HTTP
 // date). The wait before retry n (n = 0 for the first retry) is
 //
-//	max(server time, rand[0,1) * min(MaxDelay, BaseDelay * 2^n))
+//	server time + rand[0,1) * min(MaxDelay, BaseDelay * 2^n)
 //
-// so a crowd of clients told "1800 ms" spreads out after 1800 ms instead
-// of stampeding back at the same instant, and clients that were told
-// nothing still back off exponentially.
+// (the jitter alone when the server named no time), so a crowd of clients
+// told "1800 ms" spreads out after 1800 ms instead of stampeding back at
+// the same instant, and clients that were told nothing still back off
+// exponentially.
 //
 // A 429 whose envelope code is ACCOUNT_LOCKED is never retried, however
 // short the lockout left: the app should tell the user (docs/clients.md,

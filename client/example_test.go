@@ -44,6 +44,6 @@ func ExampleTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Print(resp.StatusCode, " ", string(body))
 	// Output:
-	// waiting 1.8s
+	// waiting 1.9s
 	// 200 hello
 }

@@ -133,8 +133,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Wait returns how long to wait before retry attempt (0 for the first
-// retry) after resp: the larger of the server's time (RetryAfter) and the
-// full-jitter backoff. ok is false when the server asked for longer than
+// retry) after resp: the server's time (RetryAfter) plus the full-jitter
+// backoff, or the backoff alone when the server named no time. ok is false when the server asked for longer than
 // MaxWait, or when resp is a lockout (the envelope's code
 // ACCOUNT_LOCKED, however short the lockout left): then the caller should
 // give up and tell the user. Wait may replace resp.Body (see RetryAfter).
@@ -150,7 +150,18 @@ func (t *Transport) Wait(resp *http.Response, attempt int) (wait time.Duration, 
 	if has && server > maxWait {
 		return 0, false
 	}
-	return max(server, t.Backoff(attempt)), true
+	if !has {
+		return t.Backoff(attempt), true
+	}
+	// the jitter comes on top of the server's time, never under it: a
+	// crowd told the same time at the same moment spreads out after it
+	// (with max(server, jitter), a server time above the jitter's cap
+	// brought every client back at the same instant)
+	jitter := t.Backoff(attempt)
+	if server > math.MaxInt64-jitter {
+		return math.MaxInt64, true
+	}
+	return server + jitter, true
 }
 
 // Backoff returns the full-jitter backoff of retry attempt (0 for the

@@ -148,22 +148,22 @@ func TestTransportRetries(t *testing.T) {
 		wantCode  int
 	}
 	cases := []tc{
-		{name: "retry_after_ms then ok", replies: []reply{tooMany("1800"), ok}, rand: []float64{0.5},
-			wantWaits: []time.Duration{1800 * time.Millisecond}, wantHits: 2, wantCode: 200},
+		{name: "retry_after_ms then ok, jitter on top", replies: []reply{tooMany("1800"), ok}, rand: []float64{0.5},
+			wantWaits: []time.Duration{1900 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "retry_after_ms preferred over Retry-After",
 			replies: []reply{{status: 429, header: map[string]string{"Retry-After": "5"}, body: envelope("1800")}, ok}, rand: []float64{0.5},
-			wantWaits: []time.Duration{1800 * time.Millisecond}, wantHits: 2, wantCode: 200},
+			wantWaits: []time.Duration{1900 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "Retry-After seconds only",
 			replies: []reply{{status: 429, header: map[string]string{"Retry-After": "3"}, body: "slow down"}, ok}, rand: []float64{0.5},
-			wantWaits: []time.Duration{3 * time.Second}, wantHits: 2, wantCode: 200},
+			wantWaits: []time.Duration{3100 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "Retry-After HTTP date from the server's Date",
 			replies: []reply{{status: 429, header: map[string]string{
 				"Date": date.Format(http.TimeFormat), "Retry-After": date.Add(7 * time.Second).Format(http.TimeFormat)}}, ok},
-			rand: []float64{0.5}, wantWaits: []time.Duration{7 * time.Second}, wantHits: 2, wantCode: 200},
+			rand: []float64{0.5}, wantWaits: []time.Duration{7100 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "no server time: full jitter doubling", replies: []reply{{status: 429}}, rand: []float64{0.5, 0.25, 0.999},
 			wantWaits: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 799200 * time.Microsecond}, wantHits: 4, wantCode: 429},
-		{name: "jitter above the server time wins", replies: []reply{tooMany("50"), ok}, rand: []float64{0.9},
-			wantWaits: []time.Duration{180 * time.Millisecond}, wantHits: 2, wantCode: 200},
+		{name: "jitter adds to a short server time", replies: []reply{tooMany("50"), ok}, rand: []float64{0.9},
+			wantWaits: []time.Duration{230 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "jitter zero still waits the server time", replies: []reply{tooMany("1800"), tooMany("2500"), ok}, rand: []float64{0},
 			wantWaits: []time.Duration{1800 * time.Millisecond, 2500 * time.Millisecond}, wantHits: 3, wantCode: 200},
 		{name: "MaxDelay caps the backoff", replies: []reply{{status: 429}},
@@ -171,7 +171,7 @@ func TestTransportRetries(t *testing.T) {
 			wantWaits: []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond}, wantHits: 5, wantCode: 429},
 		{name: "MaxDelay does not shorten the server time", replies: []reply{tooMany("1800"), ok},
 			tr: client.Transport{MaxDelay: time.Second}, rand: []float64{0.999},
-			wantWaits: []time.Duration{1800 * time.Millisecond}, wantHits: 2, wantCode: 200},
+			wantWaits: []time.Duration{1999800 * time.Microsecond}, wantHits: 2, wantCode: 200},
 		{name: "gives up after MaxAttempts with the last 429", replies: []reply{tooMany("100"), tooMany("100"), tooMany("120")},
 			tr: client.Transport{MaxAttempts: 3}, rand: []float64{0},
 			wantWaits: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, wantHits: 3, wantCode: 429},
@@ -187,7 +187,7 @@ func TestTransportRetries(t *testing.T) {
 		{name: "503 retried with RetryOn503", tr: client.Transport{RetryOn503: true},
 			replies: []reply{{status: 503, header: map[string]string{"Retry-After": "1"},
 				body: `{"error":{"code":"LIMITER_UNAVAILABLE","message":"Rate limiter unavailable","details":{"retry_after_ms":1000},"request_id":"x"}}`}, ok},
-			rand: []float64{0.5}, wantWaits: []time.Duration{time.Second}, wantHits: 2, wantCode: 200},
+			rand: []float64{0.5}, wantWaits: []time.Duration{1100 * time.Millisecond}, wantHits: 2, wantCode: 200},
 		{name: "503 not retried by the zero value", replies: []reply{{status: 503, header: map[string]string{"Retry-After": "1"}}, ok},
 			rand: []float64{0.5}, wantHits: 1, wantCode: 503},
 		{name: "500 not retried", tr: client.Transport{RetryOn503: true}, replies: []reply{{status: 500}, ok},
@@ -386,7 +386,7 @@ func TestTransportWithClient(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != "ok" || !slices.Equal(sl.waits, []time.Duration{2 * time.Second}) {
+	if resp.StatusCode != 200 || string(b) != "ok" || !slices.Equal(sl.waits, []time.Duration{2100 * time.Millisecond}) {
 		t.Errorf("GET: status %d body %q waits %v", resp.StatusCode, b, sl.waits)
 	}
 	c.CloseIdleConnections()
@@ -501,6 +501,40 @@ func TestBackoffBounds(t *testing.T) {
 	for attempt := 0; attempt < 10; attempt++ {
 		if d := tr.Backoff(attempt); d < 0 || d > min(client.DefaultBaseDelay<<attempt, client.DefaultMaxDelay) {
 			t.Fatalf("attempt %d: backoff %v out of bounds", attempt, d)
+		}
+	}
+}
+
+// TestTransportSpreadsACrowd: a crowd of clients all told "1800 ms" (or
+// "1000 ms" by a limiter whose store is down) at the same moment must not
+// all come back at the same instant: every wait is at least the server's
+// time, and the waits spread over the jitter above it.
+func TestTransportSpreadsACrowd(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status int
+		ms     string
+		server time.Duration
+	}{{429, "1800", 1800 * time.Millisecond}, {503, "1000", time.Second}} {
+		tr := client.NewTransport(nil) // the default Rand and delays
+		for attempt := 0; attempt < 3; attempt++ {
+			lo, hi := time.Duration(1<<62), time.Duration(0)
+			for i := 0; i < 1000; i++ {
+				resp := &http.Response{StatusCode: c.status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(envelope(c.ms)))}
+				d, ok := tr.Wait(resp, attempt)
+				if !ok {
+					t.Fatalf("%d: Wait gave up", c.status)
+				}
+				lo, hi = min(lo, d), max(hi, d)
+			}
+			if lo < c.server {
+				t.Fatalf("%d attempt %d: a wait of %v, before the server's %v", c.status, attempt, lo, c.server)
+			}
+			// the jitter's cap is 200ms << attempt: most of it should be used
+			if spread := hi - lo; spread < (client.DefaultBaseDelay<<attempt)/2 {
+				t.Errorf("%d attempt %d: 1000 clients told %v come back within %v of each other (waits %v..%v)",
+					c.status, attempt, c.server, spread, lo, hi)
+			}
 		}
 	}
 }
