@@ -2,14 +2,19 @@ package attack
 
 import (
 	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/middleware"
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -107,5 +112,97 @@ func TestAttackHijackedSocketsEscapeConcurrency(t *testing.T) {
 	})
 	if code := dial(); code != http.StatusTooManyRequests {
 		t.Fatalf("a third live socket: %d, want 429", code)
+	}
+}
+
+// TestAttackLimiterOutageOpensLogins: an API guards its login with the Go
+// middleware in remote mode and FailOpen: true, as docs/clients.md shows
+// (a limiter outage must not take the whole API down). The policy fails
+// its auth class closed, as the contract's example does: a login must not
+// go unlimited because the limiter cannot count it. When the limiter
+// became unreachable (down, or slower than the 100ms Timeout under the
+// attacker's own flood), the middleware let every login through: 50 of
+// 50 guesses at alice's password reached the handler after the first 5
+// were denied. A request that names an account (a login, a token
+// request) now fails closed whatever FailOpen says, unless
+// FailOpenAccounts is set: 0 of 50, each answered 503
+// LIMITER_UNAVAILABLE; other requests still fail open.
+func TestAttackLimiterOutageOpensLogins(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	stream, subj := testenv.SharedStreams(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte(attackPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := service.Start(ctx, service.Config{
+		ConfigPath: pol, Listen: "127.0.0.1:0", RedisURL: "redis://" + testenv.RedisAddr() + "/0", NATSURL: testenv.NATSURL(),
+		KeyPrefix: prefix, SubjectPrefix: subj, StreamName: stream, DecisionsMaxBytes: 16 << 20, EventsMaxBytes: 16 << 20,
+		StoreTimeout: 2 * time.Second, APIToken: apiToken, NoForwardAuth: true, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-r.Done
+		}
+	}
+	t.Cleanup(stop)
+
+	mw, err := middleware.New(middleware.Options{
+		LimiterURL: "http://" + r.APIAddr, APIToken: apiToken, FailOpen: true, Timeout: time.Second,
+		Identify: func(r *http.Request) (middleware.Identity, bool) {
+			id := middleware.Identity{IP: r.Header.Get("X-Client")}
+			if r.URL.Path == "/auth/login" {
+				id.Account = r.Header.Get("X-Account")
+			}
+			return id, true
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guesses atomic.Int32
+	api := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/auth/login" {
+			guesses.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte("feed"))
+	})))
+	t.Cleanup(api.Close)
+	login := func(i int) int {
+		code, _ := do(t, "POST", api.URL+"/auth/login", "", http.Header{"X-Client": {fmt.Sprintf("203.0.113.%d", i%250)}, "X-Account": {"alice"}})
+		return code
+	}
+	for i := 0; i < 10; i++ {
+		login(i)
+	}
+	if n := guesses.Load(); n != 5 {
+		t.Fatalf("%d of 10 guesses reached the login while the limiter was up, want 5 (login-account 5/min)", n)
+	}
+
+	stop() // the outage
+	guesses.Store(0)
+	codes := map[int]int{}
+	for i := 0; i < 50; i++ {
+		codes[login(100+i)]++
+	}
+	if n := guesses.Load(); n != 0 {
+		t.Fatalf("limiter down: %d of 50 guesses at alice's password reached the login (answers %v)", n, codes)
+	}
+	if codes[503] != 50 {
+		t.Fatalf("limiter down: logins answered %v, want 50 x 503", codes)
+	}
+	// the rest of the API still fails open
+	if code, body := do(t, "GET", api.URL+"/feed", "", http.Header{"X-Client": {"198.51.100.7"}}); code != 200 || body != "feed" {
+		t.Fatalf("limiter down: the feed answered %d %q, want it let through", code, body)
 	}
 }

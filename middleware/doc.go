@@ -12,7 +12,9 @@
 //   - Remote: the middleware asks a running limiter (POST /v1/check) and
 //     relays its answer. When the limiter cannot be reached within
 //     Options.Timeout, Options.FailOpen decides: pass with
-//     X-RateLimit-Degraded: 1, or answer 503 LIMITER_UNAVAILABLE. A 400
+//     X-RateLimit-Degraded: 1, or answer 503 LIMITER_UNAVAILABLE; a request
+//     naming an account (a login) fails closed unless
+//     Options.FailOpenAccounts is set. A 400
 //     from the limiter is the caller's bad input, answered 400 whatever
 //     FailOpen says.
 //

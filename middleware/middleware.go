@@ -103,8 +103,17 @@ type Options struct {
 	// request through with X-RateLimit-Degraded: 1; false (the zero
 	// value) answers 503 LIMITER_UNAVAILABLE with Retry-After: 1. A 400
 	// is the caller's bad input, not unavailability: it is answered 400
-	// (the limiter's envelope), never let through.
+	// (the limiter's envelope), never let through. A request whose
+	// Identity names an Account (a login or token request) fails closed
+	// whatever FailOpen says, as the contract's auth class does
+	// (failure_mode: {auth: closed}), unless FailOpenAccounts is set: an
+	// attacker who gets the limiter down or slower than Timeout must not
+	// get unlimited password guesses.
 	FailOpen bool
+	// FailOpenAccounts lets requests that name an account through too when
+	// FailOpen is set and the limiter cannot be reached (default false:
+	// they are answered 503 LIMITER_UNAVAILABLE).
+	FailOpenAccounts bool
 	// DeviceTokens verifies Identity.DeviceToken in direct mode (the
 	// limiters' key: attestation.TokensFromPolicy); nil treats every
 	// device as unverified. Remote mode sends the token to the limiter.
@@ -129,9 +138,11 @@ type limiter struct {
 	cost     func(r *http.Request) int
 	timeout  time.Duration
 	failOpen bool
-	log      *slog.Logger
-	now      func() time.Time
-	throttle logThrottle
+	// failOpenAccounts: Options.FailOpenAccounts
+	failOpenAccounts bool
+	log              *slog.Logger
+	now              func() time.Time
+	throttle         logThrottle
 }
 
 // New returns the middleware o describes. The middleware is safe for
@@ -143,7 +154,7 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if (o.Engine == nil) == (o.LimiterURL == "") {
 		return nil, ErrMode
 	}
-	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, client: o.HTTPClient, now: o.Now}
+	l := &limiter{eng: o.Engine, tokens: o.DeviceTokens, identify: o.Identify, cost: o.Cost, timeout: o.Timeout, failOpen: o.FailOpen, failOpenAccounts: o.FailOpenAccounts, client: o.HTTPClient, now: o.Now}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
@@ -368,7 +379,7 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 		if r.Context().Err() != nil {
 			return // the caller is gone: nobody to answer
 		}
-		l.unavailable(w, r, next, rid, err)
+		l.unavailable(w, r, next, rid, in.Account != "", err)
 		return
 	}
 	switch status {
@@ -387,7 +398,7 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 		l.badRequest(w, r, rid, header, answer)
 	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusServiceUnavailable:
 		if !isEnvelope(answer) {
-			l.unavailable(w, r, next, rid, fmt.Errorf("middleware: limiter answered %d without an error envelope", status))
+			l.unavailable(w, r, next, rid, in.Account != "", fmt.Errorf("middleware: limiter answered %d without an error envelope", status))
 			return
 		}
 		h := w.Header()
@@ -397,7 +408,7 @@ func (l *limiter) remote(w http.ResponseWriter, r *http.Request, next http.Handl
 		w.WriteHeader(status)
 		_, _ = w.Write(answer)
 	default:
-		l.unavailable(w, r, next, rid, fmt.Errorf("middleware: limiter answered %d: %s", status, clip(string(answer))))
+		l.unavailable(w, r, next, rid, in.Account != "", fmt.Errorf("middleware: limiter answered %d: %s", status, clip(string(answer))))
 	}
 }
 
@@ -503,13 +514,15 @@ func (l *limiter) badRequest(w http.ResponseWriter, r *http.Request, rid string,
 	_, _ = w.Write(answer)
 }
 
-// unavailable applies FailOpen when the limiter could not answer.
-func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, err error) {
+// unavailable applies FailOpen when the limiter could not answer; a
+// request naming an account fails open only with FailOpenAccounts.
+func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, account bool, err error) {
+	open := l.failOpen && (!account || l.failOpenAccounts)
 	if n, ok := l.throttle.allow(l.now()); ok {
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter unavailable", slog.String("request_id", rid),
-			slog.Bool("fail_open", l.failOpen), slog.String("err", err.Error()), slog.Int64("suppressed", n))
+			slog.Bool("fail_open", open), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 	}
-	if l.failOpen {
+	if open {
 		w.Header()[api.HeaderDegraded] = []string{"1"}
 		next.ServeHTTP(w, r)
 		return

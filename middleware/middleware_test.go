@@ -675,3 +675,37 @@ func field(h http.Header, name string) string {
 	}
 	return ""
 }
+
+// TestRemoteDownFailsAccountsClosed: with FailOpen, a request naming an
+// account (a login) still fails closed when the limiter cannot answer,
+// unless FailOpenAccounts is set; one without an account fails open.
+func TestRemoteDownFailsAccountsClosed(t *testing.T) {
+	t.Parallel()
+	closedURL := "http://" + testenv.RefusedAddr(t)
+	for _, c := range []struct {
+		name         string
+		openAccounts bool
+		account      string
+		want         int
+	}{
+		{"login fails closed", false, "alice", 503},
+		{"no account fails open", false, "", 200},
+		{"login fails open with FailOpenAccounts", true, "alice", 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h, a := build(t, middleware.Options{LimiterURL: closedURL, FailOpen: true, FailOpenAccounts: c.openAccounts, Timeout: 50 * time.Millisecond})
+			var hdr []string
+			if c.account != "" {
+				hdr = []string{"X-Account", c.account}
+			}
+			w := serve(h, "POST", "/auth/login", "198.51.100.7", "rid-1", hdr...)
+			if w.Code != c.want || (c.want == 503) != (a.calls.Load() == 0) {
+				t.Errorf("%d %q, app calls %d; want %d", w.Code, w.Body, a.calls.Load(), c.want)
+			}
+			if c.want == 503 && (!strings.Contains(w.Body.String(), `"code":"LIMITER_UNAVAILABLE"`) || w.Header().Get("Retry-After") != "1") {
+				t.Errorf("fail closed: %q headers %v", w.Body, w.Header())
+			}
+		})
+	}
+}
