@@ -135,9 +135,11 @@ type leaseConn struct {
 	release func()
 }
 
-// Close closes the connection and frees the slot.
+// Close closes the connection and frees the slot, in the background (a
+// remote release may take up to the release timeout; Close does not wait
+// for it).
 func (c *leaseConn) Close() error {
 	err := c.Conn.Close()
-	c.release()
+	go c.release()
 	return err
 }
