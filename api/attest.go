@@ -298,9 +298,9 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 
 // claim refuses a fresh attestation st of device id while the id is
 // bound to an attestation of another App Attest key, or of Play Integrity
-// (which has no key), unless the request presents a device token of the
-// id that was still valid when that attestation was last verified (the
-// current token, or the last one, expired or not). An id is bound while
+// (which has no key), unless the request presents the last device token
+// the id was given (by that attestation or its last assertion), expired
+// or not: an older token, even unexpired, is refused. An id is bound while
 // its attestation is in force and, after it lapsed, while it is held
 // (Status.HeldUntil: trusted_for after its end, as long as the id may be
 // a trusted device of an account). A device id is no secret: without
@@ -323,7 +323,11 @@ func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestatio
 		return &cur, nil
 	}
 	if token != nil {
-		if exp, ok := h.o.Tokens.Expiry(*token, id); ok && exp.After(cur.VerifiedAt) {
+		// the last token the id was given (its expiry is the status's, to
+		// the second: Issue rounds down), expired or not; an older one,
+		// even unexpired, proves nothing once the id was verified again
+		// (a token seen once must not outlive a reset of its device)
+		if exp, ok := h.o.Tokens.Expiry(*token, id); ok && exp.Unix() >= cur.ExpiresAt.Unix() {
 			return &cur, nil
 		}
 	}
