@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,5 +205,58 @@ func TestAttackLimiterOutageOpensLogins(t *testing.T) {
 	// the rest of the API still fails open
 	if code, body := do(t, "GET", api.URL+"/feed", "", http.Header{"X-Client": {"198.51.100.7"}}); code != 200 || body != "feed" {
 		t.Fatalf("limiter down: the feed answered %d %q, want it let through", code, body)
+	}
+}
+
+// TestAttackLongPathEscapesRoute: an API serves downloads under a Go
+// ServeMux wildcard (GET /files/{path...}) and its policy limits zips to
+// 3 a minute per address (GET /files/*.zip). The middleware cut an
+// endpoint to the check API's 2048 bytes and checked what was left, so a
+// zip whose path was longer lost its ".zip" to the cut, matched no
+// download route and was served unlimited (10 of 10 before). Proxy mode
+// refuses such a path (400, TestAttackLongPathsDropOthersDecisions); the
+// middleware now does too, in either mode (0 of 10 served, each 400
+// BAD_REQUEST), and short zips stay limited.
+func TestAttackLongPathEscapesRoute(t *testing.T) {
+	t.Parallel()
+	pol := filepath.Join(t.TempDir(), "zips.yaml")
+	text := "version: 1\nroutes:\n  - {match: \"GET /files/*.zip\", class: download}\n  - {match: \"* *\", class: default}\n" +
+		"limits:\n  - {name: zips, by: [ip], rate: 3/min, if: {class: download}}\n"
+	if err := os.WriteFile(pol, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tg := start(t, func(c *service.Config) { c.ConfigPath = pol })
+	mw, err := middleware.New(middleware.Options{
+		LimiterURL: tg.api, APIToken: apiToken, Timeout: 5 * time.Second,
+		Identify: func(r *http.Request) (middleware.Identity, bool) {
+			return middleware.Identity{IP: "198.51.100.7"}, true
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	var served atomic.Int32
+	mux.HandleFunc("GET /files/{path...}", func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		_, _ = w.Write([]byte("PK"))
+	})
+	api := httptest.NewServer(mw(mux))
+	t.Cleanup(api.Close)
+
+	long := "/files/" + strings.Repeat("a", 2100) + ".zip"
+	codes := map[int]int{}
+	for i := 0; i < 10; i++ {
+		code, _ := do(t, "GET", api.URL+long, "", nil)
+		codes[code]++
+	}
+	if n := served.Load(); n != 0 || codes[400] != 10 {
+		t.Fatalf("%d of 10 zips with a %d-byte path served under a 3/min limit (answers %v)", n, len(long), codes)
+	}
+	for i := 0; i < 4; i++ {
+		do(t, "GET", api.URL+"/files/x.zip", "", nil)
+	}
+	if n := served.Load(); n != 3 {
+		t.Fatalf("%d of 4 short zips served, want 3", n)
 	}
 }

@@ -25,8 +25,10 @@
 // The endpoint checked is the request's method, a space and its path
 // ("GET /v1/items/42"), which the policy's routes match. A path with a
 // space or control character is sent percent-encoded, a path that does not
-// start with "/" (OPTIONS *) gets one, and the endpoint is cut to the
-// limiter's 2048 bytes.
+// start with "/" (OPTIONS *) gets one. A request whose endpoint is longer
+// than the limiter's 2048 bytes is refused (400 BAD_REQUEST), as in proxy
+// mode: the cut path could match another route than the one its handler
+// serves (Endpoint still returns the cut form).
 //
 // Every limited request's response carries X-Request-Id: the incoming one
 // when it is of a sane form, else a new ULID. Remote mode sends it to the

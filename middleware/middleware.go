@@ -203,7 +203,15 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	rid := api.RequestID(w, r)
-	in := engine.Input{Endpoint: Endpoint(r), Cost: float64(l.costOf(r))}
+	ep := fullEndpoint(r)
+	if len(ep) > api.MaxEndpointLen {
+		// a cut path may match another route than the handler serves
+		// (GET /files/*.zip without its .zip): never check what is left
+		api.WriteError(w, rid, http.StatusBadRequest, api.CodeBadRequest,
+			fmt.Sprintf("the request path is longer than %d bytes", api.MaxEndpointLen-len(r.Method)-1), "")
+		return
+	}
+	in := engine.Input{Endpoint: ep, Cost: float64(l.costOf(r))}
 	if msg := normalize(&id, &in); msg != "" {
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "identity refused", slog.String("request_id", rid), slog.String("reason", msg))
 		api.WriteError(w, rid, http.StatusBadRequest, api.CodeBadRequest, msg, "")
@@ -300,16 +308,11 @@ func clip(s string) string {
 }
 
 // Endpoint returns the endpoint checked for r: its method, a space and its
-// path, made acceptable to the check API (see the package comment).
+// path, made acceptable to the check API (see the package comment). The
+// middleware itself checks no cut endpoint: a request whose endpoint is
+// longer than api.MaxEndpointLen is refused (400), as in proxy mode.
 func Endpoint(r *http.Request) string {
-	path := r.URL.Path
-	if !cleanPath(path) {
-		path = r.URL.EscapedPath()
-	}
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	ep := r.Method + " " + path
+	ep := fullEndpoint(r)
 	if len(ep) > api.MaxEndpointLen {
 		ep = ep[:api.MaxEndpointLen]
 		for !utf8.ValidString(ep) {
@@ -317,6 +320,18 @@ func Endpoint(r *http.Request) string {
 		}
 	}
 	return ep
+}
+
+// fullEndpoint is Endpoint before the cut.
+func fullEndpoint(r *http.Request) string {
+	path := r.URL.Path
+	if !cleanPath(path) {
+		path = r.URL.EscapedPath()
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	return r.Method + " " + path
 }
 
 // cleanPath reports whether p has no space or control character and is

@@ -709,3 +709,18 @@ func TestRemoteDownFailsAccountsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestLongPathRefused: a request whose endpoint is over the check API's
+// 2048 bytes is refused (400) in direct mode too, and the app is not
+// called: its cut form could match another route.
+func TestLongPathRefused(t *testing.T) {
+	t.Parallel()
+	h, a := build(t, middleware.Options{Engine: directEngine(t, "version: 1\nlimits:\n  - {name: all, by: [ip], rate: 10/min}\n", time.Now())})
+	w := serve(h, "GET", "/files/"+strings.Repeat("a", 2100)+".zip", "198.51.100.7", "")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), `"code":"BAD_REQUEST"`) || a.calls.Load() != 0 {
+		t.Fatalf("long path: %d %q, app calls %d", w.Code, w.Body, a.calls.Load())
+	}
+	if w := serve(h, "GET", "/files/"+strings.Repeat("a", 2030), "198.51.100.7", ""); w.Code != 200 {
+		t.Fatalf("a path within the bound: %d %q", w.Code, w.Body)
+	}
+}
