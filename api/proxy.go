@@ -188,8 +188,27 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 			id.wd.started(resp)
 		}
 		dropOwnHeaders(resp.Header, id.own)
+		if id.acctHeader != "" {
+			id.confirmed = confirmedAccount(resp.Header, id.acctHeader)
+		}
 	}
 	return p.outcome(resp)
+}
+
+// confirmedAccount returns the account the upstream names in its answer's
+// header name (identity.account_response_header), normalised, and removes
+// the header, which is the limiter's to read, not the client's: "" when
+// the header is absent, given more than once or not a valid account.
+func confirmedAccount(h http.Header, name string) string {
+	vs := h.Values(name)
+	h.Del(name)
+	if len(vs) != 1 {
+		return ""
+	}
+	if acct := policy.NormalizeAccount(vs[0]); acct != "" && CheckID(acct) == "" {
+		return acct
+	}
+	return ""
 }
 
 // ownHeaders are the headers the limiter may set on a forwarded response:
@@ -247,6 +266,10 @@ type identity struct {
 	whole    []byte      // the body decompressed, when it was read whole before deciding (an account's)
 	wd       *watchdog   // the forwarded request's deadlines
 	own      uint16      // the ownHeaders the limiter set on the response (ownSet)
+	// acctHeader is identity.account_response_header when the request was
+	// decided ("": none); confirmed the account the upstream's answer named
+	// in it (normalised; "" when none or not one valid value)
+	acctHeader, confirmed string
 }
 
 type identityKey struct{}
@@ -255,7 +278,7 @@ type identityKey struct{}
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(w, r)
 	pol := p.s.o.Engine.Policy()
-	id := &identity{rid: rid}
+	id := &identity{rid: rid, acctHeader: pol.Identity.AccountResponseHeader}
 	if hasBody(r) {
 		id.body = &clientBody{rc: r.Body}
 		r.Body = id.body
@@ -531,8 +554,14 @@ func (p *proxy) outcome(resp *http.Response) error {
 	default:
 		return nil
 	}
+	acct := id.in.Account
+	if typ == streams.ReportLoginSucceeded && id.acctHeader != "" {
+		// the account the upstream says logged in, not the one the body
+		// named: a refresh grant ignores the body's (7.1)
+		acct = id.confirmed
+	}
 	rep := &streams.Report{V: streams.SchemaVersion, ID: ulid.Make().String(), TS: p.s.o.Now().UTC(), Type: typ, Source: "proxy",
-		Account: id.in.Account, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, ASN: id.in.ASN, Attributes: id.in.Attributes}
+		Account: acct, IP: id.in.IP, DeviceID: id.in.DeviceID, UserID: id.in.UserID, ASN: id.in.ASN, Attributes: id.in.Attributes}
 	// a proven device, not a claimed id: velocity rules by device count
 	// the two apart (7.1), only a proven login_succeeded enrols it, and
 	// only a proven device matches a device allow list

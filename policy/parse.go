@@ -29,7 +29,7 @@ const (
 // The keys each mapping of the file may have.
 var (
 	topFields      = []string{"version", "identity", "routes", "limits", "failure_mode", "risk", "lists", "allow", "deny", "envoy", "alerting"}
-	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "attributes"}
+	identityFields = []string{"trusted_proxies", "user_header", "user_signature_header", "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp", "ipv6_prefix", "device_header", "device_token_header", "account_body_field", "account_header", "account_response_header", "attributes"}
 	routeFields    = []string{"match", "class"}
 	limitFields    = []string{"name", "by", "rate", "burst", "quota", "concurrency", "lease_ttl", "shadow", "failure_mode", "if", "trusted_devices", "local_share"}
 	ifFields       = []string{"authenticated", "class", "attr"}
@@ -224,7 +224,7 @@ func (ps *parser) identity(f field) Identity {
 			if l, ok := ps.list(g); ok {
 				id.TrustedProxies, _ = ps.prefixes(g, l)
 			}
-		case "user_header", "user_signature_header", "device_header", "device_token_header", "account_header":
+		case "user_header", "user_signature_header", "device_header", "device_token_header", "account_header", "account_response_header":
 			ps.identityHeader(g, &id)
 		case "user_signature_key_env", "user_signature_max_age", "user_signature_require_timestamp":
 			ps.userSignature(g, &id)
@@ -284,7 +284,7 @@ func (ps *parser) accountFields(g field) []string {
 
 // identityHeader sets the header of id that g names (user_header,
 // user_signature_header, device_header, device_token_header,
-// account_header): a valid HTTP header name.
+// account_header, account_response_header): a valid HTTP header name.
 func (ps *parser) identityHeader(g field, id *Identity) {
 	s, ok := ps.str(g)
 	if !ok {
@@ -301,6 +301,8 @@ func (ps *parser) identityHeader(g field, id *Identity) {
 		id.UserSignatureHeader = s
 	case "account_header":
 		id.AccountHeader = s
+	case "account_response_header":
+		id.AccountResponseHeader = s
 	case "device_token_header":
 		id.DeviceTokenHeader = s
 	default:

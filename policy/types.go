@@ -168,6 +168,16 @@ type Identity struct {
 	// AccountHeader, when set, names a header carrying the account on
 	// class auth routes (used when the body field is absent).
 	AccountHeader string
+	// AccountResponseHeader, when set, names the header of a 2xx answer
+	// on a class auth route in which the upstream names the account that
+	// logged in (proxy mode): the login_succeeded is reported for it, not
+	// for the account the request named, and without it for none, so a
+	// device enrols only in the account the upstream confirms. Without
+	// it, a 2xx on an auth route that ignores the body's account (a
+	// refresh-token grant) enrolled the caller's device in any account
+	// (TestAttackRefreshGrantEnrolsDeviceInAnyAccount). The header is not
+	// forwarded to the client.
+	AccountResponseHeader string
 	// Attributes fill the request's attributes from headers
 	// (`identity.attributes`), sorted by attribute name.
 	Attributes []AttributeHeader
