@@ -29,7 +29,10 @@ type PublisherOptions struct {
 	// OnDrop, when set, is called with the number of decisions dropped
 	// (queue full, NATS down, publish refused).
 	OnDrop func(n int)
-	// ReportTimeout bounds a report or alert publish (default 2s).
+	// ReportTimeout bounds a report or alert publish (default 2s), and is
+	// the ack deadline of every async publish: a decisions message that
+	// JetStream has not acknowledged within it counts as dropped (the
+	// server took it and answered nothing: a stream that lost its leader).
 	ReportTimeout time.Duration
 }
 
@@ -66,7 +69,8 @@ func NewPublisher(nc *nats.Conn, o PublisherOptions) (*Publisher, error) {
 		o.ReportTimeout = 2 * time.Second
 	}
 	p := &Publisher{o: o, nc: nc, queue: make(chan Decision, o.QueueSize), stop: make(chan struct{}), done: make(chan struct{})}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(o.MaxPending), jetstream.WithPublishAsyncErrHandler(p.asyncFailed))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(o.MaxPending), jetstream.WithPublishAsyncErrHandler(p.asyncFailed),
+		jetstream.WithPublishAsyncTimeout(o.ReportTimeout)) // without it an unanswered publish is never counted, nor freed
 	if err != nil {
 		return nil, fmt.Errorf("streams: jetstream: %w", err)
 	}
@@ -111,6 +115,10 @@ func (p *Publisher) Close() {
 	p.once.Do(func() { close(p.stop) })
 	<-p.done
 }
+
+// closeSlack is how much longer than an ack's deadline Close waits for
+// the last acks, so that an unanswered one is counted before it returns.
+const closeSlack = 250 * time.Millisecond
 
 // countHeader carries the number of decisions in a message, so a failed
 // async publish is counted exactly.
@@ -214,9 +222,11 @@ func (p *Publisher) run() {
 				break
 			}
 			flushAll()
+			// Each publish is answered or times out (and is counted)
+			// within ReportTimeout: wait that and a little more.
 			select {
 			case <-p.js.PublishAsyncComplete():
-			case <-time.After(p.o.ReportTimeout):
+			case <-time.After(p.o.ReportTimeout + closeSlack):
 			}
 			return
 		}
