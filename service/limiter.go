@@ -169,6 +169,27 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 // watchReloads counts policy and list reloads and applies a reloaded
 // policy's reputation and attestation settings.
 func (l *limiter) watchReloads() {
+	countReloads(l.reg, l.holder, func(np *policy.Policy) {
+		// The new limits are in force; a reputation database or attestation
+		// key it names that cannot be read keeps the previous one serving.
+		if err := l.rep.apply(np); err != nil {
+			l.log.Error("policy reloaded, but its ASN database could not be loaded; the previous reputation rules stay", "err", err.Error())
+		}
+		if err := l.att.apply(np); err != nil {
+			l.log.Error("policy reloaded, but its attestation settings could not be loaded; the previous ones stay", "err", err.Error())
+		}
+	})
+	if l.cfg.ConfigPath != "" {
+		l.run.reload = l.holder.Reload
+	}
+}
+
+// countReloads registers on reg the reload counters of both daemons,
+// tollgate_policy_reloads_total{result} and
+// tollgate_list_reloads_total{list,result}, and the gauge
+// tollgate_list_entries{list}, and counts h's reloads in them; applied
+// (when set) runs after each policy reload that took effect.
+func countReloads(reg prometheus.Registerer, h *policy.Holder, applied func(*policy.Policy)) {
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_policy_reloads_total",
 		Help: "Policy reload attempts by result (ok, error); a refused file keeps the running policy.",
@@ -179,16 +200,16 @@ func (l *limiter) watchReloads() {
 		Name: "tollgate_list_reloads_total",
 		Help: "Reloads of changed allow/deny list files by list and result (ok, error); a refused file keeps the list's old entries.",
 	}, []string{"list", "result"})
-	l.reg.MustRegister(reloads, listReloads, listEntries{holder: l.holder, desc: prometheus.NewDesc("tollgate_list_entries",
+	reg.MustRegister(reloads, listReloads, listEntries{holder: h, desc: prometheus.NewDesc("tollgate_list_entries",
 		"Entries in force per allow/deny list of the running policy.", []string{"list"}, nil)})
-	l.holder.OnListReload = func(pl *policy.List, err error) {
+	h.OnListReload = func(pl *policy.List, err error) {
 		result := "ok"
 		if err != nil {
 			result = "error" // the holder logged it with FILE:LINE
 		}
 		listReloads.WithLabelValues(pl.Name, result).Inc()
 	}
-	l.holder.OnReload = func(np *policy.Policy, err error) {
+	h.OnReload = func(np *policy.Policy, err error) {
 		// The Holder logs each attempt once (file, routes, limits or the
 		// error); this counts it.
 		if err != nil {
@@ -196,17 +217,9 @@ func (l *limiter) watchReloads() {
 			return
 		}
 		reloads.WithLabelValues("ok").Inc()
-		// The new limits are in force; a reputation database or attestation
-		// key it names that cannot be read keeps the previous one serving.
-		if err := l.rep.apply(np); err != nil {
-			l.log.Error("policy reloaded, but its ASN database could not be loaded; the previous reputation rules stay", "err", err.Error())
+		if applied != nil {
+			applied(np)
 		}
-		if err := l.att.apply(np); err != nil {
-			l.log.Error("policy reloaded, but its attestation settings could not be loaded; the previous ones stay", "err", err.Error())
-		}
-	}
-	if l.cfg.ConfigPath != "" {
-		l.run.reload = l.holder.Reload
 	}
 }
 

@@ -165,6 +165,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	}
 	g.add("events", ev)
 	reg := newRegistry()
+	countReloads(reg, holder, nil) // as the limiter: TollgatePolicyReloadFailed watches riskd too
 	rk, err := newRisk(riskConfig{Publisher: ev.pub, Store: st.store, Policy: holder.Current, Redis: st.client, KeyPrefix: cfg.KeyPrefix,
 		Streams: cfg.streams(), Durable: cfg.Durable, Reassert: cfg.Reassert, LeaseTTL: cfg.LeaseTTL, ShareOffenders: true,
 		Registerer: reg, Logger: log, Getenv: cfg.Getenv})
