@@ -188,7 +188,11 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	}
 	g.add("http", hl)
 	log.Info("listening", "addr", hl.addr(), "nats", streams.RedactURL(cfg.NATSURL), "redis", RedactURL(cfg.RedisURL))
-	return &Running{Addr: hl.addr(), Done: make(chan struct{})}, nil
+	run := &Running{Addr: hl.addr(), Done: make(chan struct{})}
+	if cfg.ConfigPath != "" {
+		run.reload = holder.Reload // cmd/riskd calls it on SIGHUP, as cmd/limiter does
+	}
+	return run, nil
 }
 
 // riskdProbe is riskd's /readyz (6.7): 200 while it leads and consumes

@@ -297,10 +297,9 @@ type Running struct {
 	reload func() error
 }
 
-// Reload rereads the policy file now (cmd/limiter calls it on SIGHUP); a
-// refused file keeps the policy in force and is returned. Without a
-// policy file (or for riskd, which rereads its file as it changes) it
-// does nothing.
+// Reload rereads the policy file now (cmd/limiter and cmd/riskd call it
+// on SIGHUP); a refused file keeps the policy in force and is returned.
+// Without a policy file it does nothing.
 func (r *Running) Reload() error {
 	if r.reload == nil {
 		return nil

@@ -90,10 +90,28 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 		fmt.Fprintln(stderr, "riskd:", err)
 		return cli.ExitFailure
 	}
-	<-r.Done
+	reloadOnHUP(r)
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "riskd:", r.Err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
+}
+
+// reloadOnHUP rereads the policy file on each SIGHUP until riskd has
+// stopped, as the limiter does (contract 3); a refused file is logged
+// and counted, and the policy in force stays. Without it, Go's default
+// action for SIGHUP would end the process.
+func reloadOnHUP(r *service.Running) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			_ = r.Reload()
+		case <-r.Done:
+			return
+		}
+	}
 }
