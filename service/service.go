@@ -235,10 +235,13 @@ func (c *Config) validateAddrs() error {
 			return err
 		}
 	}
-	if c.GRPCListen != "" {
-		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
-			return fmt.Errorf("service: grpc listen address %q: %w", c.GRPCListen, err)
+	if c.Upstream != "" { // without it the API listener is not used (6.1)
+		if err := checkAddr("api listen address", c.APIListen); err != nil {
+			return err
 		}
+	}
+	if err := checkAddr("grpc listen address", c.GRPCListen); err != nil {
+		return err
 	}
 	if c.AttestPrefix != "" && (len(c.AttestPrefix) < 2 || !strings.HasPrefix(c.AttestPrefix, "/") || !strings.HasSuffix(c.AttestPrefix, "/") ||
 		policy.NormalizePath(c.AttestPrefix)+"/" != c.AttestPrefix) {

@@ -366,3 +366,33 @@ func TestValidateTokenKeyEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestBadListenAddressesAreUsageErrors (6.8: a bad flag value exits 2):
+// --api-listen is checked as --listen is, and --grpc-listen's port must
+// be a port. Before, neither was checked before the start: the limiter
+// started its embedded NATS and risk engine, then failed to listen and
+// exited 1, which systemd (Restart=on-failure, RestartPreventExitStatus=2)
+// restarted every 2 s for ever.
+func TestBadListenAddressesAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		env     lookupEnv
+		args    []string
+		wantErr string
+	}{
+		{"api listen not host:port", envMap(), []string{"--upstream", "http://127.0.0.1:1", "--api-listen", "nonsense"}, `api listen address "nonsense"`},
+		{"api listen env bad port", envMap("TOLLGATE_API_LISTEN", "127.0.0.1:80801"), []string{"--upstream", "http://127.0.0.1:1"}, `api listen address "127.0.0.1:80801"`},
+		{"grpc listen bad port", envMap(), []string{"--grpc-listen", "127.0.0.1:grpc-port"}, `grpc listen address "127.0.0.1:grpc-port"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// A policy proxy mode starts with (no user signature key to set).
+			conf := write(t, "p.yaml", "version: 1\nlimits: [{name: g, by: [global], rate: 10/s}]\n")
+			code, _, errs := runT(c.env, append(c.args, "--config", conf, "--listen", "127.0.0.1:0", "--nats-port", "0")...)
+			if code != 2 || !strings.Contains(errs, c.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, c.wantErr)
+			}
+		})
+	}
+}
