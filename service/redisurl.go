@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +49,9 @@ func RedisOptions(u string) (*redis.UniversalOptions, error) {
 	}
 	switch scheme {
 	case "redis", "rediss":
+		if err := singleQuery(u); err != nil {
+			return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
+		}
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
@@ -61,6 +66,29 @@ func RedisOptions(u string) (*redis.UniversalOptions, error) {
 		return nil, fmt.Errorf("service: redis url %s: %w", RedactURL(u), err)
 	}
 	return o, nil
+}
+
+// singleQuery refuses the query parameters of a redis:// or rediss:// URL
+// that the store would not honour: go-redis's ParseURL reads many (pool
+// and timeout settings, client_name, protocol), but only the address,
+// database (the path or db), credentials and TLS (with skip_verify) are
+// kept, so the others would be dropped in silence.
+func singleQuery(u string) error {
+	_, query, ok := strings.Cut(u, "?")
+	if !ok {
+		return nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	keys := slices.Sorted(maps.Keys(q))
+	for _, k := range keys {
+		if k != "db" && k != "skip_verify" {
+			return fmt.Errorf("unknown query parameter %q (want db or skip_verify)", k)
+		}
+	}
+	return nil
 }
 
 // multiHostURL parses what follows "SCHEME://" in a Cluster or Sentinel

@@ -97,3 +97,33 @@ func FuzzRedisOptions(f *testing.F) {
 		}
 	})
 }
+
+// TestRedisURLQueryIsNeverIgnored: a query parameter of a redis:// or
+// rediss:// URL is either honoured (db, skip_verify) or refused, as the
+// Cluster and Sentinel forms refuse theirs. Before, go-redis parsed
+// dial_timeout, pool_size, client_name, protocol and the rest, and only
+// the address, database, credentials and TLS were kept: the limiter
+// started without them, saying nothing.
+func TestRedisURLQueryIsNeverIgnored(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in, wantErr string
+	}{
+		{"redis://:s3cret@127.0.0.1:6379/0?dial_timeout=1s", `unknown query parameter "dial_timeout"`},
+		{"rediss://127.0.0.1:6380/0?skip_verify=true&pool_size=100", `unknown query parameter "pool_size"`},
+		{"redis://127.0.0.1:6379?client_name=limiter-a", `unknown query parameter "client_name"`},
+		{"redis://127.0.0.1:6379/0?protocol=2", `unknown query parameter "protocol"`},
+	} {
+		if _, err := RedisOptions(c.in); err == nil || !strings.Contains(err.Error(), c.wantErr) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: err %v, want %q (and no password)", c.in, err, c.wantErr)
+		}
+	}
+	o, err := RedisOptions("redis://127.0.0.1:6379?db=3")
+	if err != nil || o.DB != 3 {
+		t.Errorf("?db=3: %v, db %v", err, o)
+	}
+	o, err = RedisOptions("rediss://127.0.0.1:6380/0?skip_verify=true")
+	if err != nil || o.TLSConfig == nil || !o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("?skip_verify=true: %v, %+v", err, o)
+	}
+}
