@@ -160,12 +160,6 @@ func (s *RedisStore) decideCluster(ctx context.Context, req *Request, res *Resul
 	}
 	groups := slotGroups(req, subs, now, res.Trusted)
 	if err := s.clusterDecide(ctx, groups); err != nil {
-		if isNoScript(err) {
-			if err := decideScript.Load(ctx, s.c).Err(); err != nil {
-				return fmt.Errorf("%w: load script: %w", ErrUnavailable, err)
-			}
-			return s.decideCluster(ctx, req, res)
-		}
 		// the slots' scripts were sent: those that ran kept what they took
 		return fmt.Errorf("%w: %w", ErrUnanswered, err)
 	}
@@ -338,24 +332,24 @@ func slotGroups(req *Request, subs []RequestSubject, now time.Time, trusted bool
 
 // clusterDecide runs one script per slot group, all in one pipeline, and
 // fills each group's result; each slot takes its tokens only if all its
-// limits allow. A NOSCRIPT error is returned as is (the caller loads the
-// script and starts over: nothing was evaluated).
+// limits allow. A slot whose master answered NOSCRIPT (its script cache
+// lost: a replica just promoted) is sent again alone, with EVAL: the
+// other slots' scripts ran and took their tokens, and starting the whole
+// decision over would charge them twice.
 func (s *RedisStore) clusterDecide(ctx context.Context, groups []*slotGroup) error {
 	cmds := make([]*redis.Cmd, len(groups))
+	calls := make([]*call, len(groups))
 	pipe := s.c.Pipeline()
+	var buf batchBuf
 	for gi, g := range groups {
 		c := &call{}
 		c.build(&g.req, s.slack)
-		var buf batchBuf
+		calls[gi] = c
 		keys, args := buf.fill([]*call{c})
 		cmds[gi] = pipe.EvalSha(ctx, decideScript.Hash(), keys, args...)
 	}
 	_, _ = pipe.Exec(ctx)
-	for _, c := range cmds {
-		if isNoScript(c.Err()) {
-			return c.Err()
-		}
-	}
+	s.evalNoScript(ctx, calls, 1, cmds, &buf)
 	for gi, g := range groups {
 		if err := cmds[gi].Err(); err != nil {
 			return fmt.Errorf("%w: cluster decide: %w", ErrUnavailable, err)

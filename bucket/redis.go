@@ -575,15 +575,13 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
+	s.evalNoScript(ctx, batch, per, cmds, buf)
 	out := make([]reply, len(batch))
 	for k, cmd := range cmds {
 		part := out[k*per : min((k+1)*per, len(batch))]
 		err := cmd.Err()
 		if err == nil {
 			err = unbatch(cmd.Val(), part)
-		}
-		if isNoScript(err) {
-			return nil, err
 		}
 		for i := range part {
 			if err != nil {
@@ -592,6 +590,38 @@ func (s *RedisStore) exec(ctx context.Context, batch []*call, buf *batchBuf) ([]
 		}
 	}
 	return out, nil
+}
+
+// evalNoScript sends again, with EVAL, the scripts of a pipeline (cmds,
+// per calls of batch each) that a node answered NOSCRIPT, and puts their
+// new commands in cmds. On a Cluster one node may have lost its script
+// cache (a replica just promoted, a master restarted: the cache is not
+// replicated) while the others ran theirs and took their tokens: only the
+// scripts that did not run are sent again, never the whole batch, which
+// would charge the others twice. EVAL also caches the script on that
+// node.
+func (s *RedisStore) evalNoScript(ctx context.Context, batch []*call, per int, cmds []*redis.Cmd, buf *batchBuf) {
+	var pipe redis.Pipeliner
+	for k, cmd := range cmds {
+		if !isNoScript(cmd.Err()) {
+			continue
+		}
+		if pipe == nil {
+			pipe = s.c.Pipeline()
+		}
+		part := batch[k*per : min((k+1)*per, len(batch))]
+		if s.cluster {
+			keys, args := buf.fill(part)
+			cmds[k] = pipe.Eval(ctx, decideSource, keys, args...)
+		} else {
+			args := evalsha(nil, part)
+			args[0], args[1] = "eval", decideSource
+			cmds[k] = pipe.Do(ctx, args...)
+		}
+	}
+	if pipe != nil {
+		_, _ = pipe.Exec(ctx)
+	}
 }
 
 // unbatch spreads a batch reply over out, one entry per decision.
