@@ -34,26 +34,48 @@ func Check(cfg Config) (*policy.Policy, error) {
 			return nil, err
 		}
 	}
-	if err := checkUserKey(cfg, p); err != nil {
+	if err := checkPolicy(cfg, p); err != nil {
 		return nil, err
 	}
-	if err := checkConcurrency(cfg, p); err != nil {
+	if err := checkASNDatabase(p, ""); err != nil {
 		return nil, err
-	}
-	if err := alertingCheck(cfg.Getenv)(p); err != nil {
-		return nil, err
-	}
-	if _, _, _, err := attestationFromPolicy(p, cfg.Getenv); err != nil {
-		return nil, err // the running limiter refuses to start on the same
-	}
-	if rep := p.Risk.Reputation; rep != nil && rep.ASNDatabase != "" {
-		db, err := reputation.OpenDB(rep.ASNDatabase)
-		if err != nil {
-			return nil, err
-		}
-		_ = db.Close()
 	}
 	return p, nil
+}
+
+// checkPolicy runs the checks of p that need the limiter's configuration
+// and environment: the user-signature key in proxy mode, the concurrency
+// limits' release path, the alerting secrets and the attestation
+// settings. The limiter runs it at start (Check) and on every reload (its
+// holder's Check), so a reload refuses what a start refuses.
+func checkPolicy(cfg Config, p *policy.Policy) error {
+	if err := checkUserKey(cfg, p); err != nil {
+		return err
+	}
+	if err := checkConcurrency(cfg, p); err != nil {
+		return err
+	}
+	if err := alertingCheck(cfg.Getenv)(p); err != nil {
+		return err
+	}
+	if _, _, _, err := attestationFromPolicy(p, cfg.Getenv); err != nil {
+		return err // the running limiter refuses to start on the same
+	}
+	return nil
+}
+
+// checkASNDatabase opens and closes the ASN database p names, unless it
+// is inUse (the one in force, which the ASN watcher keeps).
+func checkASNDatabase(p *policy.Policy, inUse string) error {
+	rep := p.Risk.Reputation
+	if rep == nil || rep.ASNDatabase == "" || rep.ASNDatabase == inUse {
+		return nil
+	}
+	db, err := reputation.OpenDB(rep.ASNDatabase)
+	if err != nil {
+		return err
+	}
+	return db.Close()
 }
 
 // checkUserKey refuses proxy mode with a policy whose

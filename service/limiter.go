@@ -54,12 +54,18 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	if err := checkConcurrency(cfg, l.holder.Current()); err != nil {
 		return nil, err
 	}
-	alertingOK := l.holder.Check
+	// A reload passes the checks a start runs, or it is refused whole:
+	// before, it ran only the concurrency and alerting ones, and a policy
+	// with an empty user-signature key or missing Play Integrity keys went
+	// in force half-applied (TestReloadRefusesWhatStartRefuses).
 	l.holder.Check = func(p *policy.Policy) error {
-		if err := checkConcurrency(cfg, p); err != nil {
+		if p == nil {
+			return nil
+		}
+		if err := checkPolicy(cfg, p); err != nil {
 			return err
 		}
-		return alertingOK(p)
+		return checkASNDatabase(p, l.rep.inUse())
 	}
 	l.rep = newReputationState(cfg.Logger.With("component", "reputation"), l.reg, cfg.ASNWatchInterval)
 	if err := l.rep.apply(l.holder.Current()); err != nil {

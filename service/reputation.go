@@ -45,9 +45,18 @@ func newReputationState(log *slog.Logger, reg prometheus.Registerer, every time.
 // Current returns the rules in force (nil without a reputation section).
 func (r *reputationState) Current() *reputation.Rules { return r.rules.Load() }
 
+// inUse is the path of the ASN database in force ("" for none).
+func (r *reputationState) inUse() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.path
+}
+
 // apply builds the rules of p; the database is opened when its path is
 // new (Run watches the one in force). An unreadable database is an error: at start the
-// limiter refuses to run, on reload the old rules stay.
+// limiter refuses to run; a reload whose database does not open is
+// refused before it takes effect (the holder's Check), so apply fails on
+// reload only if the file changed in between, and the old rules stay.
 func (r *reputationState) apply(p *policy.Policy) error {
 	rep := p.Risk.Reputation
 	if rep == nil {
