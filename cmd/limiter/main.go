@@ -139,12 +139,14 @@ func run(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup := notifyHUP() // before the start: a SIGHUP while starting must not end the process
+	defer signal.Stop(hup)
 	r, err := service.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "limiter:", err)
 		return cli.ExitFailure
 	}
-	reloadOnHUP(r)
+	reloadOnHUP(r, hup)
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "limiter:", r.Err)
 		return cli.ExitFailure
@@ -152,13 +154,19 @@ func run(args []string, env lookupEnv, stdout, stderr io.Writer) int {
 	return cli.ExitOK
 }
 
-// reloadOnHUP rereads the policy file on each SIGHUP until the limiter
-// has stopped (a refused file is logged by the limiter and keeps the
-// policy in force).
-func reloadOnHUP(r *service.Running) {
+// notifyHUP catches SIGHUP from now on: one that arrives while the limiter
+// starts is kept for reloadOnHUP (Go's default action would end the
+// process).
+func notifyHUP() chan os.Signal {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	return hup
+}
+
+// reloadOnHUP rereads the policy file on each SIGHUP of hup (one received
+// while starting included) until the limiter has stopped; a refused file is
+// logged and counted, and the policy in force stays.
+func reloadOnHUP(r *service.Running, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-hup:

@@ -85,12 +85,14 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup := notifyHUP() // before the start: a SIGHUP while starting must not end the process
+	defer signal.Stop(hup)
 	r, err := service.StartRiskd(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "riskd:", err)
 		return cli.ExitFailure
 	}
-	reloadOnHUP(r)
+	reloadOnHUP(r, hup)
 	if r.Err != nil {
 		fmt.Fprintln(stderr, "riskd:", r.Err)
 		return cli.ExitFailure
@@ -98,14 +100,19 @@ func run(args []string, env func(string) (string, bool), stdout, stderr io.Write
 	return cli.ExitOK
 }
 
-// reloadOnHUP rereads the policy file on each SIGHUP until riskd has
-// stopped, as the limiter does (contract 3); a refused file is logged
-// and counted, and the policy in force stays. Without it, Go's default
-// action for SIGHUP would end the process.
-func reloadOnHUP(r *service.Running) {
+// notifyHUP catches SIGHUP from now on: one that arrives while riskd
+// starts is kept for reloadOnHUP (Go's default action would end the
+// process).
+func notifyHUP() chan os.Signal {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	return hup
+}
+
+// reloadOnHUP rereads the policy file on each SIGHUP of hup (one received
+// while starting included) until riskd has stopped; a refused file is
+// logged and counted, and the policy in force stays.
+func reloadOnHUP(r *service.Running, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-hup:
