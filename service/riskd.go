@@ -83,6 +83,12 @@ func (c *RiskdConfig) Validate() error {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
+	if err := streams.CheckNames(c.StreamName, c.SubjectPrefix); err != nil {
+		return err
+	}
+	if err := streams.CheckName("durable", c.Durable); err != nil {
+		return err
+	}
 	if c.DecisionsMaxBytes < 0 {
 		return fmt.Errorf("service: decisions max bytes %d must not be negative", c.DecisionsMaxBytes)
 	}

@@ -210,6 +210,9 @@ func (c *Config) Validate() error {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return fmt.Errorf("service: key prefix %q must not contain braces", c.KeyPrefix)
 	}
+	if err := streams.CheckNames(c.StreamName, c.SubjectPrefix); err != nil {
+		return err
+	}
 	if c.RedisURL != "" {
 		if _, err := redisOptions(c.RedisURL, c.RedisCA); err != nil {
 			return err

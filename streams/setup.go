@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -210,4 +211,32 @@ func sameManaged(have, want jetstream.StreamConfig) bool {
 	return slices.Equal(have.Subjects, want.Subjects) && have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes &&
 		have.Storage == want.Storage && have.Discard == want.Discard && (want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
 		max(have.Replicas, 1) == max(want.Replicas, 1) && have.Description == want.Description
+}
+
+// CheckNames refuses a stream name and a subject prefix NATS cannot use
+// (empty values are the defaults): a stream name with white space, '.',
+// '*', '>', '/' or '\', and a subject prefix with white space, '*', '>' or
+// an empty token ("a..b.", ".a."). A daemon given such a value starts
+// and then drops every event (the streams are never created) or fails its
+// consumers, so the daemons check them as usage errors.
+func CheckNames(streamName, subjectPrefix string) error {
+	if err := CheckName("stream name", streamName); err != nil {
+		return err
+	}
+	if subjectPrefix == "" {
+		return nil
+	}
+	if strings.ContainsAny(subjectPrefix, " \t\r\n*>") || strings.Contains(strings.TrimSuffix(subjectPrefix, ".")+".", "..") || strings.HasPrefix(subjectPrefix, ".") {
+		return fmt.Errorf("streams: subject prefix %q: want tokens of a NATS subject, such as tollgate. (no white space, '*', '>' or empty token)", subjectPrefix)
+	}
+	return nil
+}
+
+// CheckName refuses a JetStream stream or consumer name (what names it,
+// e.g. "durable") that NATS cannot use; "" is the default and passes.
+func CheckName(what, name string) error {
+	if name != "" && strings.ContainsAny(name, " \t\r\n.*>/\\") {
+		return fmt.Errorf("streams: %s %q: no white space, '.', '*', '>', '/' or '\\' in a JetStream name", what, name)
+	}
+	return nil
 }

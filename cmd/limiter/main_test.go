@@ -396,3 +396,31 @@ func TestBadListenAddressesAreUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestBadNATSNamesAreUsageErrors (6.8): a --stream-name JetStream cannot
+// name a stream with, or a --subject-prefix no subject can start with,
+// is a usage error (exit 2). Before, the limiter started, logged once
+// that the streams were not ensured, and dropped every decision and
+// refused every report for as long as it ran.
+func TestBadNATSNamesAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		env     lookupEnv
+		args    []string
+		wantErr string
+	}{
+		{"dot in stream name", envMap(), []string{"--stream-name", "TOLL.GATE"}, `stream name "TOLL.GATE"`},
+		{"space in stream name env", envMap("TOLLGATE_STREAM_NAME", "TOLL GATE"), nil, `stream name "TOLL GATE"`},
+		{"wildcard in subject prefix", envMap(), []string{"--subject-prefix", "tollgate.*."}, `subject prefix "tollgate.*."`},
+		{"empty token in subject prefix", envMap(), []string{"--subject-prefix", "acme..tollgate."}, `subject prefix "acme..tollgate."`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runT(c.env, append(c.args, "--listen", "127.0.0.1:0", "--nats-port", "0")...)
+			if code != 2 || !strings.Contains(errs, c.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, c.wantErr)
+			}
+		})
+	}
+}

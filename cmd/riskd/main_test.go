@@ -135,3 +135,30 @@ func TestConsumerFailureExits1(t *testing.T) {
 		t.Fatal("riskd kept running without its reports consumer")
 	}
 }
+
+// TestBadNATSNamesAreUsageErrors (6.8): a --durable or --stream-name
+// JetStream cannot name a consumer or stream with, or a --subject-prefix
+// no subject can start with, is a usage error (exit 2). Before, riskd
+// started, its consumers failed and it exited 1, which systemd
+// (Restart=on-failure) restarted every 2 s for ever.
+func TestBadNATSNamesAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	ok := []string{"TOLLGATE_REDIS", "redis://127.0.0.1:1/0", "TOLLGATE_NATS", "nats://127.0.0.1:1"}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"dot in durable", []string{"--durable", "riskd.a"}, `durable "riskd.a"`},
+		{"wildcard in stream name", []string{"--stream-name", "TOLL>"}, `stream name "TOLL>"`},
+		{"space in subject prefix", []string{"--subject-prefix", "toll gate."}, `subject prefix "toll gate."`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runT(envMap(ok...), c.args...)
+			if code != 2 || !strings.Contains(errs, c.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, errs, c.wantErr)
+			}
+		})
+	}
+}
