@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/service"
 )
 
 // daemonsDir holds limiter and riskd, built once for the package's tests
@@ -111,6 +114,16 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		if daemon == "limiter" && !strings.Contains(text, "ExecStartPre=/usr/local/bin/limiter validate\n") {
 			t.Errorf("%s: the limiter validates before it starts", unit)
+		}
+		// systemd kills what has not stopped by TimeoutStopSec: the
+		// limiter's listeners drain in turn (gRPC, public, API: each up to
+		// --shutdown-timeout, default 10s), then its publisher flushes
+		// (2.25s) and the store closes, so a stop must be given 40s and
+		// more, or a SIGKILL loses the decisions still queued
+		if m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)$`).FindStringSubmatch(text); m == nil {
+			t.Errorf("%s sets no TimeoutStopSec", unit)
+		} else if secs, _ := strconv.Atoi(m[1]); daemon == "limiter" && secs < 3*int(service.DefaultShutdownTimeout/time.Second)+10 {
+			t.Errorf("%s: TimeoutStopSec=%d is less than three drains of --shutdown-timeout and the flush", unit, secs)
 		}
 		if !strings.Contains(text, "ExecReload=/bin/kill -HUP $MAINPID\n") {
 			t.Errorf("%s: both daemons reload their policy on SIGHUP (systemctl reload)", unit)
