@@ -14,13 +14,14 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 )
 
-// TestHUPHelper is the limiter in a child process for
-// TestSIGHUPWhileStartingIsNotFatal (it does nothing in a normal run).
-func TestHUPHelper(t *testing.T) {
-	if os.Getenv("TOLLGATE_TEST_HUP_HELPER") != "1" {
-		t.Skip("helper process of TestSIGHUPWhileStartingIsNotFatal")
+// TestMain runs the limiter itself instead of the tests when
+// TOLLGATE_TEST_HUP_HELPER is 1: the child process the SIGHUP test
+// signals, the test binary standing in for the daemon's.
+func TestMain(m *testing.M) {
+	if os.Getenv("TOLLGATE_TEST_HUP_HELPER") == "1" {
+		os.Exit(run(nil, os.LookupEnv, os.Stdout, os.Stderr))
 	}
-	os.Exit(run(nil, os.LookupEnv, os.Stdout, os.Stderr))
+	os.Exit(m.Run())
 }
 
 // TestSIGHUPWhileStartingIsNotFatal: a SIGHUP that reaches the limiter
@@ -51,7 +52,7 @@ func TestSIGHUPWhileStartingIsNotFatal(t *testing.T) {
 	}()
 	stream, subj := testenv.SharedStreams(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHUPHelper$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATE_TEST_HUP_HELPER=1", "TOLLGATE_LISTEN="+addr,
 		"TOLLGATE_REDIS=redis://"+hang.Addr().String()+"/0", "TOLLGATE_NATS="+testenv.NATSURL(),
 		"TOLLGATE_STREAM_NAME="+stream, "TOLLGATE_SUBJECT_PREFIX="+subj,

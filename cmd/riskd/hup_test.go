@@ -16,13 +16,14 @@ import (
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
-// TestHUPHelper is riskd in a child process for TestSIGHUPReloadsPolicy
-// (it does nothing in a normal run).
-func TestHUPHelper(t *testing.T) {
-	if os.Getenv("TOLLGATE_TEST_HUP_HELPER") != "1" {
-		t.Skip("helper process of TestSIGHUPReloadsPolicy")
+// TestMain runs riskd itself instead of the tests when
+// TOLLGATE_TEST_HUP_HELPER is 1: the child process the SIGHUP test
+// signals, the test binary standing in for the daemon's.
+func TestMain(m *testing.M) {
+	if os.Getenv("TOLLGATE_TEST_HUP_HELPER") == "1" {
+		os.Exit(run(nil, os.LookupEnv, os.Stdout, os.Stderr))
 	}
-	os.Exit(run(nil, os.LookupEnv, os.Stdout, os.Stderr))
+	os.Exit(m.Run())
 }
 
 // TestSIGHUPReloadsPolicy (contract 3: the policy file is reloaded on
@@ -39,7 +40,7 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	if err := os.WriteFile(policyPath, policy.Example(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHUPHelper$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "TOLLGATE_TEST_HUP_HELPER=1", "TOLLGATE_CONFIG="+policyPath,
 		"TOLLGATE_REDIS=redis://"+testenv.RedisAddr()+"/0", "TOLLGATE_NATS="+ns.URL, "TOLLGATE_LISTEN="+addr,
 		"TOLLGATE_KEY_PREFIX="+testenv.Prefix(t), "TOLLGATE_DECISIONS_MAX_BYTES=16777216", "TOLLGATE_EVENTS_MAX_BYTES=16777216")
