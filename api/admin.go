@@ -29,6 +29,8 @@ type AdminStore interface {
 	ListLocks(ctx context.Context, limit int) ([]bucket.LockEntry, error)
 	ListMultipliers(ctx context.Context, limit int) ([]bucket.MultiplierEntry, error)
 	Now(ctx context.Context) (time.Time, error)
+	// TrustAdmin lists and revokes accounts' trusted devices (7.1).
+	bucket.TrustAdmin
 }
 
 // subjects are the subject kinds multipliers attach to.
@@ -362,6 +364,9 @@ type subjectView struct {
 	Lockout     *lockView  `json:"lockout"`
 	Lockouts    []lockView `json:"lockouts,omitempty"`
 	Attestation any        `json:"attestation"`
+	// TrustedDevices lists an account's trusted devices in force, the
+	// latest ending first (7.1; accounts only, [] when none).
+	TrustedDevices *[]trustedView `json:"trusted_devices,omitempty"`
 	// Warning says that no limit of the policy in force is keyed by the
 	// subject's kind: its multipliers, effective included, change no
 	// decision (a multiplier weighs only on the limits whose `by` names
@@ -438,6 +443,14 @@ func (s *Server) writeSubject(w http.ResponseWriter, r *http.Request, rid, subje
 	}
 	if len(v.Lockouts) > 0 {
 		v.Lockout = &v.Lockouts[0]
+	}
+	if subject == "account" {
+		ts, err := s.trustedDevices(r, id)
+		if err != nil {
+			s.storeError(w, rid, err)
+			return
+		}
+		v.TrustedDevices = &ts
 	}
 	writeJSON(w, http.StatusOK, v)
 }

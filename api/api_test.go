@@ -322,7 +322,7 @@ func TestAdmin(t *testing.T) {
 	// lockouts
 	_ = f.store.SetLock(context.Background(), bucket.Subject{Kind: "account", ID: "alice"}, bucket.Lock{Kind: "lockout", Rule: "r", Until: t0.Add(time.Minute)})
 	expect(t, f.do(t, "GET", "/v1/admin/subjects/account/alice", "", auth...), 200,
-		`{"subject":"account","id":"alice","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r","expires_at":"2024-04-19T10:31:00Z"},"lockouts":[{"kind":"lockout","rule":"r","expires_at":"2024-04-19T10:31:00Z"}],"attestation":null,"request_id":"req-1"}`)
+		`{"subject":"account","id":"alice","effective":1,"multipliers":[],"lockout":{"kind":"lockout","rule":"r","expires_at":"2024-04-19T10:31:00Z"},"lockouts":[{"kind":"lockout","rule":"r","expires_at":"2024-04-19T10:31:00Z"}],"attestation":null,"trusted_devices":[],"request_id":"req-1"}`)
 	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/alice", "", auth...), 200, `{"account":"alice","cleared":true,"request_id":"req-1"}`)
 	expect(t, f.do(t, "DELETE", "/v1/admin/lockouts/alice", "", auth...), 200, `{"account":"alice","cleared":false,"request_id":"req-1"}`)
 }

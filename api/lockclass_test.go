@@ -34,7 +34,7 @@ func TestAdminRuleKeyedLockouts(t *testing.T) {
 			`{"subject":"account","id":"alice","effective":1,"multipliers":[],`+
 				`"lockout":{"kind":"lockout","rule":"otp-flood","expires_at":"2024-04-19T11:30:00Z"},`+
 				`"lockouts":[{"kind":"lockout","rule":"otp-flood","expires_at":"2024-04-19T11:30:00Z"},{"kind":"lockout","rule":"account-failures","expires_at":"2024-04-19T10:45:00Z"}],`+
-				`"attestation":null,"request_id":"req-1"}`)
+				`"attestation":null,"trusted_devices":[],"request_id":"req-1"}`)
 		w := f.do(t, "GET", "/v1/admin/lockouts", "", auth...)
 		for _, want := range []string{`"subject":"account","id":"alice","kind":"lockout","rule":"account-failures"`,
 			`"subject":"account","id":"alice","kind":"lockout","rule":"otp-flood"`} {

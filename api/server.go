@@ -187,6 +187,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/admin/audit", s.adminOnly(s.handleAudit))
 	s.mux.HandleFunc("GET /v1/admin/alerts", s.adminOnly(s.handleAlerts))
 	s.mux.HandleFunc("DELETE /v1/admin/attestations/{device_id}", s.adminOnly(s.handleForgetAttestation))
+	s.mux.HandleFunc("DELETE /v1/admin/trusted-devices/{account}", s.adminOnly(s.handleRevokeTrust))
+	s.mux.HandleFunc("DELETE /v1/admin/trusted-devices/{account}/{device_id}", s.adminOnly(s.handleRevokeTrust))
 	s.mux.HandleFunc("/v1/admin/", s.adminOnly(func(w http.ResponseWriter, r *http.Request, rid string) {
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such admin endpoint: " + clip(r.URL.Path)})
 	}))

@@ -291,6 +291,15 @@ func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, unti
 	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
 	}
+	if sub.Kind != "account" {
+		return nil
+	}
+	// the index of the accounts that trust the device (trust.go), with
+	// the same end: UntrustDevice finds the account without a scan
+	ik := trustIndexKey(s.prefix, device)
+	if err := trustScript.Run(ctx, s.c, []string{ik}, sub.ID, until.UnixMicro()).Err(); err != nil {
+		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, ik, err)
+	}
 	return nil
 }
 

@@ -77,6 +77,8 @@ type Admin interface {
 	// Trust adds device to the trust set of s until the given time: an
 	// Exempt lock of s spares it.
 	Trust(ctx context.Context, s Subject, device string, until time.Time) error
+	// TrustAdmin lists and revokes trusted devices.
+	TrustAdmin
 	// ListLocks lists the locks in force, newest first, at most limit.
 	ListLocks(ctx context.Context, limit int) ([]LockEntry, error)
 	// ListMultipliers lists the stored multipliers in force, newest

@@ -240,6 +240,11 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 			}
 			d.log.Info("lockout lifted by an admin; not re-asserted", "subject", subject, "id", a.ID, "request_id", a.RequestID)
 		}
+	case streams.AuditTrustRevoke:
+		d.revokeTrust(ctx, a.ID, a.DeviceID, a.TS, live)
+	case streams.AuditAttestationForget:
+		// a freed id is trusted by no account (the limiter untrusted it)
+		d.revokeTrust(ctx, "", a.ID, a.TS, live)
 	}
 }
 

@@ -870,9 +870,7 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		n := len(out)
-		out = TrustAction(&r, d.trustFor(), out)
-		d.recordTrust(out[n:])
+		out = d.recordTrust(TrustAction(&r, d.trustFor(), out), len(out), r.TS)
 		return out, applied{n: 1, typ: "report", reportType: r.Type}
 	}
 	d.count("subject")
@@ -1051,10 +1049,11 @@ type ActionWriter interface {
 }
 
 // Writer is what the daemon writes to: WriteAction's methods, and
-// ClearMultiplier for admin audit events.
+// ClearMultiplier and Untrust for admin audit events.
 type Writer interface {
 	ActionWriter
 	ClearMultiplier(ctx context.Context, s bucket.Subject, source string) error
+	Untrust(ctx context.Context, s bucket.Subject, device string) (bool, error)
 }
 
 // WriteAction applies a lock, multiplier or trust action (SetLock,

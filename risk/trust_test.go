@@ -11,11 +11,11 @@ import (
 func TestTrustRecord(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1700000000, 0)
-	r := trustRecord{max: 2, m: map[string]time.Time{}}
-	r.set("alice", "phone", now.Add(time.Hour), now)
-	r.set("alice", "phone", now.Add(time.Minute), now) // an earlier end does not shorten it
-	r.set("bob", "tablet", now.Add(2*time.Hour), now)
-	r.set("carol", "watch", now.Add(3*time.Hour), now) // full: alice's phone ends first
+	r := trustRecord{max: 2, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	r.set("alice", "phone", now.Add(time.Hour), now, now)
+	r.set("alice", "phone", now.Add(time.Minute), now, now) // an earlier end does not shorten it
+	r.set("bob", "tablet", now.Add(2*time.Hour), now, now)
+	r.set("carol", "watch", now.Add(3*time.Hour), now, now) // full: alice's phone ends first
 	got := map[string]time.Time{}
 	for _, e := range r.active(now) {
 		got[e.account+"/"+e.device] = e.until
@@ -26,5 +26,40 @@ func TestTrustRecord(t *testing.T) {
 	}
 	if n := len(r.active(now.Add(150 * time.Minute))); n != 1 {
 		t.Fatalf("after bob's end: %d entries, want 1", n)
+	}
+}
+
+// TestTrustRecordRevocations: a revocation drops the enrolments made at
+// or before it (of one device of an account, of every device of an
+// account, of a freed id in every account) and no enrolment that old is
+// recorded again; one made after it is.
+func TestTrustRecordRevocations(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1700000000, 0)
+	at := func(m int) time.Time { return now.Add(time.Duration(m) * time.Minute) }
+	r := trustRecord{max: 10, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	r.set("alice", "phone", at(60), at(1), now)
+	r.set("alice", "tablet", at(60), at(1), now)
+	r.set("bob", "phone", at(60), at(1), now)
+	if got := r.revoke("alice", "phone", at(2), now); len(got) != 1 || got[0].account != "alice" || got[0].device != "phone" {
+		t.Fatalf("revoke(alice, phone) dropped %v, want alice's phone", got)
+	}
+	if r.set("alice", "phone", at(61), at(1), now) {
+		t.Fatal("an enrolment older than its revocation was recorded again")
+	}
+	if !r.set("alice", "phone", at(63), at(3), now) {
+		t.Fatal("an enrolment after the revocation was refused")
+	}
+	if got := r.revoke("alice", "", at(2), now); len(got) != 1 || got[0].device != "tablet" {
+		t.Fatalf("revoke(alice, all) at t+2 dropped %v, want the tablet alone (the phone came back at t+3)", got)
+	}
+	if got := r.revoke("", "phone", at(4), now); len(got) != 2 {
+		t.Fatalf("revoke(every account, phone) dropped %v, want alice's and bob's", got)
+	}
+	if r.set("carol", "phone", at(64), at(4), now) || !r.set("carol", "phone", at(65), at(5), now) {
+		t.Fatal("a freed id: an enrolment of its time must be refused, a later one recorded")
+	}
+	if n := len(r.active(now)); n != 1 {
+		t.Fatalf("%d enrolments in force, want 1 (carol's phone)", n)
 	}
 }

@@ -18,13 +18,13 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 	t.Parallel()
 	const max, more = 100_000, 10_000
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := trustRecord{max: max, m: map[string]time.Time{}}
+	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
 	for i := range max {
-		r.set("acct", "d"+strconv.Itoa(i), now.Add(time.Hour+time.Duration(i)*time.Second), now)
+		r.set("acct", "d"+strconv.Itoa(i), now.Add(time.Hour+time.Duration(i)*time.Second), now, now)
 	}
 	start := time.Now()
 	for i := range more {
-		r.set("acct", "new"+strconv.Itoa(i), now.Add(1000*time.Hour), now)
+		r.set("acct", "new"+strconv.Itoa(i), now.Add(1000*time.Hour), now, now)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("%d enrolments on a full record of %d took %v", more, max, d)

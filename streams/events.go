@@ -189,6 +189,10 @@ const (
 	// AuditAttestationForget: an operator freed a device id's
 	// attestation (DELETE /v1/admin/attestations/{device_id}).
 	AuditAttestationForget = "attestation_forget"
+	// AuditTrustRevoke: an operator took a device (DeviceID; "" every
+	// device) out of an account's trusted devices (DELETE
+	// /v1/admin/trusted-devices/{account}[/{device_id}]).
+	AuditTrustRevoke = "trust_revoke"
 )
 
 // Audit is one admin change, published by the limiter on
@@ -203,8 +207,8 @@ type Audit struct {
 	AuditID string `json:"audit_id"`
 	// TS is when the limiter made the change.
 	TS time.Time `json:"ts"`
-	// Action is multiplier_set, multiplier_clear, lockout_lift or
-	// attestation_forget.
+	// Action is multiplier_set, multiplier_clear, lockout_lift,
+	// attestation_forget or trust_revoke.
 	Action string `json:"action"`
 	// Subject is ip, user, device, account or asn; ID the subject's id
 	// (lockout_lift: the locked subject, account, ip, user or device).
@@ -227,8 +231,13 @@ type Audit struct {
 	// peer's), so a change made through a balancer names who made it
 	// ("" in events of earlier versions).
 	ClientIP string `json:"client_ip,omitempty"`
-	// Cleared reports, for lockout_lift, multiplier_clear and
-	// attestation_forget, whether
-	// something was in force.
+	// Cleared reports, for lockout_lift, multiplier_clear,
+	// attestation_forget and trust_revoke, whether something was in force.
 	Cleared *bool `json:"cleared,omitempty"`
+	// DeviceID is the device trust_revoke took out of the account's
+	// trusted devices ("": all of them).
+	DeviceID string `json:"device_id,omitempty"`
+	// Untrusted is, for attestation_forget, how many accounts trusted the
+	// freed device id (it is no longer trusted by any).
+	Untrusted *int `json:"untrusted,omitempty"`
 }
