@@ -105,6 +105,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /console/lockouts", c.page(c.handleLockouts))
 	c.mux.HandleFunc("POST /console/lockouts/lift", c.change(c.handleLift))
 	c.mux.HandleFunc("POST /console/attestations/forget", c.change(c.handleForgetAttestation))
+	c.mux.HandleFunc("POST /console/trusted-devices/revoke", c.change(c.handleRevokeTrust))
 	c.mux.HandleFunc("GET /console/multipliers", c.page(c.handleMultipliers))
 	c.mux.HandleFunc("POST /console/multipliers/set", c.change(c.handleSetMultiplier))
 	c.mux.HandleFunc("POST /console/multipliers/clear", c.change(c.handleClearMultiplier))

@@ -63,6 +63,7 @@ type auditEvent struct {
 	Subject    string     `json:"subject"`
 	ID         string     `json:"id"`
 	Value      *float64   `json:"value"`
+	DeviceID   string     `json:"device_id"` // trust_revoke's device ("" all)
 	TTL        string     `json:"ttl"`
 	ExpiresAt  *time.Time `json:"expires_at"`
 	Reason     string     `json:"reason"`
@@ -102,6 +103,11 @@ type subjectView struct {
 	Lockouts    []lockView     `json:"lockouts"` // every lock in force, longest first
 	Attestation map[string]any `json:"attestation"`
 	Warning     string         `json:"warning"` // no limit is keyed by the subject's kind
+	// TrustedDevices are an account's trusted devices, the latest ending first.
+	TrustedDevices []struct {
+		DeviceID  string    `json:"device_id"`
+		ExpiresAt time.Time `json:"expires_at"`
+	} `json:"trusted_devices"`
 }
 
 // lockView is a lock of the subject view.
@@ -268,6 +274,37 @@ func (c *Console) handleForgetAttestation(r *http.Request, _ string) (string, er
 		return "No attestation was kept for device " + id + " (recorded anyway).", nil
 	}
 	return "Forgot the attestation of device " + id + ": any genuine device may attest it now.", nil
+}
+
+// handleRevokeTrust takes a device (or, without one, every device) out
+// of an account's trusted devices through the admin API (DELETE
+// /v1/admin/trusted-devices/{account}[/{device_id}]): the answer to a
+// stolen phone or a compromised account.
+func (c *Console) handleRevokeTrust(r *http.Request, _ string) (string, error) {
+	account := strings.TrimSpace(r.PostFormValue("account"))
+	device := strings.TrimSpace(r.PostFormValue("device"))
+	if account == "" {
+		return "", errors.New("an account is needed")
+	}
+	path := "/v1/admin/trusted-devices/" + pathSegment(account)
+	if device != "" {
+		path += "/" + pathSegment(device)
+	}
+	var out struct {
+		Cleared bool `json:"cleared"`
+	}
+	if err := c.call(r, "DELETE", path, nil, &out); err != nil {
+		return "", err
+	}
+	switch {
+	case !out.Cleared && device != "":
+		return "Device " + device + " was not a trusted device of " + account + " (recorded anyway).", nil
+	case !out.Cleared:
+		return account + " had no trusted devices (recorded anyway).", nil
+	case device != "":
+		return "Device " + device + " is no longer a trusted device of " + account + ".", nil
+	}
+	return account + " has no trusted devices any more.", nil
 }
 
 func (c *Console) handleMultipliers(w http.ResponseWriter, r *http.Request, v *view) {
