@@ -625,7 +625,9 @@ func (p *pending) wait() {
 // (attestation) against the policy, keyed by the client IP as proxy mode
 // finds it (X-Forwarded-For only from trusted proxies): an unauthenticated
 // endpoint that writes state must not be free to flood. The endpoint is
-// "METHOD /path", so routes and limits of the policy apply to it.
+// "METHOD /path", so routes and limits of the policy apply to it; an
+// attestation (POST PathAttestApple, PathAttestAndroid) also takes from
+// risk.attestation.max_per_ip (engine.Input.Attestation).
 func (s *Server) Guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rid := requestID(w, r)
@@ -640,7 +642,8 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 			writeError(w, rid, aerr)
 			return
 		}
-		in := engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+		in := engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1,
+			Attestation: r.Method == http.MethodPost && (r.URL.Path == PathAttestApple || r.URL.Path == PathAttestAndroid)}
 		d := engine.GetDecision()
 		defer engine.PutDecision(d)
 		if err := s.o.Engine.Decide(r.Context(), &in, d); err != nil {

@@ -98,6 +98,11 @@ type Input struct {
 	// account's trusted devices). Otherwise unverified_multiplier applies,
 	// whatever is stored for the device.
 	DeviceVerified bool
+	// Attestation marks a request that attests a device id (POST
+	// /v1/attest/apple or /v1/attest/android): besides the limits of its
+	// route, it takes from the policy's risk.attestation.max_per_ip limit
+	// (policy.Attestation.MaxPerIP), keyed by its IP.
+	Attestation bool
 
 	// ipKey is the ip key part's value (IPKey), set by Decide.
 	ipKey string

@@ -44,7 +44,11 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	var claimOf int8   // the claim subject's index + 1 (claims.go)
 	claim := in.DeviceID != "" && !verifiedDevice
 	var attrs attrSubjects
-	for _, l := range p.Applicable(ci, in.UserID != "") {
+	limits := p.Applicable(ci, in.UserID != "")
+	if in.Attestation {
+		limits = withAttestationLimit(p, limits)
+	}
+	for _, l := range limits {
 		// Unreachable for a policy from policy.Parse, which refuses one
 		// where more than policy.MaxApplicable (= bucket.MaxLimits) limits
 		// can apply; a policy built by hand is cut here.
@@ -83,6 +87,17 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 		d.applied = append(d.applied, l)
 		appendLimit(req, l, mask)
 	}
+}
+
+// withAttestationLimit returns limits with the policy's
+// risk.attestation.max_per_ip limit first (so that MaxLimits never cuts
+// it), or limits alone when the policy has none.
+func withAttestationLimit(p *policy.Policy, limits []*policy.Limit) []*policy.Limit {
+	a := p.Risk.Attestation
+	if a == nil || a.MaxPerIP == nil {
+		return limits
+	}
+	return append([]*policy.Limit{a.MaxPerIP}, limits...)
 }
 
 // appendLimit appends l to req with the subjects in mask, field by field
@@ -221,7 +236,7 @@ func (e *Engine) appendBucketKey(dst []byte, bk *bucketKeys, l *policy.Limit, in
 	case tag == policy.PartAttr:
 		dst = bucket.AppendAttrTag(dst, e.o.Prefix, l.ByAttr[first], l.AttrValue(first, in.Attributes))
 		dst = bucket.AppendBucketName(dst, l.Name)
-	case l.Index < len(bk.keys) && &bk.p.Limits[l.Index] == l:
+	case l.Index >= 0 && l.Index < len(bk.keys) && &bk.p.Limits[l.Index] == l:
 		dst = bk.keys[l.Index].Append(dst, value(in, tag, route)) // "" for global
 	default: // a limit of no policy in bk: the same bytes, built in full
 		dst = bucket.AppendSubjectTag(dst, e.o.Prefix, tag.String(), value(in, tag, route))

@@ -28,6 +28,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(head + "lists:\n  x: {file: testdata/budgets-example.md, kind: \"attr:plan\"}\nallow: [x]\ndeny: [x, y]\n"))
 	f.Add([]byte(head + contractAlerting))
 	f.Add([]byte(head + "alerting:\n  alertmanager: {url: \"http://u:p@a:9093/#f\", labels: {a-b: \"\", severity: x}}\n  webhooks: [{url: x, kinds: [nope]}]\n"))
+	f.Add([]byte(withRisk("  attestation: {max_per_ip: 5/min}\n")))
+	f.Add([]byte(withRisk("  attestation: {max_per_ip: 0.5/day}\n")))
+	f.Add([]byte(withRisk("  attestation: {max_per_ip: off}\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
 		p, err := Parse("fuzz.yaml", data)
@@ -45,6 +48,11 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 			p.Route("GET", "/x")
+			if a := p.Risk.Attestation; a != nil && a.MaxPerIP != nil {
+				if l := a.MaxPerIP; l.Name != AttestationLimitName || l.Rate <= 0 || l.Burst < 1 || l.Period <= 0 || len(l.By) != 1 || l.By[0] != PartIP {
+					t.Fatalf("max_per_ip limit %+v", l)
+				}
+			}
 			var b strings.Builder
 			if err := p.WriteBudgets(&b); err != nil {
 				t.Fatal(err)

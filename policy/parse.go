@@ -492,6 +492,10 @@ func (ps *parser) limit(n *yaml.Node, classes []string, seen map[string]int) (Li
 		case "name":
 			var good bool
 			lim.Name, good = ps.uniqueName(g, "limit", seen)
+			if good && lim.Name == AttestationLimitName {
+				ps.errorf(g.val, "name %q: reserved for the limit of risk.attestation.max_per_ip", lim.Name)
+				good = false
+			}
 			ok = ok && good
 		case "by":
 			by, attrs, good := ps.keyParts(g)

@@ -189,13 +189,15 @@ func TestLoadContractExample(t *testing.T) {
 	}
 	wantAtt := &Attestation{
 		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
+		MaxPerIP: &Limit{Index: -1, Name: AttestationLimitName, By: []KeyPart{PartIP}, Rate: DefaultAttestationMaxPerIP, Period: time.Hour,
+			RateText: "20/h", Burst: DefaultAttestationMaxPerIP, Kind: KindBucket, Line: 47},
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
 			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem"), RootCAFileLine: 51},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
 			VerificationKeyEnv: "TOLLGATE_PI_VER_KEY", DecryptionKeyEnvLine: 52, VerificationKeyEnvLine: 53, MaxAge: 5 * time.Minute},
 	}
 	if !reflect.DeepEqual(p.Risk.Attestation, wantAtt) {
-		t.Errorf("Attestation = %+v\napple %+v\nandroid %+v", p.Risk.Attestation, p.Risk.Attestation.Apple, p.Risk.Attestation.Android)
+		t.Errorf("Attestation = %+v\napple %+v\nandroid %+v\nmax_per_ip %+v", p.Risk.Attestation, p.Risk.Attestation.Apple, p.Risk.Attestation.Android, p.Risk.Attestation.MaxPerIP)
 	}
 	if !reflect.DeepEqual(p.Risk.RepeatOffender, &RepeatOffender{PerMinute: 100}) {
 		t.Errorf("RepeatOffender = %+v", p.Risk.RepeatOffender)

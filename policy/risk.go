@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ var (
 	anomalyFields       = []string{"by", "factor", "short_window", "long_window", "min_baseline", "multiplier", "duration", "shadow"}
 	reputationFields    = []string{"asn_database", "rules"}
 	reputationRuleField = []string{"asns", "cidrs", "multiplier", "reason"}
-	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "trusted_for", "token_key_env", "apple", "android"}
+	attestationFields   = []string{"verified_multiplier", "unverified_multiplier", "valid_for", "trusted_for", "token_key_env", "max_per_ip", "apple", "android"}
 	appleFields         = []string{"app_id", "environment", "root_ca_file"}
 	androidFields       = []string{"package_name", "decryption_key_env", "verification_key_env", "max_age", "require_strong_integrity"}
 	repeatOffenderField = []string{"per_minute"}
@@ -34,6 +35,13 @@ const (
 	DefaultAttestationValidFor = 24 * time.Hour
 	// DefaultTrustedFor is `attestation.trusted_for` when unset (7.1).
 	DefaultTrustedFor = 30 * 24 * time.Hour
+	// DefaultAttestationMaxPerIP is `attestation.max_per_ip` when unset:
+	// DefaultAttestationMaxPerIP attestations per hour per client address.
+	DefaultAttestationMaxPerIP = 20
+	// AttestationLimitName names the limit of `attestation.max_per_ip`
+	// (Attestation.MaxPerIP): in denials, decision events and metrics. A
+	// limit of `limits` may not take it.
+	AttestationLimitName = "attestation-ip"
 	// DefaultDeviceTokenHeader is `identity.device_token_header` when unset.
 	DefaultDeviceTokenHeader = "X-Device-Token"
 	// DefaultAndroidMaxAge is `attestation.android.max_age` when unset.
@@ -343,7 +351,8 @@ func (ps *parser) attestation(f field) *Attestation {
 	if m == nil {
 		return nil
 	}
-	a := &Attestation{VerifiedMultiplier: 1, ValidFor: DefaultAttestationValidFor, TrustedFor: DefaultTrustedFor}
+	a := &Attestation{VerifiedMultiplier: 1, ValidFor: DefaultAttestationValidFor, TrustedFor: DefaultTrustedFor,
+		MaxPerIP: attestationLimit(DefaultAttestationMaxPerIP, time.Hour, fmt.Sprintf("%d/h", DefaultAttestationMaxPerIP), f.val.Line)}
 	ok := true
 	for _, g := range m.fields {
 		good := true
@@ -363,6 +372,8 @@ func (ps *parser) attestation(f field) *Attestation {
 		case "token_key_env":
 			a.TokenKeyEnv, good = ps.envName(g)
 			a.TokenKeyEnvLine = g.val.Line
+		case "max_per_ip":
+			a.MaxPerIP, good = ps.attestationMaxPerIP(g)
 		case "apple":
 			a.Apple, good = ps.apple(g)
 		case "android":
@@ -374,6 +385,32 @@ func (ps *parser) attestation(f field) *Attestation {
 		return nil
 	}
 	return a
+}
+
+// attestationMaxPerIP parses `risk.attestation.max_per_ip`: a rate
+// ("20/h", "100/day"), or off (nil: no bound but the policy's limits).
+func (ps *parser) attestationMaxPerIP(g field) (*Limit, bool) {
+	s, good := ps.scalar(g.val, g.name)
+	if !good {
+		return nil, false
+	}
+	if s == "off" {
+		return nil, true
+	}
+	n, period, err := parseRate(s)
+	if err != nil {
+		ps.errorf(g.val, "max_per_ip %q: %v (or off)", s, err)
+		return nil, false
+	}
+	return attestationLimit(n, period, s, g.val.Line), true
+}
+
+// attestationLimit is the limit of `attestation.max_per_ip`: a bucket
+// per client address (the ip key part: /64 for IPv6 by default) of n
+// attestations, refilled n per period.
+func attestationLimit(n float64, period time.Duration, text string, line int) *Limit {
+	return &Limit{Index: -1, Name: AttestationLimitName, By: []KeyPart{PartIP}, Rate: n, Period: period, RateText: text,
+		Burst: max(n, 1), Kind: KindBucket, Line: line}
 }
 
 // apple parses `risk.attestation.apple`.

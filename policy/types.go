@@ -405,6 +405,17 @@ type Attestation struct {
 	// TokenKeyEnvLine is its line in the policy file (0 when unset).
 	TokenKeyEnv     string
 	TokenKeyEnvLine int
+	// MaxPerIP is `max_per_ip` (default DefaultAttestationMaxPerIP per
+	// hour; nil when `off`): a built-in limit, named
+	// AttestationLimitName and keyed by the ip part, that every
+	// attestation (POST /v1/attest/apple and /v1/attest/android, the
+	// requests that bind a device id to a new proof) takes a token from,
+	// with the request's other limits; it is in no class's Applicable
+	// list and its Index is -1. A genuine phone mints App Attest keys
+	// and Play Integrity verdicts at will: without a bound per address
+	// one phone attests device ids by the thousand, each with a fresh
+	// verified budget.
+	MaxPerIP *Limit
 	// Apple and Android are nil when their platform is not configured.
 	Apple   *AppleAttestation
 	Android *AndroidAttestation
