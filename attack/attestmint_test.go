@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // bounded only by the policy's generic per-IP limits (ip-unauth, 60
 // requests a minute: 30 ids a minute, 43,200 a day from one address):
 // all 25 attestations one address sent at once were verified.
-// Defence: risk.attestation.max_per_ip (default 20/hour), a bucket per
+// Defence: risk.attestation.max_per_ip (here 20/hour), a bucket per
 // client address (/64 for IPv6) that every attestation
 // (POST /v1/attest/apple, /v1/attest/android) takes from, decided by the
 // engine in the bucket store with the request's other limits: of 25
@@ -32,9 +33,9 @@ import (
 // tollgate_decisions_total; another address is not affected.
 func TestAttackOnePhoneMintsAttestedDeviceIDs(t *testing.T) {
 	t.Parallel()
+	const attacker, perIP, n = "198.51.100.77", 20, 25
 	ca := attestationtest.NewCA(t, time.Now())
-	tg := start(t, withApple(t, ca))
-	const attacker, n = "198.51.100.77", 25
+	tg := start(t, withAppleAnd(t, ca, "    max_per_ip: "+strconv.Itoa(perIP)+"/h\n"))
 	bodies := make([]string, n)
 	b64 := base64.StdEncoding.EncodeToString
 	for i := range n {
@@ -73,7 +74,7 @@ func TestAttackOnePhoneMintsAttestedDeviceIDs(t *testing.T) {
 			t.Errorf("attestation %d: %d (Retry-After %q) %s", i, a.code, a.retryAfter, a.body)
 		}
 	}
-	if want := policy.DefaultAttestationMaxPerIP; verified != want || limited != n-want {
+	if want := perIP; verified != want || limited != n-want {
 		t.Fatalf("one address attested %d device ids at once: %d verified, %d limited; want %d verified, %d limited", n, verified, limited, want, n-want)
 	}
 	// a phone at another address attests as before
@@ -83,8 +84,8 @@ func TestAttackOnePhoneMintsAttestedDeviceIDs(t *testing.T) {
 	// the denials are counted, by the limit's name
 	_, metrics := do(t, "GET", tg.api+"/metrics", "", nil)
 	for _, want := range []string{
-		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="limited"} %d`, policy.AttestationLimitName, n-policy.DefaultAttestationMaxPerIP),
-		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="allowed"} %d`, policy.AttestationLimitName, policy.DefaultAttestationMaxPerIP+1),
+		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="limited"} %d`, policy.AttestationLimitName, n-perIP),
+		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="allowed"} %d`, policy.AttestationLimitName, perIP+1),
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

@@ -23,13 +23,19 @@ const audit3AppID = "TEAMID1234.com.example.app"
 // verifies no attestation).
 func withApple(t *testing.T, ca *attestationtest.CA) setup {
 	t.Helper()
+	return withAppleAnd(t, ca, "")
+}
+
+// withAppleAnd is withApple with more lines of risk.attestation.
+func withAppleAnd(t *testing.T, ca *attestationtest.CA, more string) setup {
+	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root.pem")
 	if err := os.WriteFile(root, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Root.Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	pol := filepath.Join(dir, "policy.yaml")
-	text := attackPolicy + "    apple: {app_id: " + audit3AppID + ", environment: production, root_ca_file: " + root + "}\n"
+	text := attackPolicy + "    apple: {app_id: " + audit3AppID + ", environment: production, root_ca_file: " + root + "}\n" + more
 	if err := os.WriteFile(pol, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func TestAttestationMaxPerIP(t *testing.T) {
 		text   string
 		line   int
 	}{
-		{"default", withRisk("  attestation:\n    valid_for: 1h\n"), DefaultAttestationMaxPerIP, time.Hour, DefaultAttestationMaxPerIP, "20/h", 8},
+		{"default", withRisk("  attestation:\n    valid_for: 1h\n"), DefaultAttestationMaxPerIP, time.Hour, DefaultAttestationMaxPerIP, "120/h", 8},
 		{"per minute", withRisk("  attestation:\n    max_per_ip: 5/min\n"), 5, time.Minute, 5, "5/min", 8},
 		{"a fraction holds one", withRisk("  attestation:\n    max_per_ip: 0.5/day\n"), 0.5, 24 * time.Hour, 1, "0.5/day", 8},
 		{"off", withRisk("  attestation:\n    max_per_ip: off\n"), 0, 0, 0, "", 0},

@@ -190,7 +190,7 @@ func TestLoadContractExample(t *testing.T) {
 	wantAtt := &Attestation{
 		VerifiedMultiplier: 2, UnverifiedMultiplier: 0.5, UnverifiedSet: true, ValidFor: 24 * time.Hour, TrustedFor: DefaultTrustedFor,
 		MaxPerIP: &Limit{Index: -1, Name: AttestationLimitName, By: []KeyPart{PartIP}, Rate: DefaultAttestationMaxPerIP, Period: time.Hour,
-			RateText: "20/h", Burst: DefaultAttestationMaxPerIP, Kind: KindBucket, Line: 47},
+			RateText: "120/h", Burst: DefaultAttestationMaxPerIP, Kind: KindBucket, Line: 47},
 		Apple: &AppleAttestation{AppID: "TEAMID.com.example.app", Environment: "production",
 			RootCAFile: filepath.Join(dir, "Apple_App_Attestation_Root_CA.pem"), RootCAFileLine: 51},
 		Android: &AndroidAttestation{PackageName: "com.example.app", DecryptionKeyEnv: "TOLLGATE_PI_DEC_KEY",
