@@ -122,3 +122,63 @@ func (g *group) wait(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 }
+
+// parallel is a component made of parts that run side by side and stop
+// together: when its context ends, or a part fails, every part is told to
+// stop at once, and Run returns once all have returned. The limiter's
+// listeners are one, so their drains overlap under one --shutdown-timeout
+// instead of following each other, while the group still stops them as
+// one component: after readiness turned to draining, before the event
+// publisher and the store close. Add every part before Run; the zero
+// value has none.
+type parallel struct {
+	names []string
+	parts []component
+}
+
+var _ component = (*parallel)(nil)
+
+// add appends c, named name in errors, to the parts.
+func (p *parallel) add(name string, c component) {
+	p.names = append(p.names, name)
+	p.parts = append(p.parts, c)
+}
+
+// partResult is what part i of a parallel returned.
+type partResult struct {
+	i   int
+	err error
+}
+
+// Run runs every part on one context derived from ctx, until ctx ends or
+// a part fails (returns an error before being told to stop; one that
+// returns nil early leaves the others running), then stops them all and
+// waits for them. It returns the failure, or else what the parts
+// returned while stopping, joined; each error names its part.
+func (p *parallel) Run(ctx context.Context) error {
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	results := make(chan partResult, len(p.parts))
+	for i, c := range p.parts {
+		go func() { results <- partResult{i, c.Run(pctx)} }()
+	}
+	var failure error
+	var errs []error
+	for range p.parts {
+		r := <-results
+		if r.err == nil {
+			continue
+		}
+		err := fmt.Errorf("%s: %w", p.names[r.i], r.err)
+		if failure == nil && pctx.Err() == nil {
+			failure = err
+			stop()
+			continue
+		}
+		errs = append(errs, err)
+	}
+	if failure != nil {
+		return failure
+	}
+	return errors.Join(errs...)
+}

@@ -82,3 +82,40 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("abort stopped %s, want c,b,a", stops(*log))
 	}
 }
+
+// TestParallel: a parallel's parts are told to stop together (each part
+// here returns only once the other was told to stop, which one after the
+// other would never do); a part that returns nil early leaves the others
+// running; a failing part stops the others and is the error, named.
+func TestParallel(t *testing.T) {
+	t.Parallel()
+	// waitsFor returns once its ctx and other have both ended.
+	waitsFor := func(other <-chan struct{}, told chan<- struct{}) component {
+		return componentFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			close(told)
+			<-other
+			return nil
+		})
+	}
+	aTold, bTold := make(chan struct{}), make(chan struct{})
+	p := &parallel{}
+	p.add("a", waitsFor(bTold, aTold))
+	p.add("b", waitsFor(aTold, bTold))
+	p.add("early", componentFunc(func(context.Context) error { return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("on ctx end: %v", err)
+	}
+
+	var log []string
+	r := recorder{name: "r", log: &log, mu: &sync.Mutex{}, fail: make(chan error, 1)}
+	p = &parallel{}
+	p.add("early", componentFunc(func(context.Context) error { return nil }))
+	p.add("r", r)
+	p.add("failing", componentFunc(func(context.Context) error { return errors.New("boom") }))
+	if err := p.Run(context.Background()); err == nil || err.Error() != "failing: boom" || strings.Join(log, ",") != "run r,stop r" {
+		t.Fatalf("on failure: err %v, log %v; want failing: boom and r stopped", err, log)
+	}
+}

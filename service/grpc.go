@@ -58,6 +58,7 @@ type grpcService struct {
 	server *grpc.Server
 	health *health.Server
 	drain  time.Duration
+	log    *slog.Logger
 }
 
 var _ component = (*grpcService)(nil)
@@ -80,7 +81,7 @@ func newGRPC(c grpcConfig) (*grpcService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service: grpc listen %s: %w", c.Addr, err)
 	}
-	gs := &grpcService{ln: ln, server: srv, health: hs, drain: c.Drain}
+	gs := &grpcService{ln: ln, server: srv, health: hs, drain: c.Drain, log: c.Logger}
 	c.Logger.Info("envoy rate-limit service listening", "addr", gs.addr(), "service", "envoy.service.ratelimit.v3.RateLimitService",
 		"max_streams", c.MaxStreams, "idle_timeout", c.IdleTimeout.String())
 	return gs, nil
@@ -156,7 +157,8 @@ func (gs *grpcService) addr() string { return gs.ln.Addr().String() }
 
 // Run serves until ctx ends or serving fails, then drains: health turns
 // NOT_SERVING, every connection gets GOAWAY, in-flight calls finish (up
-// to the drain timeout), then the rest are cut.
+// to the drain timeout), then the rest are cut (a warning, not an error:
+// the stop kept its bound).
 func (gs *grpcService) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- gs.server.Serve(gs.ln) }()
@@ -179,6 +181,7 @@ func (gs *grpcService) Run(ctx context.Context) error {
 	case <-t.C: // past the drain timeout the calls left are cut
 		gs.server.Stop()
 		<-stopped
+		gs.log.Warn("drain timed out: the calls still in flight were cut", "addr", gs.addr(), "timeout", gs.drain.String())
 	}
 	<-served
 	return nil

@@ -26,6 +26,8 @@ type httpConfig struct {
 	AfterDrain func()
 	// TLS, when set, makes the listener speak TLS (nil: plaintext).
 	TLS *tlsSource
+	// Logger, when set, is told of a drain that timed out (nil: silent).
+	Logger *slog.Logger
 }
 
 // Validate checks the address and that a server with a handler is given.
@@ -67,7 +69,10 @@ func newHTTP(c httpConfig) (*httpListener, error) {
 func (l *httpListener) addr() string { return l.ln.Addr().String() }
 
 // Run serves until ctx ends or serving fails; when ctx ends in-flight
-// requests finish (up to Drain), then the rest are cut.
+// requests finish (up to Drain), then the rest are cut: a warning, not an
+// error, since the stop did what it was asked within its bound (before,
+// Run returned the drain's deadline, and a SIGTERM that cut a request
+// exited 1, the gRPC listener's 0).
 func (l *httpListener) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- l.c.Server.Serve(l.ln) }()
@@ -84,18 +89,25 @@ func (l *httpListener) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.Drain)
 	defer cancel()
-	err := l.c.Server.Shutdown(sctx)
-	if err != nil {
+	if err := l.c.Server.Shutdown(sctx); err != nil {
 		_ = l.c.Server.Close()
-		err = fmt.Errorf("drain: %w", err)
+		l.cutWarning()
 	}
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+	var err error
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 		err = serr
 	}
 	if l.c.AfterDrain != nil {
 		l.c.AfterDrain()
 	}
 	return err
+}
+
+// cutWarning logs that the drain timed out and what was left was cut.
+func (l *httpListener) cutWarning() {
+	if l.c.Logger != nil {
+		l.c.Logger.Warn("drain timed out: the requests still in flight were cut", "addr", l.addr(), "timeout", l.c.Drain.String())
+	}
 }
 
 // apiServer is the limiter's listener server: bounded header, read, write

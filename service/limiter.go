@@ -35,10 +35,12 @@ type limiter struct {
 // buildLimiter adds the limiter's components to g, in order of start: the
 // ASN watcher, the store, the embedded NATS server (one process), the
 // event publisher, the risk daemon (one process), the policy and list
-// watchers, pprof, the HTTP listeners (the API one, then the public one
-// in proxy mode), the gRPC listener and the readiness flag. They stop in
-// the reverse order: readiness turns to draining first, the store
-// closes last but one.
+// watchers, pprof, the listeners (the API one, the public one in proxy
+// mode and the gRPC one, a parallel: they drain together, under one
+// --shutdown-timeout) and the readiness flag. They stop in the reverse
+// order: readiness turns to draining first, then the listeners drain,
+// and only then do the publisher flush and the store close (last but
+// one), so a request in flight still decides and publishes.
 func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	l := &limiter{cfg: cfg, log: g.log, g: g, reg: newRegistry(), run: &Running{Done: make(chan struct{})}}
 	var err error
@@ -306,9 +308,12 @@ func (l *limiter) server(offenders func(context.Context) ([]signals.Offender, er
 	return srv, nil
 }
 
-// addListeners binds and adds pprof, the HTTP listeners (6.1: without an
-// upstream one on Listen serving everything; in proxy mode the API one
-// on APIListen, then the public one on Listen) and the gRPC listener.
+// addListeners binds and adds pprof, then the listeners as one parallel
+// component: the HTTP ones (6.1: without an upstream one on Listen
+// serving everything; in proxy mode the API one on APIListen and the
+// public one on Listen) and the gRPC one. Each drains for up to
+// --shutdown-timeout, all at once: before, each drained after the one
+// added after it, and a stop took up to three timeouts.
 func (l *limiter) addListeners() error {
 	cfg := l.cfg
 	if cfg.PprofListen != "" {
@@ -327,19 +332,21 @@ func (l *limiter) addListeners() error {
 	if err != nil {
 		return err
 	}
-	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout, TLS: apiTLS})
+	ls := &parallel{} // added first: a failed bind below releases what was bound (group.abort)
+	l.g.add("listeners", ls)
+	api, err := newHTTP(httpConfig{Addr: apiAddr, Server: apiServer(l.srv, false, l.log), Drain: cfg.ShutdownTimeout, TLS: apiTLS, Logger: l.log})
 	if err != nil {
 		return err
 	}
-	l.g.add("http", api)
+	ls.add("http", api)
 	l.run.Addr, l.run.APIAddr = api.addr(), api.addr()
 	if cfg.Upstream != "" {
 		pub, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: apiServer(l.srv.Public(), true, l.log),
-			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }, TLS: pubTLS})
+			Drain: cfg.ShutdownTimeout, AfterDrain: func() { l.srv.WaitReports(); l.srv.CloseUpstream() }, TLS: pubTLS, Logger: l.log})
 		if err != nil {
 			return err
 		}
-		l.g.add("public http", pub)
+		ls.add("public http", pub)
 		l.run.Addr = pub.addr()
 	}
 	if cfg.GRPCListen != "" {
@@ -348,7 +355,7 @@ func (l *limiter) addListeners() error {
 		if err != nil {
 			return err
 		}
-		l.g.add("grpc", gs)
+		ls.add("grpc", gs)
 		l.run.GRPCAddr = gs.addr()
 	}
 	l.logListening()

@@ -188,7 +188,7 @@ func buildRiskd(ctx context.Context, cfg RiskdConfig, g *group) (*Running, error
 	mux.HandleFunc("GET /healthz", health.Healthz)
 	mux.Handle("GET /readyz", ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	hl, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: &http.Server{Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout}, Drain: riskdDrainTimeout})
+	hl, err := newHTTP(httpConfig{Addr: cfg.Listen, Server: &http.Server{Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout}, Drain: riskdDrainTimeout, Logger: log})
 	if err != nil {
 		return nil, err
 	}

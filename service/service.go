@@ -146,7 +146,8 @@ type Config struct {
 	// PprofListen, when set, serves net/http/pprof on this address (keep it
 	// on loopback: profiles reveal internals).
 	PprofListen string
-	// ShutdownTimeout bounds the drain of in-flight requests (default 10s).
+	// ShutdownTimeout bounds the drain of in-flight requests, on every
+	// listener at once; past it they are cut (default 10s).
 	ShutdownTimeout time.Duration
 	// Logger receives JSON logs (default: JSON on stderr).
 	Logger *slog.Logger
@@ -314,10 +315,11 @@ func (r *Running) Reload() error {
 }
 
 // Start starts the limiter and returns once it listens. It stops when ctx
-// ends: readiness turns to draining, in-flight requests finish (up to
-// ShutdownTimeout), then the other parts stop in reverse order of start,
-// the store last. A part that fails stops the limiter too; Running.Err
-// then names it.
+// ends: readiness turns to draining, every listener drains at once
+// (in-flight requests finish, up to one ShutdownTimeout for all, and past
+// it are cut, with a warning: not an error), then the other parts stop in
+// reverse order of start, the store last. A part that fails stops the
+// limiter too; Running.Err then names it.
 func Start(ctx context.Context, cfg Config) (*Running, error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {

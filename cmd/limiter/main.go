@@ -79,7 +79,7 @@ func flags(c *service.Config) []cli.Flag {
 		cli.Duration(&c.L1TTL, "l1-ttl", "TOLLGATE_L1_TTL", service.DefaultL1TTL, "longest the L1 cache reuses a denial or lockout answer: its staleness bound").Positive(),
 		cli.Int(&c.L1MaxEntries, "l1-max-entries", "TOLLGATE_L1_MAX_ENTRIES", service.DefaultL1MaxEntries, "bound on entries held by the L1 cache").Positive(),
 		cli.Bool(&c.L1NoMultipliers, "no-l1-multipliers", "TOLLGATE_NO_L1_MULTIPLIERS", false, "do not cache subjects' multipliers in the L1 cache (denials and locks still are)"),
-		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", service.DefaultShutdownTimeout, "how long in-flight requests may take to drain on SIGTERM").Positive(),
+		cli.Duration(&c.ShutdownTimeout, "shutdown-timeout", "TOLLGATE_SHUTDOWN_TIMEOUT", service.DefaultShutdownTimeout, "how long in-flight requests may take to drain on SIGTERM, on every listener at once (then they are cut; exit 0)").Positive(),
 	})
 }
 
