@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,8 +79,8 @@ func (s *RedisStore) TrustedDevices(ctx context.Context, sub Subject) ([]Trusted
 	}
 	out := make([]TrustedDevice, 0, len(v)/2)
 	for i := 0; i+1 < len(v); i += 2 {
-		var us int64
-		if _, err := fmt.Sscan(v[i+1], &us); err != nil {
+		us, err := strconv.ParseInt(v[i+1], 10, 64)
+		if err != nil {
 			return nil, fmt.Errorf("%w: trusted devices %s: end %q: %w", ErrUnavailable, key, v[i+1], err)
 		}
 		out = append(out, TrustedDevice{Device: v[i], Until: time.UnixMicro(us)})
@@ -99,7 +100,7 @@ if typ == "set" then
   local out = {}
   for _, m in ipairs(redis.call("SMEMBERS", KEYS[1])) do
     out[#out + 1] = m
-    out[#out + 1] = tostring(now + ttl * 1000)
+    out[#out + 1] = string.format("%d", now + ttl * 1000)
   end
   return out
 end
