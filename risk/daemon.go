@@ -930,7 +930,7 @@ func (d *Daemon) execute(ctx context.Context, progress func(), actions []signals
 		a := &actions[i]
 		wait, marked := retryFirst, time.Now()
 		for attempt := 1; ; attempt++ {
-			err := d.do(ctx, a)
+			err := d.doAction(ctx, a)
 			if err == nil {
 				if attempt > 1 {
 					d.log.Info("action done after retries", "kind", a.Kind, "subject", a.Subject, "id", a.ID, "attempts", attempt)
@@ -980,6 +980,25 @@ func (d *Daemon) leadCtx(ctx context.Context) (context.Context, context.CancelFu
 		return ctx, func() {}
 	}
 	return context.WithDeadline(ctx, d.o.LeadingUntil())
+}
+
+// doAction applies one action of an event. An enrolment (ActionTrust)
+// is written under execMu, and only while the record still holds it, as
+// reassertOne writes: a revocation of the audit stream (revokeTrust)
+// either comes after the write and takes it out of the store again, or
+// before it and the write is skipped. Otherwise a write in flight (a slow
+// or reconnecting store, retried) landed after the revocation had
+// untrusted the device, and the revoked device stayed trusted.
+func (d *Daemon) doAction(ctx context.Context, a *signals.Action) error {
+	if a.Kind != ActionTrust {
+		return d.do(ctx, a)
+	}
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if !d.trusts.holds(a.ID, a.Lock.Rule, a.Lock.Until) {
+		return nil
+	}
+	return d.do(ctx, a)
 }
 
 // do applies one action.
