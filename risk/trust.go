@@ -104,11 +104,20 @@ func (r *trustRecord) set(account, device string, until, at, now time.Time) bool
 	return true
 }
 
-// revokedSince reports whether a revocation of (account, device) at or
-// after at is recorded; r.mu must be held.
+// revokeSkew is how long after its ts a revocation still covers an
+// enrolment: a login_succeeded is stamped by the limiter host that took
+// it, the revocation by the one that made it, and their clocks may be
+// apart by up to signals.MaxClockSkew, so a login taken before the
+// revocation by a host ahead is stamped after it. A device that logs in
+// again within it is not trusted by that login (its next one is).
+const revokeSkew = signals.MaxClockSkew
+
+// revokedSince reports whether a revocation of (account, device) is
+// recorded that covers an enrolment at at (at or after at - revokeSkew);
+// r.mu must be held.
 func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 	for _, k := range [...]string{account + "\x00" + device, account + "\x00", "\x00" + device} {
-		if ts, ok := r.revoked[k]; ok && !ts.Before(at) {
+		if ts, ok := r.revoked[k]; ok && !ts.Add(revokeSkew).Before(at) {
 			return true
 		}
 	}
@@ -118,9 +127,9 @@ func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 // revoke records the revocation at ts of device's trust by account
 // (account "": by every account, a freed id; device "": of every device
 // of the account) and drops the recorded enrolments it revokes, those
-// made at or before ts; it returns them. Revocations older than horizon
-// (no enrolment that old is still in force) go first when the record of
-// revocations is full, then the oldest.
+// made at or before ts + revokeSkew; it returns them. Revocations older
+// than horizon (no enrolment they cover is still in force) go first when
+// the record of revocations is full, then the oldest.
 func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []trustEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -134,7 +143,7 @@ func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []tr
 	var out []trustEntry
 	for key, v := range r.m {
 		a, d, _ := strings.Cut(key, "\x00")
-		if (account == "" || a == account) && (device == "" || d == device) && !v.at.After(ts) {
+		if (account == "" || a == account) && (device == "" || d == device) && !v.at.After(ts.Add(revokeSkew)) {
 			delete(r.m, key)
 			out = append(out, trustEntry{account: a, device: d, until: v.until})
 		}
@@ -248,7 +257,7 @@ func (d *Daemon) recordTrust(actions []signals.Action, from int, at time.Time) [
 // enrolment made after the revocation is kept. d.execMu held.
 func (d *Daemon) revokeTrust(ctx context.Context, account, device string, ts time.Time, live bool) {
 	now := d.o.Now()
-	dropped := d.trusts.revoke(account, device, ts, now.Add(-d.trustFor()))
+	dropped := d.trusts.revoke(account, device, ts, now.Add(-d.trustFor()-revokeSkew))
 	if !live {
 		return
 	}

@@ -3,6 +3,8 @@ package risk
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/signals"
 )
 
 // TestTrustRecord: the record keeps the latest end of each enrolment,
@@ -36,7 +38,8 @@ func TestTrustRecord(t *testing.T) {
 func TestTrustRecordRevocations(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1700000000, 0)
-	at := func(m int) time.Time { return now.Add(time.Duration(m) * time.Minute) }
+	// steps of 2 min: more than revokeSkew apart
+	at := func(m int) time.Time { return now.Add(time.Duration(m) * 2 * time.Minute) }
 	r := trustRecord{max: 10, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
 	r.set("alice", "phone", at(60), at(1), now)
 	r.set("alice", "tablet", at(60), at(1), now)
@@ -61,5 +64,34 @@ func TestTrustRecordRevocations(t *testing.T) {
 	}
 	if n := len(r.active(now)); n != 1 {
 		t.Fatalf("%d enrolments in force, want 1 (carol's phone)", n)
+	}
+}
+
+// TestTrustRevocationAcrossHostClocks: a login_succeeded is stamped by
+// the limiter host that took it, a revocation by the host that made it,
+// and their clocks may be apart by up to MaxClockSkew. The thief's login
+// on a host 5 s ahead, taken before the revocation, is stamped 3 s after
+// it: before, the revocation kept that enrolment in the record (riskd
+// wrote it back after a Redis loss) and, read after the revocation (a
+// riskd behind, or started later), recorded it again. A revocation now
+// covers the enrolments stamped up to MaxClockSkew after it; a login a
+// minute and more later is recorded.
+func TestTrustRevocationAcrossHostClocks(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1700000000, 0)
+	ts := now.Add(time.Minute) // the revocation, by host A's clock
+	r := trustRecord{max: 10, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), now) // host B, 5 s ahead, 2 s before
+	if got := r.revoke("alice", "phone", ts, now); len(got) != 1 {
+		t.Fatalf("the revocation dropped %v, want alice's phone stamped 3 s after it by a host ahead", got)
+	}
+	if r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), now) {
+		t.Fatal("the same login read again after the revocation was recorded")
+	}
+	if r.set("bob", "tablet", now.Add(time.Hour), ts.Add(3*time.Second), now); len(r.revoke("", "tablet", ts, now)) != 1 {
+		t.Fatal("a freed id: the login stamped 3 s after it by a host ahead was kept")
+	}
+	if !r.set("alice", "phone", now.Add(2*time.Hour), ts.Add(signals.MaxClockSkew+time.Second), now) {
+		t.Fatal("a login more than MaxClockSkew after the revocation was refused")
 	}
 }
