@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +149,50 @@ func (tg *target) trustedDevices(t *testing.T, account string) string {
 		ids = append(ids, d.DeviceID)
 	}
 	return strings.Join(ids, ",")
+}
+
+// Attack: the attacker phished alice's password. He attests a device of
+// his own under the id "alice-phone\u00a0" (her phone's id and a no-break
+// space, which the console's list shows as a device of its own) and logs
+// in with it: it is a trusted device of alice, exempt from her lockouts,
+// with a budget of its own. Alice calls the security team; the operator
+// opens her page in the console and presses Revoke beside the attacker's
+// device. The console trimmed the id it posted: it revoked "alice-phone",
+// alice's own phone, and the attacker's device stayed trusted.
+// Defence: the console posts the id exactly as the list shows it.
+func TestAttackConsoleRevokeTrimmedDeviceID(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t))
+	const attackers = "alice-phone\u00a0"
+	tg.enrol(t, "alice", "alice-phone")
+	tg.enrol(t, "alice", attackers)
+	if devices := tg.trustedDevices(t, "alice"); devices != attackers+",alice-phone" {
+		t.Fatalf("alice's trusted devices: %q, want the attacker's and hers", devices)
+	}
+	c := consoleClient(t)
+	tg.consoleSignIn(t, c)
+	code, _, page := consoleDo(t, c, "GET", tg.api+"/console/subjects?"+url.Values{"subject": {"account"}, "id": {"alice"}}.Encode(), nil)
+	if code != 200 {
+		t.Fatalf("alice's page: %d %s", code, pageError(page))
+	}
+	var form url.Values
+	for _, f := range formRE.FindAllStringSubmatch(page, -1) {
+		if f[1] == "/console/trusted-devices/revoke" && strings.Contains(f[2], `data-revoke="alice-phone`+"\u00a0"+`"`) {
+			form = postedForm(t, f[0], f[1])
+		}
+	}
+	if form == nil {
+		t.Fatalf("no Revoke button for the attacker's device on alice's page:\n%s", page)
+	}
+	if code, loc, out := consoleDo(t, c, "POST", tg.api+"/console/trusted-devices/revoke", form); code != http.StatusSeeOther {
+		t.Fatalf("revoke: %d %s %s", code, loc, out)
+	}
+	if devices := tg.trustedDevices(t, "alice"); devices != "alice-phone" {
+		t.Fatalf("alice's trusted devices after the operator revoked the attacker's: %q, want alice-phone alone", devices)
+	}
+	tg.lockOut(t, "alice")
+	attacker := []string{"X-Device-Id", attackers, "X-Device-Token", deviceToken(t, attackers)}
+	if status, c := tg.login(t, "203.0.113.50", "alice", "right", attacker...); status != 429 || c != "ACCOUNT_LOCKED" {
+		t.Fatalf("the attacker's login from his revoked device during alice's lockout: %d %s, want 429 ACCOUNT_LOCKED", status, c)
+	}
 }

@@ -282,7 +282,9 @@ func (c *Console) handleForgetAttestation(r *http.Request, _ string) (string, er
 // stolen phone or a compromised account.
 func (c *Console) handleRevokeTrust(r *http.Request, _ string) (string, error) {
 	account := strings.TrimSpace(r.PostFormValue("account"))
-	device := strings.TrimSpace(r.PostFormValue("device"))
+	// exactly as the list shows it: a device id may end in a space of
+	// some script, and "alice-phone\u00a0" trimmed is another device
+	device := r.PostFormValue("device")
 	if account == "" {
 		return "", errors.New("an account is needed")
 	}
