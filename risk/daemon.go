@@ -1068,11 +1068,12 @@ type ActionWriter interface {
 }
 
 // Writer is what the daemon writes to: WriteAction's methods, and
-// ClearMultiplier and Untrust for admin audit events.
+// ClearMultiplier, Untrust and UntrustDevice for admin audit events.
 type Writer interface {
 	ActionWriter
 	ClearMultiplier(ctx context.Context, s bucket.Subject, source string) error
 	Untrust(ctx context.Context, s bucket.Subject, device string) (bool, error)
+	UntrustDevice(ctx context.Context, device string) (int, error)
 }
 
 // WriteAction applies a lock, multiplier or trust action (SetLock,

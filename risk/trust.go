@@ -52,6 +52,9 @@ type trustRecord struct {
 	// evicted counts the enrolments in force dropped for room: riskd no
 	// longer re-asserts them (the store keeps them until they end).
 	evicted uint64
+	// examined counts the entries (enrolments, revocations) that
+	// revocations looked at: their cost, which tests bound.
+	examined uint64
 }
 
 // trustVal is one recorded enrolment: its end, and the time of the
@@ -87,7 +90,7 @@ func (r *trustRecord) set(account, device string, until, at, now time.Time) bool
 	if r.revokedSince(account, device, at) {
 		return false
 	}
-	if old, ok := r.m[k]; ok {
+	if old, ok := r.m[k]; ok && !r.covered(k, old.at) {
 		if until.After(old.until) {
 			old.until = until
 		}
@@ -116,8 +119,24 @@ const revokeSkew = signals.MaxClockSkew
 // recorded that covers an enrolment at at (at or after at - revokeSkew);
 // r.mu must be held.
 func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
-	for _, k := range [...]string{account + "\x00" + device, account + "\x00", "\x00" + device} {
-		if ts, ok := r.revoked[k]; ok && !ts.Add(revokeSkew).Before(at) {
+	return r.covered(account+"\x00"+device, at)
+}
+
+// covered reports whether a revocation recorded covers the enrolment at
+// at of k (account "\x00" device): one of the device by the account, of
+// every device of the account, or of the freed id in every account. Its
+// keys are parts of k, so a pass over the record allocates nothing;
+// r.mu must be held.
+func (r *trustRecord) covered(k string, at time.Time) bool {
+	if len(r.revoked) == 0 {
+		return false
+	}
+	i := strings.IndexByte(k, 0)
+	if i < 0 {
+		return false
+	}
+	for _, rk := range [...]string{k, k[:i+1], k[i:]} {
+		if ts, ok := r.revoked[rk]; ok && !ts.Add(revokeSkew).Before(at) {
 			return true
 		}
 	}
@@ -126,10 +145,15 @@ func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 
 // revoke records the revocation at ts of device's trust by account
 // (account "": by every account, a freed id; device "": of every device
-// of the account) and drops the recorded enrolments it revokes, those
-// made at or before ts + revokeSkew; it returns them. Revocations older
-// than horizon (no enrolment they cover is still in force) go first when
-// the record of revocations is full, then the oldest.
+// of the account), which covers the enrolments made at or before ts +
+// revokeSkew. A revocation of one device drops its enrolment at once and
+// returns it; a revocation of every device of an account or of a freed
+// id looks at no enrolment: those it covers are refused by every read of
+// the record (holds, active, set) and dropped by its passes (active,
+// makeRoom), so that a breach answered with a trust_revoke per account
+// does not cost a pass over the record each. Revocations older than
+// horizon (no enrolment they cover is still in force) go first when the
+// record of revocations is full, then its oldest hundredth.
 func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []trustEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,32 +164,50 @@ func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []tr
 		}
 		r.revoked[k] = ts
 	}
-	var out []trustEntry
-	for key, v := range r.m {
-		a, d, _ := strings.Cut(key, "\x00")
-		if (account == "" || a == account) && (device == "" || d == device) && !v.at.After(ts.Add(revokeSkew)) {
-			delete(r.m, key)
-			out = append(out, trustEntry{account: a, device: d, until: v.until})
-		}
+	if account == "" || device == "" {
+		return nil
 	}
-	return out
+	r.examined++
+	if v, ok := r.m[k]; ok && !v.at.After(ts.Add(revokeSkew)) {
+		delete(r.m, k)
+		return []trustEntry{{account: account, device: device, until: v.until}}
+	}
+	return nil
 }
 
-// pruneRevoked drops the revocations older than horizon and, if none
-// was, the oldest; r.mu must be held.
+// pruneRevoked makes room in the record of revocations: it drops those
+// older than horizon and, if that freed less than a hundredth of it, the
+// oldest until it has. The enrolments a dropped revocation covered are
+// dropped first (a pass over the record), so none is trusted again; the
+// pass is paid once per hundredth. r.mu must be held.
 func (r *trustRecord) pruneRevoked(horizon time.Time) {
-	oldest := ""
+	type kt struct {
+		k  string
+		ts time.Time
+	}
+	for k, v := range r.m {
+		r.examined++
+		if r.covered(k, v.at) {
+			delete(r.m, k)
+		}
+	}
+	free := max(r.max/100, 1)
+	kept := make([]kt, 0, len(r.revoked))
 	for k, ts := range r.revoked {
+		r.examined++
 		if ts.Before(horizon) {
 			delete(r.revoked, k)
 			continue
 		}
-		if oldest == "" || ts.Before(r.revoked[oldest]) {
-			oldest = k
-		}
+		kept = append(kept, kt{k, ts})
 	}
-	if len(r.revoked) >= r.max {
-		delete(r.revoked, oldest)
+	drop := len(r.revoked) - (r.max - free)
+	if drop <= 0 {
+		return
+	}
+	slices.SortFunc(kept, func(a, b kt) int { return a.ts.Compare(b.ts) })
+	for _, e := range kept[:drop] {
+		delete(r.revoked, e.k)
 	}
 }
 
@@ -174,8 +216,9 @@ func (r *trustRecord) pruneRevoked(horizon time.Time) {
 func (r *trustRecord) holds(account, device string, until time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v, ok := r.m[account+"\x00"+device]
-	return ok && !v.until.Before(until)
+	k := account + "\x00" + device
+	v, ok := r.m[k]
+	return ok && !v.until.Before(until) && !r.covered(k, v.at)
 }
 
 // makeRoom drops the expired entries and, unless that freed a hundredth
@@ -188,7 +231,7 @@ func (r *trustRecord) makeRoom(now time.Time) {
 	free := max(r.max/100, 1)
 	live := make([]kv, 0, len(r.m))
 	for k, v := range r.m {
-		if !v.until.After(now) {
+		if !v.until.After(now) || r.covered(k, v.at) {
 			delete(r.m, k)
 			continue
 		}
@@ -224,7 +267,7 @@ func (r *trustRecord) active(now time.Time) []trustEntry {
 	defer r.mu.Unlock()
 	out := make([]trustEntry, 0, len(r.m))
 	for k, v := range r.m {
-		if !v.until.After(now) {
+		if !v.until.After(now) || r.covered(k, v.at) {
 			delete(r.m, k)
 			continue
 		}
@@ -253,8 +296,11 @@ func (d *Daemon) recordTrust(actions []signals.Action, from int, at time.Time) [
 // revokeTrust applies a trust revocation of the audit stream (Audit's
 // trust_revoke, or attestation_forget with account ""): the record drops
 // the enrolments it revokes and, live, the store loses them again, in
-// case a re-assertion wrote one back after the limiter's revocation. An
-// enrolment made after the revocation is kept. d.execMu held.
+// case a re-assertion wrote one back after the limiter's revocation (of
+// every device, or of a freed id: all of them, so an enrolment made over
+// a minute after the revocation but written before riskd read it goes
+// too, until the device's next login). An enrolment made after the
+// revocation is kept in the record. d.execMu held.
 func (d *Daemon) revokeTrust(ctx context.Context, account, device string, ts time.Time, live bool) {
 	now := d.o.Now()
 	dropped := d.trusts.revoke(account, device, ts, now.Add(-d.trustFor()-revokeSkew))
@@ -265,6 +311,18 @@ func (d *Daemon) revokeTrust(ctx context.Context, account, device string, ts tim
 		if _, err := d.o.Store.Untrust(ctx, bucket.Subject{Kind: "account", ID: e.account}, e.device); err != nil {
 			d.count("store")
 		}
+	}
+	// a revocation of every device, or of a freed id, drops nothing at
+	// once (revoke): the store loses them all again instead, one call
+	var err error
+	switch {
+	case account == "":
+		_, err = d.o.Store.UntrustDevice(ctx, device)
+	case device == "":
+		_, err = d.o.Store.Untrust(ctx, bucket.Subject{Kind: "account", ID: account}, "")
+	}
+	if err != nil {
+		d.count("store")
 	}
 	d.log.Info("trust revoked by an admin; not re-asserted", "account", account, "device", device, "recorded", len(dropped))
 }

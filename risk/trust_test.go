@@ -1,6 +1,8 @@
 package risk
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,11 +55,23 @@ func TestTrustRecordRevocations(t *testing.T) {
 	if !r.set("alice", "phone", at(63), at(3), now) {
 		t.Fatal("an enrolment after the revocation was refused")
 	}
-	if got := r.revoke("alice", "", at(2), now); len(got) != 1 || got[0].device != "tablet" {
-		t.Fatalf("revoke(alice, all) at t+2 dropped %v, want the tablet alone (the phone came back at t+3)", got)
+	// a revocation of every device, or of a freed id, drops at the
+	// record's reads and passes (active): what is left in force
+	inForce := func() string {
+		var out []string
+		for _, e := range r.active(now) {
+			out = append(out, e.account+"/"+e.device)
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
 	}
-	if got := r.revoke("", "phone", at(4), now); len(got) != 2 {
-		t.Fatalf("revoke(every account, phone) dropped %v, want alice's and bob's", got)
+	r.revoke("alice", "", at(2), now)
+	if got, want := inForce(), "alice/phone bob/phone"; got != want || r.holds("alice", "tablet", at(60)) {
+		t.Fatalf("after revoke(alice, all) at t+2: %q in force, want %q (the tablet goes, the phone came back at t+3)", got, want)
+	}
+	r.revoke("", "phone", at(4), now)
+	if got := inForce(); got != "" {
+		t.Fatalf("after revoke(every account, phone): %q in force, want none", got)
 	}
 	if r.set("carol", "phone", at(64), at(4), now) || !r.set("carol", "phone", at(65), at(5), now) {
 		t.Fatal("a freed id: an enrolment of its time must be refused, a later one recorded")
@@ -88,7 +102,8 @@ func TestTrustRevocationAcrossHostClocks(t *testing.T) {
 	if r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), now) {
 		t.Fatal("the same login read again after the revocation was recorded")
 	}
-	if r.set("bob", "tablet", now.Add(time.Hour), ts.Add(3*time.Second), now); len(r.revoke("", "tablet", ts, now)) != 1 {
+	r.set("bob", "tablet", now.Add(time.Hour), ts.Add(3*time.Second), now)
+	if r.revoke("", "tablet", ts, now); r.holds("bob", "tablet", now.Add(time.Hour)) {
 		t.Fatal("a freed id: the login stamped 3 s after it by a host ahead was kept")
 	}
 	if !r.set("alice", "phone", now.Add(2*time.Hour), ts.Add(signals.MaxClockSkew+time.Second), now) {

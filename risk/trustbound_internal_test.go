@@ -42,3 +42,56 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 		}
 	}
 }
+
+// TestTrustRevocationsAreCheap: riskd applies every revocation of the
+// audit stream under the record's lock and execMu, which its consumers'
+// enrolments wait on. A breach answered by revoking the devices of every
+// account sends one trust_revoke per account: each scanned the whole
+// record of enrolments (500,000 by default), and once the record of
+// revocations was full each new one scanned that too, to drop a single
+// entry: 2,000 revocations on records of 100,000 looked at 400 million
+// entries. A revocation now looks at the enrolments it names (through the
+// record's indexes by account and by device), and a full record of
+// revocations drops its oldest hundredth at once.
+func TestTrustRevocationsAreCheap(t *testing.T) {
+	t.Parallel()
+	const max, more = 100_000, 2_000
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	for i := range max {
+		r.set("a"+strconv.Itoa(i), "phone", now.Add(time.Hour), now, now)
+	}
+	for i := range max { // the record of revocations full of ones in force
+		r.revoke("gone"+strconv.Itoa(i), "", now.Add(time.Duration(i)), now)
+	}
+	r.examined = 0
+	for i := range more {
+		a := "a" + strconv.Itoa(i)
+		switch i % 3 {
+		case 0: // one device of an account
+			r.revoke(a, "phone", now.Add(time.Minute), now)
+		case 1: // every device of an account
+			r.revoke(a, "", now.Add(time.Minute), now)
+		default: // a freed id nobody else holds
+			r.revoke("", "tablet"+strconv.Itoa(i), now.Add(time.Minute), now)
+		}
+		if held, want := r.holds(a, "phone", now.Add(time.Hour)), i%3 == 2; held != want {
+			t.Fatalf("after revocation %d %s's phone held %v, want %v", i, a, held, want)
+		}
+	}
+	// each revocation looks at what it drops, and a full record of
+	// revocations a pass over both records per hundredth it drops
+	if budget := uint64(more + (more/(max/100)+1)*2*max); r.examined > budget {
+		t.Fatalf("%d revocations looked at %d entries, want at most %d", more, r.examined, budget)
+	}
+	if n := len(r.revoked); n > max {
+		t.Fatalf("%d revocations recorded, over %d", n, max)
+	}
+	if n := len(r.active(now)); n != max-more+more/3 {
+		t.Fatalf("%d enrolments in force, want %d", n, max-more+more/3)
+	}
+	// the newest revocations are kept: none of them is trusted again
+	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), now) {
+		t.Fatal("an enrolment a kept revocation covers was recorded again")
+	}
+}
