@@ -1,9 +1,10 @@
 // Package visible shows text that clients chose to the people who act on
 // it (the console's operators, an alert's readers) as it is: a Unicode
 // format character (category Cf: the bidirectional overrides and
-// isolates, zero-width spaces and joiners) is written [U+XXXX], so that
-// an account named "ceo\u202emoc.elpmaxe@" does not render as
-// ceo@example.com.
+// isolates, zero-width spaces and joiners) and every space but ASCII's
+// are written [U+XXXX], so that an account named "ceo\u202emoc.elpmaxe@"
+// does not render as ceo@example.com, nor a device "alice-phone\u00a0" as
+// alice-phone.
 package visible
 
 import (
@@ -12,7 +13,8 @@ import (
 	"unicode"
 )
 
-// Format returns s with each Unicode format character written [U+XXXX].
+// Format returns s with each Unicode format character and non-ASCII
+// space written [U+XXXX].
 func Format(s string) string {
 	if !strings.ContainsFunc(s, isFormat) {
 		return s
@@ -28,5 +30,10 @@ func Format(s string) string {
 	return b.String()
 }
 
-// isFormat reports whether r is a Unicode format character.
-func isFormat(r rune) bool { return r >= 0x80 && unicode.Is(unicode.Cf, r) }
+// isFormat reports whether r is a Unicode format character, or a space
+// other than ASCII's (no-break, en, ideographic, line and paragraph
+// separators: category Z), which renders as a plain space or as nothing
+// at the end of an id: "alice-phone\u00a0" must not read as alice-phone.
+func isFormat(r rune) bool {
+	return r >= 0x80 && (unicode.Is(unicode.Cf, r) || unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp))
+}
