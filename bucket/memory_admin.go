@@ -222,7 +222,30 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 		set[device] = until
 		s.noteExpiryLocked(until)
 	}
+	if len(set) > MaxTrustedDevices {
+		dropFirstEnding(set, s.now())
+	}
 	return nil
+}
+
+// dropFirstEnding drops a trust set's ended devices and, while it holds
+// more than MaxTrustedDevices, the device whose trust ends first (of two
+// ending together, the lesser id, as Redis's ZREMRANGEBYRANK orders them).
+func dropFirstEnding(set map[string]time.Time, now time.Time) {
+	for d, until := range set {
+		if !until.After(now) {
+			delete(set, d)
+		}
+	}
+	for len(set) > MaxTrustedDevices {
+		first := ""
+		for d, until := range set {
+			if first == "" || until.Before(set[first]) || until.Equal(set[first]) && d < first {
+				first = d
+			}
+		}
+		delete(set, first)
+	}
 }
 
 // Now implements Admin: the store's injected clock.

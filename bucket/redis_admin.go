@@ -288,7 +288,7 @@ func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, unti
 		return err
 	}
 	key := subjectKey(s.prefix, sub, ":t")
-	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMicro()).Err(); err != nil {
+	if err := trustScript.Run(ctx, s.c, []string{key}, device, until.UnixMicro(), MaxTrustedDevices).Err(); err != nil {
 		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, key, err)
 	}
 	if sub.Kind != "account" {
@@ -297,7 +297,7 @@ func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, unti
 	// the index of the accounts that trust the device (trust.go), with
 	// the same end: UntrustDevice finds the account without a scan
 	ik := trustIndexKey(s.prefix, device)
-	if err := trustScript.Run(ctx, s.c, []string{ik}, sub.ID, until.UnixMicro()).Err(); err != nil {
+	if err := trustScript.Run(ctx, s.c, []string{ik}, sub.ID, until.UnixMicro(), 0).Err(); err != nil {
 		return fmt.Errorf("%w: trust %s: %w", ErrUnavailable, ik, err)
 	}
 	return nil
@@ -309,7 +309,9 @@ func (s *RedisStore) Trust(ctx context.Context, sub Subject, device string, unti
 // sorted set scored by each device's end in µs, so each device's trust
 // ends on its own (as the memory store's); a plain set of an older
 // version is turned into one, its members ending when the set would
-// have. KEYS[1] set; ARGV[1] device; ARGV[2] until (µs).
+// have. A set over ARGV[3] members (0: no bound) loses those ending
+// first (MaxTrustedDevices). KEYS[1] set; ARGV[1] device; ARGV[2] until
+// (µs); ARGV[3] the bound.
 var trustScript = redis.NewScript(`
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -323,6 +325,11 @@ if redis.call("TYPE", KEYS[1]).ok == "set" then
 end
 redis.call("ZADD", KEYS[1], "GT", ARGV[2], ARGV[1])
 redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+local bound = tonumber(ARGV[3]) or 0
+if bound > 0 then
+  local n = redis.call("ZCARD", KEYS[1])
+  if n > bound then redis.call("ZREMRANGEBYRANK", KEYS[1], 0, n - bound - 1) end
+end
 local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
 if #last == 0 then return 0 end
 redis.call("PEXPIRE", KEYS[1], math.ceil((tonumber(last[2]) - now) / 1000))

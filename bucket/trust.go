@@ -28,6 +28,14 @@ import (
 // (harmless: the next revocation skips it) or the reverse (retried by the
 // caller, who was answered an error).
 
+// MaxTrustedDevices bounds an account's trust set: an enrolment past it
+// drops the devices whose trust ends first. A person's phones, tablets and
+// reinstalls within trusted_for stay far below it; an attacker who logs
+// minted attested ids in to an account of his own (risk.attestation
+// max_per_ip bounds the minting per address, not per account) no longer
+// grows its set, and the Redis memory it holds, without end.
+const MaxTrustedDevices = 100
+
 // TrustedDevice is one device of a trust set and when its trust ends.
 type TrustedDevice struct {
 	Device string

@@ -101,3 +101,32 @@ func TestTrustAdmin(t *testing.T) {
 		trustAdmin(t, s, s.(*bucket.RedisStore).Prefix())
 	})
 }
+
+// TestTrustSetBounded: an account's trust set holds at most
+// MaxTrustedDevices devices; an enrolment past it drops the device whose
+// trust ends first, in either store. Before, an attacker logging minted
+// attested ids in to an account of his own grew its set without end.
+func TestTrustSetBounded(t *testing.T) {
+	t.Parallel()
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := sc.new(t)
+			ctx := context.Background()
+			mallory := bucket.Subject{Kind: "account", ID: "mallory"}
+			for i := range bucket.MaxTrustedDevices + 5 {
+				if err := s.Trust(ctx, mallory, fmt.Sprintf("minted-%03d", i), t0.Add(time.Hour+time.Duration(i)*time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ds, err := s.TrustedDevices(ctx, mallory)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) != bucket.MaxTrustedDevices || ds[len(ds)-1].Device != "minted-005" || ds[0].Device != fmt.Sprintf("minted-%03d", bucket.MaxTrustedDevices+4) {
+				t.Fatalf("%d trusted devices, from %s to %s; want %d, minted-%03d to minted-005 (the 5 ending first dropped)",
+					len(ds), ds[0].Device, ds[len(ds)-1].Device, bucket.MaxTrustedDevices, bucket.MaxTrustedDevices+4)
+			}
+		})
+	}
+}
