@@ -157,6 +157,7 @@ type target struct {
 	public string // the port the internet reaches
 	api    string // the limiter's own API
 	grpc   string // the Envoy rate-limit service's address (with --grpc-listen)
+	riskd  string // riskd's /healthz, /readyz and /metrics
 	up     *upstream
 	rdb    *redis.Client
 	prefix string
@@ -224,7 +225,7 @@ func startWith(t *testing.T, riskdSetup func(*service.RiskdConfig), setups ...se
 		cancel()
 		<-r.Done
 	})
-	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, grpc: r.GRPCAddr, up: up, rdb: rdb, prefix: prefix, stream: stream}
+	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, grpc: r.GRPCAddr, riskd: "http://" + rr.Addr, up: up, rdb: rdb, prefix: prefix, stream: stream}
 	eventually(t, 10*time.Second, func() string {
 		if code, body := do(t, "GET", "http://"+rr.Addr+"/readyz", "", nil); code != 200 {
 			return "riskd not ready: " + body

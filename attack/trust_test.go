@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/service"
 )
 
@@ -234,4 +235,90 @@ func TestAttackNamingAttestedDeviceThrottlesIt(t *testing.T) {
 			t.Fatalf("the phone's request %d after the flood of its claimed id: %d %s", i, status, code(b))
 		}
 	}
+}
+
+// Attack (d): alice's phone was enrolled 3 days ago, so the events stream
+// (48 h) no longer holds the login that enrolled it; only Redis does.
+// riskd restarts (here it loses its lease to another riskd and takes it
+// back: a new daemon, as after a restart or a standby's takeover), the
+// attacker locks alice out, then Redis restarts empty: riskd re-asserts
+// the lockout, and before, not the phone's trust (a riskd knew only the
+// enrolments of the last 48 h), so the phone was answered 429
+// ACCOUNT_LOCKED.
+// Defence (7.1): a starting riskd also reads the trust sets in force from
+// Redis before it is ready (risk scanTrust), and writes them back.
+func TestAttackRiskdRestartThenRedisLossUntrustsOldPhone(t *testing.T) {
+	t.Parallel()
+	rs, onRedis := privateRedis(t)
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
+	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { tg.rdb.Close() })
+	ctx := context.Background()
+	store := bucket.NewRedisStore(tg.rdb, bucket.RedisOptions{Timeout: 5 * time.Second, Prefix: tg.prefix})
+	t.Cleanup(func() { store.Close() })
+	enrolled := time.Now().Add(-72 * time.Hour)
+	if err := store.Trust(ctx, bucket.Subject{Kind: "account", ID: "alice"}, "alice-phone", enrolled.Add(risk.DefaultTrustFor)); err != nil {
+		t.Fatal(err)
+	}
+	tg.releadRiskd(t)
+	for i := 0; i < 10; i++ {
+		if status, b := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"alice","ip":"203.0.113.9"}`, bearer(apiToken)); status != 202 {
+			t.Fatalf("report %d: %d %s", i, status, b)
+		}
+	}
+	locked := func() bool {
+		_, b := do(t, "POST", tg.api+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.77","account":"alice"}`, bearer(apiToken))
+		return code(b) == "ACCOUNT_LOCKED"
+	}
+	eventually(t, 10*time.Second, func() string {
+		if !locked() {
+			return "alice not locked out yet"
+		}
+		return ""
+	})
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "wrong", phone...); status != 401 {
+		t.Fatalf("the phone trusted 3 days ago during the lockout: %d %s, want 401 from the upstream", status, c)
+	}
+	tg.syncRisk(t)
+	rs.Restart(t)
+	lockKey := bucket.LockKey(tg.prefix, "account", "alice")
+	eventually(t, 15*time.Second, func() string {
+		if n, _ := tg.rdb.Exists(ctx, lockKey).Result(); n != 1 || !locked() {
+			return "the lockout is not re-asserted yet"
+		}
+		// a wrong password, so that no login_succeeded enrols the phone
+		// anew: the upstream's 401 is the proof the lockout spared it
+		if status, c := tg.login(t, "198.51.100.10", "alice", "wrong", phone...); status != 401 {
+			return fmt.Sprintf("the phone trusted 3 days ago after riskd restarted and Redis restarted empty: %d %s", status, c)
+		}
+		return ""
+	})
+}
+
+// releadRiskd takes riskd's lease from it (as another riskd would) until
+// it stands by, then gives it back and waits until a new daemon leads and
+// is ready: riskd rebuilds its state as a riskd that starts.
+func (tg *target) releadRiskd(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	leader := bucket.LeaderKey(tg.prefix, service.DefaultDurable)
+	eventually(t, 15*time.Second, func() string {
+		if err := tg.rdb.Set(ctx, leader, "another-riskd", 0).Err(); err != nil {
+			return err.Error()
+		}
+		if _, body := do(t, "GET", tg.riskd+"/readyz", "", nil); !strings.Contains(body, `"standby"`) {
+			return "riskd still leads: " + body
+		}
+		return ""
+	})
+	if err := tg.rdb.Del(ctx, leader).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() string {
+		if status, body := do(t, "GET", tg.riskd+"/readyz", "", nil); status != 200 || !strings.Contains(body, `"leader"`) || !strings.Contains(body, `"ready"`) {
+			return "riskd does not lead again: " + body
+		}
+		return ""
+	})
 }

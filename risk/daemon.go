@@ -90,6 +90,12 @@ type Options struct {
 	// one leadership to the next); MaxTrust is then its own. nil: one of
 	// the daemon's own.
 	Trust *TrustRecord
+	// TrustScanner, when set, lists the trust sets in the store, read at
+	// start into the trust record (scanTrust) so that it holds the
+	// enrolments older than the events stream. nil: Store's, if Store
+	// implements bucket.TrustScanner (both bucket stores do); neither:
+	// the record starts from the events stream alone.
+	TrustScanner bucket.TrustScanner
 	// MaxAdmin bounds the admin multipliers remembered for re-application
 	// (default 100,000; expired ones go first, then the oldest).
 	MaxAdmin int
@@ -300,6 +306,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	if err := d.readTrust(ctx); err != nil {
+		return err
+	}
+	if err := d.scanTrust(ctx); err != nil {
 		return err
 	}
 	d.readyOne.Do(func() { close(d.ready) })

@@ -26,7 +26,9 @@ import (
 // share the attacker's budget of a `trusted_devices: own` limit. So riskd
 // keeps its own record of every enrolment in force, built from the
 // reports it processes and, at start, from the login_succeeded reports of
-// the last trusted_for still in the events stream, and writes it back
+// the last trusted_for still in the events stream and from the store's
+// trust sets themselves (scanTrust: the stream keeps 48 h, trust lasts 30
+// days), and writes it back
 // whenever the store says it lost its data (StoreLost, asked every
 // second), or at every re-assertion when there is no StoreLost.
 
@@ -360,6 +362,57 @@ func (d *Daemon) readTrust(ctx context.Context) error {
 	}
 	d.log.Info("trust record read", "reports", n)
 	return nil
+}
+
+// scanTrust seeds the trust record from the store's own trust sets
+// (Options.TrustScanner), so that it covers every enrolment in force and
+// not only those whose login the events stream still holds (48 h, where
+// trust lasts 30 days): a Redis that restarts empty after riskd started
+// gets them all back. Each enrolment's time is taken as its end less
+// trustFor, for the revocations it is judged against. It runs before
+// riskd is ready, like readTrust: a scan in the background would race the
+// very Redis loss it is for, and a Redis that is down blocks riskd's
+// writes (and its lease) anyway; SCAN reads a thousand keys a round trip.
+// A failed scan is logged, counted (errors_total{op="trust_scan"}) and
+// retried, never taken for a complete record; what it read stays
+// recorded.
+func (d *Daemon) scanTrust(ctx context.Context) error {
+	sc := d.o.TrustScanner
+	if sc == nil {
+		sc, _ = d.o.Store.(bucket.TrustScanner)
+	}
+	if sc == nil {
+		return nil
+	}
+	for failures := 1; ; failures++ {
+		n, err := d.scanTrustOnce(ctx, sc)
+		switch {
+		case err == nil:
+			d.log.Info("trust record scanned", "enrolments", n)
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("risk: trust scan: %w", ctx.Err())
+		case !d.Leading():
+			return ErrNotLeading
+		}
+		d.count("trust_scan")
+		d.log.Warn("trust scan failed; retrying (riskd acts only once its state is rebuilt)",
+			"read", n, "failures", failures, "err", err)
+		_ = sleepCtx(ctx, min(time.Duration(failures)*100*time.Millisecond, time.Second))
+	}
+}
+
+// scanTrustOnce records every enrolment sc passes and returns how many it
+// recorded (a revoked one is not).
+func (d *Daemon) scanTrustOnce(ctx context.Context, sc bucket.TrustScanner) (int, error) {
+	now, trustFor, n := d.o.Now(), d.trustFor(), 0
+	err := sc.ScanTrust(ctx, func(account, device string, until time.Time) error {
+		if d.trusts.set(account, device, until, until.Add(-trustFor), now) {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // reassertTrust writes every recorded enrolment in force to the store,

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-dev/tollgate/api"
+	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/policy"
 	"github.com/tollgate-dev/tollgate/signals"
@@ -165,7 +166,8 @@ func (l *limiter) addEvents(ctx context.Context) (func(context.Context) ([]signa
 		}
 		return redisOffenders(l.store.client, cfg.KeyPrefix), nil
 	}
-	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), Policy: l.holder.Current, Redis: l.store.client,
+	scanner, _ := l.store.store.(bucket.TrustScanner) // beneath the L1 cache's wrapper
+	l.risk, err = newRisk(riskConfig{Publisher: ev.pub, Store: l.l1.Wrap(l.store.store), TrustScanner: scanner, Policy: l.holder.Current, Redis: l.store.client,
 		KeyPrefix: cfg.KeyPrefix, Streams: cfg.streams(), Registerer: l.reg, Logger: cfg.Logger.With("component", "riskd"), Getenv: cfg.Getenv})
 	if err != nil {
 		return nil, err

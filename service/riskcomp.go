@@ -29,7 +29,10 @@ type riskConfig struct {
 	// Publisher, Store and Policy are the daemon's (required).
 	Publisher *streams.Publisher
 	Store     risk.Writer
-	Policy    func() *policy.Policy
+	// TrustScanner lists the store's trust sets (risk.Options.TrustScanner):
+	// the store beneath Store when Store wraps it (the limiter's L1 cache).
+	TrustScanner bucket.TrustScanner
+	Policy       func() *policy.Policy
 	// Redis is the store's client (nil with the memory store): it keeps
 	// the store-epoch marker, the lease and the shared offender list.
 	Redis redis.UniversalClient
@@ -114,7 +117,7 @@ func (r *riskComponent) newDaemon() (*risk.Daemon, error) {
 	c := r.c
 	o := risk.Options{
 		Publisher: c.Publisher, Store: c.Store, Policy: c.Policy, Streams: c.Streams, Durable: c.Durable,
-		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert, Trust: r.trust,
+		Metrics: r.metrics, Logger: c.Logger, Reassert: c.Reassert, Trust: r.trust, TrustScanner: c.TrustScanner,
 	}
 	if r.lease != nil {
 		o.Leading, o.LeadingUntil = r.lease.Valid, r.lease.Until
