@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -130,8 +131,8 @@ func (s *RedisStore) readTrustSets(ctx context.Context, n trustNode, keys []stri
 // of account's set to fn.
 func passTrusted(account string, v []string, fn func(account, device string, until time.Time) error) error {
 	for i := 0; i+1 < len(v); i += 2 {
-		var us int64
-		if _, err := fmt.Sscan(v[i+1], &us); err != nil {
+		us, err := strconv.ParseInt(v[i+1], 10, 64) // trustListScript writes %d
+		if err != nil {
 			return fmt.Errorf("%w: scan trust of account %q: end %q: %w", ErrUnavailable, account, v[i+1], err)
 		}
 		if err := fn(account, v[i], time.UnixMicro(us)); err != nil {
