@@ -261,21 +261,8 @@ func TestAttackRiskdRestartThenRedisLossUntrustsOldPhone(t *testing.T) {
 		t.Fatal(err)
 	}
 	tg.releadRiskd(t)
-	for i := 0; i < 10; i++ {
-		if status, b := do(t, "POST", tg.api+"/v1/report", `{"type":"login_failed","account":"alice","ip":"203.0.113.9"}`, bearer(apiToken)); status != 202 {
-			t.Fatalf("report %d: %d %s", i, status, b)
-		}
-	}
-	locked := func() bool {
-		_, b := do(t, "POST", tg.api+"/v1/check", `{"endpoint":"POST /auth/login","ip":"192.0.2.77","account":"alice"}`, bearer(apiToken))
-		return code(b) == "ACCOUNT_LOCKED"
-	}
-	eventually(t, 10*time.Second, func() string {
-		if !locked() {
-			return "alice not locked out yet"
-		}
-		return ""
-	})
+	tg.lockOut(t, "alice")
+	locked := func() bool { return tg.locked(t, "alice") }
 	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
 	if status, c := tg.login(t, "198.51.100.10", "alice", "wrong", phone...); status != 401 {
 		t.Fatalf("the phone trusted 3 days ago during the lockout: %d %s, want 401 from the upstream", status, c)
