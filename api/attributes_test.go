@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -27,6 +28,7 @@ const attrPolicy = `version: 1
 identity:
   attributes: {plan: X-Plan, tenant: X-Tenant}
   account_header: X-Account
+  device_header: X-Device-Id
 lists:
   blocked:  {file: blocked.txt, kind: ip}
   staff:    {file: staff.txt, kind: account}
@@ -284,6 +286,11 @@ func TestReportAttributesAndLists(t *testing.T) {
 	if r[4].AllowList != "phones" || !r[4].Attested {
 		t.Errorf("report 4 (the phone with its token): allow list %q attested %v, want phones", r[4].AllowList, r[4].Attested)
 	}
+	// a proven device's report carries its token's expiry, riskd's measure
+	// of when it was issued (7.1); an unproven one's none
+	if !r[3].TokenExpires.IsZero() || !r[4].TokenExpires.Equal(t0.Add(time.Hour)) {
+		t.Errorf("token expiries of reports 3, 4: %v, %v, want none, %v", r[3].TokenExpires, r[4].TokenExpires, t0.Add(time.Hour))
+	}
 	if r[5].AllowList != "staff" {
 		t.Errorf("report 5 (staff naming the denied phone's bare id): allow list %q, want staff", r[5].AllowList)
 	}
@@ -303,7 +310,8 @@ func TestProxyAttributesAndLists(t *testing.T) {
 	t.Cleanup(up.Close)
 	events, reporter := &sink{}, &fakeReporter{}
 	eng, _ := engine.New(engine.Options{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), Policy: func() *policy.Policy { return p }})
-	srv, _ := New(Options{Engine: eng, Events: events, Reporter: reporter})
+	srv, _ := New(Options{Engine: eng, Events: events, Reporter: reporter,
+		DeviceTokens: func() *attestation.Tokens { return attrTokens }})
 	u, _ := url.Parse(up.URL)
 	if err := srv.EnableProxy(ProxyOptions{Upstream: u}); err != nil {
 		t.Fatal(err)
@@ -370,9 +378,16 @@ func TestProxyAttributesAndLists(t *testing.T) {
 		t.Fatalf("denied request reached the upstream: %v", r.URL)
 	default:
 	}
-	// Login outcomes carry the attributes; a staff account's is marked.
-	for _, acct := range []string{"bob", "Alice@example.com"} {
-		if resp := send("POST", "/auth/login", http.Header{"X-Plan": {"trial"}, "X-Account": {acct}}); resp.StatusCode != 204 {
+	// Login outcomes carry the attributes; a staff account's is marked, a
+	// proven device's carries its token's expiry (7.1).
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	phone := http.Header{"X-Device-Id": {"vip-phone"}, "X-Device-Token": {attrTokens.Issue("vip-phone", exp)}}
+	for _, acct := range []string{"bob", "Alice@example.com", "carol"} {
+		h := http.Header{"X-Plan": {"trial"}, "X-Account": {acct}}
+		if acct == "carol" {
+			maps.Copy(h, phone)
+		}
+		if resp := send("POST", "/auth/login", h); resp.StatusCode != 204 {
 			t.Fatalf("login %s: %d", acct, resp.StatusCode)
 		}
 		<-seen
@@ -380,13 +395,17 @@ func TestProxyAttributesAndLists(t *testing.T) {
 	srv.WaitReports()
 	reporter.mu.Lock()
 	defer reporter.mu.Unlock()
-	if len(reporter.list) != 2 {
+	if len(reporter.list) != 3 {
 		t.Fatalf("reports %+v", reporter.list)
 	}
 	for _, r := range reporter.list { // published concurrently: any order
-		want := map[string]string{"bob": "", "alice@example.com": "staff"}[policy.NormalizeAccount(r.Account)]
+		acct := policy.NormalizeAccount(r.Account)
+		want := map[string]string{"bob": "", "alice@example.com": "staff", "carol": "phones"}[acct]
 		if r.Type != streams.ReportLoginSucceeded || r.Attributes["plan"] != "trial" || r.AllowList != want {
 			t.Errorf("report %+v", r)
+		}
+		if proven := acct == "carol"; r.Attested != proven || (proven && !r.TokenExpires.Equal(exp)) || (!proven && !r.TokenExpires.IsZero()) {
+			t.Errorf("report of %s: attested %v, token expires %v (want %v)", acct, r.Attested, r.TokenExpires, exp)
 		}
 	}
 }

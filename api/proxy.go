@@ -270,6 +270,9 @@ type identity struct {
 	// decided ("": none); confirmed the account the upstream's answer named
 	// in it (normalised; "" when none or not one valid value)
 	acctHeader, confirmed string
+	// tokenExp is the expiry of the device token that proved the device
+	// (zero when none did): its reports carry it (Report.TokenExpires)
+	tokenExp time.Time
 }
 
 type identityKey struct{}
@@ -368,7 +371,7 @@ func (p *proxy) identify(r *http.Request, pol *policy.Policy, id *identity) *api
 	}
 	if id.in.DeviceID != "" {
 		tok, _ := headerValue(r.Header, deviceTokenHeader(ident))
-		id.in.DeviceVerified = p.s.deviceVerified(tok, id.in.DeviceID)
+		id.tokenExp, id.in.DeviceVerified = p.s.deviceToken(tok, id.in.DeviceID)
 	}
 	if aerr := attributesFromHeaders(r.Header, ident, &id.in); aerr != nil {
 		return aerr
@@ -565,7 +568,7 @@ func (p *proxy) outcome(resp *http.Response) error {
 	// a proven device, not a claimed id: velocity rules by device count
 	// the two apart (7.1), only a proven login_succeeded enrols it, and
 	// only a proven device matches a device allow list
-	rep.Attested = id.in.DeviceVerified
+	rep.Attested, rep.TokenExpires = id.in.DeviceVerified, id.tokenExp
 	rep.AllowList = p.s.allowList(rep)
 	if !p.s.reports.add() {
 		p.s.o.Logger.Warn("proxy: report after shutdown's wait; not published", "type", typ, "request_id", id.rid)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -116,7 +117,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	rep.ID = id
 	rep.TS = s.o.Now().UTC()
 	rep.Source = "api"
-	rep.Attested = s.deviceVerified(token, rep.DeviceID)
+	rep.TokenExpires, rep.Attested = s.deviceToken(token, rep.DeviceID)
 	rep.AllowList = s.allowList(&rep)
 	rep.ASN = s.reportASN(rep.IP)
 	if err := s.o.Reporter.Report(r.Context(), &rep); err != nil {
@@ -172,10 +173,23 @@ func (s *Server) countReport(rep *streams.Report) {
 // deviceVerified reports whether token is a valid device token of
 // deviceID now (6.3). A missing, bad or expired token is simply false.
 func (s *Server) deviceVerified(token, deviceID string) bool {
+	_, ok := s.deviceToken(token, deviceID)
+	return ok
+}
+
+// deviceToken returns the expiry of token and true when it proves
+// deviceID now (deviceVerified); the zero time and false otherwise. A
+// report carries the expiry, so riskd can tell a token issued before an
+// admin revoked the device's trust (streams.Report.TokenExpires).
+func (s *Server) deviceToken(token, deviceID string) (time.Time, bool) {
 	if token == "" || deviceID == "" || s.o.DeviceTokens == nil {
-		return false
+		return time.Time{}, false
 	}
-	return s.o.DeviceTokens().Verify(token, deviceID, s.o.Now())
+	exp, ok := s.o.DeviceTokens().Expiry(token, deviceID)
+	if !ok || !s.o.Now().Before(exp) {
+		return time.Time{}, false
+	}
+	return exp, true
 }
 
 // reportASN returns the AS number of ip by the reputation rules in force

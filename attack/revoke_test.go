@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/signals"
 )
 
 // Attacks on a trusted device that is no longer its owner's (7.1): a
@@ -194,5 +195,47 @@ func TestAttackConsoleRevokeTrimmedDeviceID(t *testing.T) {
 	attacker := []string{"X-Device-Id", attackers, "X-Device-Token", deviceToken(t, attackers)}
 	if status, c := tg.login(t, "203.0.113.50", "alice", "right", attacker...); status != 429 || c != "ACCOUNT_LOCKED" {
 		t.Fatalf("the attacker's login from his revoked device during alice's lockout: %d %s, want 429 ACCOUNT_LOCKED", status, c)
+	}
+}
+
+// Attack: alice's trusted phone is stolen, its app signed in (or her
+// password saved in it). The security team revokes the phone's trust. The
+// thief waits out the minute a revocation allows for limiter clocks apart
+// (a login stamped within it is not trusted), then signs in from the phone
+// with the device token it holds: riskd trusted the phone again, and its
+// logins passed alice's next lockout (200 through ACCOUNT_LOCKED) for
+// trusted_for more.
+// Defence: a report carries its device token's expiry (token_expires);
+// riskd enrols no device whose token was issued at or before a recorded
+// revocation of it. The phone is trusted again only with a token issued
+// after the revocation. (No clock is injected into a running limiter, so
+// the test waits out the skew: a minute.)
+func TestAttackStolenPhoneTokenTrustsItAgain(t *testing.T) {
+	t.Parallel()
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t))
+	thief := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", thief...); status != 200 {
+		t.Fatalf("alice's login from her phone: %d %s, want 200", status, c)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if devices := tg.trustedDevices(t, "alice"); devices != "alice-phone" {
+			return fmt.Sprintf("alice's trusted devices: %q, want alice-phone", devices)
+		}
+		return ""
+	})
+	if status, b := do(t, "DELETE", tg.api+"/v1/admin/trusted-devices/alice/alice-phone", "", bearer(adminToken)); status != 200 {
+		t.Fatalf("revoking the stolen phone: %d %s", status, b)
+	}
+	time.Sleep(signals.MaxClockSkew + time.Second)
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", thief...); status != 200 {
+		t.Fatalf("the thief's sign-in from the phone: %d %s, want 200", status, c)
+	}
+	tg.syncRisk(t)
+	if devices := tg.trustedDevices(t, "alice"); devices != "" {
+		t.Errorf("alice's trusted devices after the thief's sign-in: %q, want none", devices)
+	}
+	tg.lockOut(t, "alice")
+	if status, c := tg.login(t, "198.51.100.10", "alice", "right", thief...); status != 429 || c != "ACCOUNT_LOCKED" {
+		t.Fatalf("the thief's sign-in during alice's lockout: %d %s, want 429 ACCOUNT_LOCKED", status, c)
 	}
 }

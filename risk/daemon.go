@@ -879,7 +879,7 @@ func (d *Daemon) apply(m jetstream.Msg, out []signals.Action) ([]signals.Action,
 		}
 		r.Account = policy.NormalizeAccount(r.Account)
 		out = d.eng.ApplyReport(0, 0, &r, out)
-		out = d.recordTrust(TrustAction(&r, d.trustFor(), out), len(out), r.TS)
+		out = d.recordTrust(TrustAction(&r, d.trustFor(), out), len(out), &r)
 		return out, applied{n: 1, typ: "report", reportType: r.Type}
 	}
 	d.count("subject")

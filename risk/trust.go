@@ -83,13 +83,15 @@ func NewTrustRecord(max int) *TrustRecord {
 }
 
 // set records device as trusted by account until until, enrolled at at
-// (a later end wins), and reports true; false, recording nothing, when a
-// revocation at or after at is recorded.
-func (r *trustRecord) set(account, device string, until, at, now time.Time) bool {
+// by a login whose device token was issued at issued (zero: unknown), a
+// later end winning, and reports true; false, recording nothing, when a
+// revocation recorded covers at (revokedSince) or came at or after
+// issued (tokenRevoked).
+func (r *trustRecord) set(account, device string, until, at, issued, now time.Time) bool {
 	k := account + "\x00" + device
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.revokedSince(account, device, at) {
+	if r.revokedSince(account, device, at) || r.tokenRevoked(k, issued) {
 		return false
 	}
 	if old, ok := r.m[k]; ok && !r.covered(k, old.at) {
@@ -122,6 +124,19 @@ const revokeSkew = signals.MaxClockSkew
 // r.mu must be held.
 func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 	return r.covered(account+"\x00"+device, at)
+}
+
+// tokenRevoked reports whether a revocation of k (as covered) is
+// recorded at or after issued, the issue of the device token a login
+// presented: the token proves the device as it was before the admin
+// disowned it (a stolen phone's, the freed id's former holder's), so its
+// logins trust nothing however long after the revocation they come; the
+// device attests again for a token that does. No skew: a token issued by
+// a host behind the revoking one's clock is refused until its renewal,
+// and a host ahead lets one issued up to the skew before it by.
+// r.mu must be held.
+func (r *trustRecord) tokenRevoked(k string, issued time.Time) bool {
+	return !issued.IsZero() && r.covered(k, issued.Add(revokeSkew))
 }
 
 // covered reports whether a revocation recorded covers the enrolment at
@@ -279,20 +294,37 @@ func (r *trustRecord) active(now time.Time) []trustEntry {
 	return out
 }
 
-// recordTrust records the enrolments among actions[from:], made by a
-// login_succeeded at at, and returns actions less those a revocation
-// recorded since at has revoked: a report read again (delivered anew,
-// read back at start) never trusts a device an admin disowned after it.
-func (d *Daemon) recordTrust(actions []signals.Action, from int, at time.Time) []signals.Action {
+// recordTrust records the enrolments among actions[from:], made by the
+// login_succeeded rep, and returns actions less those a revocation
+// recorded has revoked: since rep (a report read again, delivered anew or
+// read back at start, never trusts a device an admin disowned after it)
+// or since the issue of rep's device token (tokenRevoked).
+func (d *Daemon) recordTrust(actions []signals.Action, from int, rep *streams.Report) []signals.Action {
 	now := d.o.Now()
+	issued := tokenIssued(rep, d.o.Policy())
 	kept := actions[:from]
 	for _, a := range actions[from:] {
-		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, at, now) {
+		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, issued, now) {
 			continue
 		}
 		kept = append(kept, a)
 	}
 	return kept
+}
+
+// tokenIssued returns when rep's device token was issued, its expiry
+// less p's attestation.valid_for (a token lasts as long as the
+// attestation it was issued for); zero when rep carries no expiry (no
+// token, or a limiter older than Report.TokenExpires).
+func tokenIssued(rep *streams.Report, p *policy.Policy) time.Time {
+	if rep.TokenExpires.IsZero() {
+		return time.Time{}
+	}
+	validFor := policy.DefaultAttestationValidFor
+	if a := p.Risk.Attestation; a != nil && a.ValidFor > 0 {
+		validFor = a.ValidFor
+	}
+	return rep.TokenExpires.Add(-validFor)
 }
 
 // revokeTrust applies a trust revocation of the audit stream (Audit's
@@ -354,7 +386,7 @@ func (d *Daemon) readTrust(ctx context.Context) error {
 			var r streams.Report
 			if json.Unmarshal(m.Data(), &r) == nil {
 				r.Account = policy.NormalizeAccount(r.Account)
-				acts = d.recordTrust(TrustAction(&r, d.trustFor(), acts[:0]), 0, r.TS)
+				acts = d.recordTrust(TrustAction(&r, d.trustFor(), acts[:0]), 0, &r)
 			}
 		})
 	if err != nil {
@@ -407,7 +439,7 @@ func (d *Daemon) scanTrust(ctx context.Context) error {
 func (d *Daemon) scanTrustOnce(ctx context.Context, sc bucket.TrustScanner) (int, error) {
 	now, trustFor, n := d.o.Now(), d.trustFor(), 0
 	err := sc.ScanTrust(ctx, func(account, device string, until time.Time) error {
-		if d.trusts.set(account, device, until, until.Add(-trustFor), now) {
+		if d.trusts.set(account, device, until, until.Add(-trustFor), time.Time{}, now) {
 			n++
 		}
 		return nil

@@ -16,10 +16,10 @@ func TestTrustRecord(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1700000000, 0)
 	r := trustRecord{max: 2, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
-	r.set("alice", "phone", now.Add(time.Hour), now, now)
-	r.set("alice", "phone", now.Add(time.Minute), now, now) // an earlier end does not shorten it
-	r.set("bob", "tablet", now.Add(2*time.Hour), now, now)
-	r.set("carol", "watch", now.Add(3*time.Hour), now, now) // full: alice's phone ends first
+	r.set("alice", "phone", now.Add(time.Hour), now, time.Time{}, now)
+	r.set("alice", "phone", now.Add(time.Minute), now, time.Time{}, now) // an earlier end does not shorten it
+	r.set("bob", "tablet", now.Add(2*time.Hour), now, time.Time{}, now)
+	r.set("carol", "watch", now.Add(3*time.Hour), now, time.Time{}, now) // full: alice's phone ends first
 	got := map[string]time.Time{}
 	for _, e := range r.active(now) {
 		got[e.account+"/"+e.device] = e.until
@@ -43,16 +43,16 @@ func TestTrustRecordRevocations(t *testing.T) {
 	// steps of 2 min: more than revokeSkew apart
 	at := func(m int) time.Time { return now.Add(time.Duration(m) * 2 * time.Minute) }
 	r := trustRecord{max: 10, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
-	r.set("alice", "phone", at(60), at(1), now)
-	r.set("alice", "tablet", at(60), at(1), now)
-	r.set("bob", "phone", at(60), at(1), now)
+	r.set("alice", "phone", at(60), at(1), time.Time{}, now)
+	r.set("alice", "tablet", at(60), at(1), time.Time{}, now)
+	r.set("bob", "phone", at(60), at(1), time.Time{}, now)
 	if got := r.revoke("alice", "phone", at(2), now); len(got) != 1 || got[0].account != "alice" || got[0].device != "phone" {
 		t.Fatalf("revoke(alice, phone) dropped %v, want alice's phone", got)
 	}
-	if r.set("alice", "phone", at(61), at(1), now) {
+	if r.set("alice", "phone", at(61), at(1), time.Time{}, now) {
 		t.Fatal("an enrolment older than its revocation was recorded again")
 	}
-	if !r.set("alice", "phone", at(63), at(3), now) {
+	if !r.set("alice", "phone", at(63), at(3), time.Time{}, now) {
 		t.Fatal("an enrolment after the revocation was refused")
 	}
 	// a revocation of every device, or of a freed id, drops at the
@@ -73,7 +73,7 @@ func TestTrustRecordRevocations(t *testing.T) {
 	if got := inForce(); got != "" {
 		t.Fatalf("after revoke(every account, phone): %q in force, want none", got)
 	}
-	if r.set("carol", "phone", at(64), at(4), now) || !r.set("carol", "phone", at(65), at(5), now) {
+	if r.set("carol", "phone", at(64), at(4), time.Time{}, now) || !r.set("carol", "phone", at(65), at(5), time.Time{}, now) {
 		t.Fatal("a freed id: an enrolment of its time must be refused, a later one recorded")
 	}
 	if n := len(r.active(now)); n != 1 {
@@ -95,18 +95,18 @@ func TestTrustRevocationAcrossHostClocks(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	ts := now.Add(time.Minute) // the revocation, by host A's clock
 	r := trustRecord{max: 10, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
-	r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), now) // host B, 5 s ahead, 2 s before
+	r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), time.Time{}, now) // host B, 5 s ahead, 2 s before
 	if got := r.revoke("alice", "phone", ts, now); len(got) != 1 {
 		t.Fatalf("the revocation dropped %v, want alice's phone stamped 3 s after it by a host ahead", got)
 	}
-	if r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), now) {
+	if r.set("alice", "phone", now.Add(time.Hour), ts.Add(3*time.Second), time.Time{}, now) {
 		t.Fatal("the same login read again after the revocation was recorded")
 	}
-	r.set("bob", "tablet", now.Add(time.Hour), ts.Add(3*time.Second), now)
+	r.set("bob", "tablet", now.Add(time.Hour), ts.Add(3*time.Second), time.Time{}, now)
 	if r.revoke("", "tablet", ts, now); r.holds("bob", "tablet", now.Add(time.Hour)) {
 		t.Fatal("a freed id: the login stamped 3 s after it by a host ahead was kept")
 	}
-	if !r.set("alice", "phone", now.Add(2*time.Hour), ts.Add(signals.MaxClockSkew+time.Second), now) {
+	if !r.set("alice", "phone", now.Add(2*time.Hour), ts.Add(signals.MaxClockSkew+time.Second), time.Time{}, now) {
 		t.Fatal("a login more than MaxClockSkew after the revocation was refused")
 	}
 }

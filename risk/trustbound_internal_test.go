@@ -20,11 +20,11 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
 	for i := range max {
-		r.set("acct", "d"+strconv.Itoa(i), now.Add(time.Hour+time.Duration(i)*time.Second), now, now)
+		r.set("acct", "d"+strconv.Itoa(i), now.Add(time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now)
 	}
 	start := time.Now()
 	for i := range more {
-		r.set("acct", "new"+strconv.Itoa(i), now.Add(1000*time.Hour), now, now)
+		r.set("acct", "new"+strconv.Itoa(i), now.Add(1000*time.Hour), now, time.Time{}, now)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("%d enrolments on a full record of %d took %v", more, max, d)
@@ -59,7 +59,7 @@ func TestTrustRevocationsAreCheap(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
 	for i := range max {
-		r.set("a"+strconv.Itoa(i), "phone", now.Add(time.Hour), now, now)
+		r.set("a"+strconv.Itoa(i), "phone", now.Add(time.Hour), now, time.Time{}, now)
 	}
 	for i := range max { // the record of revocations full of ones in force
 		r.revoke("gone"+strconv.Itoa(i), "", now.Add(time.Duration(i)), now)
@@ -91,7 +91,7 @@ func TestTrustRevocationsAreCheap(t *testing.T) {
 		t.Fatalf("%d enrolments in force, want %d", n, max-more+more/3)
 	}
 	// the newest revocations are kept: none of them is trusted again
-	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), now) {
+	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), time.Time{}, now) {
 		t.Fatal("an enrolment a kept revocation covers was recorded again")
 	}
 }

@@ -127,6 +127,12 @@ type Report struct {
 	// DeviceID (contract 6.3): only then does a login_succeeded make the
 	// device a trusted device of the account.
 	Attested bool `json:"attested,omitempty"`
+	// TokenExpires is the expiry of the device token that proved DeviceID
+	// (set with Attested; omitted otherwise, and by limiters older than
+	// it): riskd judges from it when the token was issued (TokenExpires
+	// less attestation.valid_for), and enrols no device whose token was
+	// issued at or before an admin's revocation of its trust (7.1).
+	TokenExpires time.Time `json:"token_expires,omitzero"`
 	// Attributes are the report's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
