@@ -300,11 +300,11 @@ func (r *trustRecord) active(now time.Time) []trustEntry {
 // read back at start, never trusts a device an admin disowned after it)
 // or since the issue of rep's device token (tokenRevoked).
 func (d *Daemon) recordTrust(actions []signals.Action, from int, rep *streams.Report) []signals.Action {
-	now := d.o.Now()
-	issued := tokenIssued(rep, d.o.Policy())
 	kept := actions[:from]
 	for _, a := range actions[from:] {
-		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, issued, now) {
+		// a report enrols one device at most: the clock and the policy
+		// are read only for it, not for every report
+		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, tokenIssued(rep, d.o.Policy()), d.o.Now()) {
 			continue
 		}
 		kept = append(kept, a)
