@@ -65,6 +65,12 @@ type AttestOptions struct {
 	// only the same App Attest key or the id's last device token may
 	// attest the id again (claim).
 	HoldFor time.Duration
+	// MaxVerifying bounds the attestations verified at once (default:
+	// half the CPUs Go uses, at least one); one more waits up to a second
+	// for a slot, then is answered 503 LIMITER_UNAVAILABLE, as are those
+	// past 64 waiting per slot. Assertions are not bounded (one P-256
+	// signature).
+	MaxVerifying int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives verification failures and store errors (default: discard).
@@ -73,7 +79,8 @@ type AttestOptions struct {
 
 // attestHandler serves the attestation endpoints.
 type attestHandler struct {
-	o AttestOptions
+	o    AttestOptions
+	gate *verifyGate
 }
 
 // NewAttestHandler returns the handler of POST /v1/attest/challenge,
@@ -105,7 +112,7 @@ func NewAttestHandler(o AttestOptions) http.Handler {
 	if o.HoldFor <= 0 {
 		o.HoldFor = policy.DefaultTrustedFor
 	}
-	return &attestHandler{o: o}
+	return &attestHandler{o: o, gate: newVerifyGate(o.MaxVerifying)}
 }
 
 // ServeHTTP implements http.Handler.
@@ -230,12 +237,17 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 		return h.failure(ctx, rid, "apple", id, err)
 	}
 	cdh := sha256.Sum256([]byte(challenge))
+	if !h.gate.enter(ctx) {
+		return h.busy(ctx, rid, "apple")
+	}
 	key, err := h.o.Apple.VerifyAttestation(obj, keyID, cdh[:], now)
+	h.gate.leave()
 	if err != nil {
 		return h.failure(ctx, rid, "apple", id, err)
 	}
 	// used up only by an attestation that verified: a garbage one costs
-	// the store nothing, and of two racing copies one passes
+	// the store nothing, and of two racing copies one passes (and takes
+	// the budget of a new id: the copy that lost takes none)
 	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "apple", id, err)
 	}
@@ -249,6 +261,9 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	cur, aerr := h.claim(ctx, rid, id, st, b.DeviceToken)
 	if aerr != nil {
 		return aerr
+	}
+	if cur == nil && !takeAttestBudget(w, r, rid) {
+		return nil
 	}
 	if cur != nil && cur.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID && cur.Counter > st.Counter {
 		// the same key attested again: its counter never goes back, or
@@ -281,7 +296,12 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	if err := h.o.Challenges.Check(ctx, id, challenge, now); err != nil {
 		return h.failure(ctx, rid, "android", id, err)
 	}
-	if _, err := h.o.Play.Verify(*b.Token, challenge, now); err != nil {
+	if !h.gate.enter(ctx) {
+		return h.busy(ctx, rid, "android")
+	}
+	_, err := h.o.Play.Verify(*b.Token, challenge, now)
+	h.gate.leave()
+	if err != nil {
 		return h.failure(ctx, rid, "android", id, err)
 	}
 	if err := h.o.Challenges.Consume(ctx, id, challenge, now); err != nil {
@@ -290,8 +310,12 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	st := attestation.Status{Platform: attestation.PlatformAndroid, Verified: true, VerifiedAt: now, ExpiresAt: now.Add(h.o.ValidFor),
 		Reason: "play integrity verified"}
 	st.HeldUntil = st.ExpiresAt.Add(h.o.HoldFor)
-	if _, aerr := h.claim(ctx, rid, id, st, b.DeviceToken); aerr != nil {
+	cur, aerr := h.claim(ctx, rid, id, st, b.DeviceToken)
+	if aerr != nil {
 		return aerr
+	}
+	if cur == nil && !takeAttestBudget(w, r, rid) {
+		return nil
 	}
 	return h.verified(ctx, w, rid, id, st)
 }
@@ -308,8 +332,10 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 // once the owner's attestation lapsed, and be handed a token the engine
 // takes as that device's, with the trust the owner earned on its accounts
 // (exempt_attested, its own budget), and the owner's key would be
-// forgotten. It returns the id's attestation kept so far (nil when none):
-// a fresh attestation of the same App Attest key keeps its counter.
+// forgotten. It returns the id's attestation kept so far, nil when none:
+// then st binds a new id, and takes from the address's attestation budget
+// (takeAttestBudget); a renewal does not. A fresh attestation of the same
+// App Attest key keeps its counter.
 func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestation.Status, token *string) (*attestation.Status, *apiError) {
 	cur, ok, err := h.o.Devices.Get(ctx, id)
 	if err != nil {
@@ -439,6 +465,13 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 	}
 	h.o.Logger.LogAttrs(ctx, slog.LevelError, "attestation: internal error", slog.String("endpoint", what), slog.String("err", err.Error()), slog.String("request_id", rid))
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}
+}
+
+// busy answers an attestation that found no verification slot
+// (AttestOptions.MaxVerifying): 503, to retry in a second.
+func (h *attestHandler) busy(ctx context.Context, rid, what string) *apiError {
+	h.o.Logger.LogAttrs(ctx, slog.LevelWarn, "attestation: verifications saturated", slog.String("endpoint", what), slog.String("request_id", rid))
+	return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "too many attestations are being verified; retry", details: `"retry_after_ms":1000`}
 }
 
 func notConfigured(msg string) *apiError {

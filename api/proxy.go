@@ -628,9 +628,11 @@ func (p *pending) wait() {
 // (attestation) against the policy, keyed by the client IP as proxy mode
 // finds it (X-Forwarded-For only from trusted proxies): an unauthenticated
 // endpoint that writes state must not be free to flood. The endpoint is
-// "METHOD /path", so routes and limits of the policy apply to it; an
-// attestation (POST PathAttestApple, PathAttestAndroid) also takes from
-// risk.attestation.max_per_ip (engine.Input.Attestation).
+// "METHOD /path", so routes and limits of the policy apply to it. An
+// attestation (POST PathAttestApple, PathAttestAndroid) that verifies and
+// binds a new device id also takes from risk.attestation.max_per_ip, by
+// the same address: the attestation handler calls the budget the Guard
+// hands it in the request's context (takeAttestBudget).
 func (s *Server) Guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rid := requestID(w, r)
@@ -645,8 +647,10 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 			writeError(w, rid, aerr)
 			return
 		}
-		in := engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1,
-			Attestation: r.Method == http.MethodPost && (r.URL.Path == PathAttestApple || r.URL.Path == PathAttestAndroid)}
+		in := engine.Input{Endpoint: ep, IP: ip.Unmap().String(), Addr: ip.Unmap(), Cost: 1}
+		if r.Method == http.MethodPost && (r.URL.Path == PathAttestApple || r.URL.Path == PathAttestAndroid) {
+			r = r.WithContext(context.WithValue(r.Context(), attestBudgetKey{}, s.attestBudget(r.Context(), in)))
+		}
 		d := engine.GetDecision()
 		defer engine.PutDecision(d)
 		if err := s.o.Engine.Decide(r.Context(), &in, d); err != nil {
@@ -664,4 +668,41 @@ func (s *Server) Guard(h http.Handler) http.Handler {
 		r.Header.Set("X-Request-Id", rid)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// attestBudgetKey is the context key of the attestBudget the Guard hands
+// the attestation handler.
+type attestBudgetKey struct{}
+
+// attestBudget takes one token of risk.attestation.max_per_ip for the
+// attestation in, answering w itself and reporting false when it is
+// denied (429 naming attestation-ip) or cannot be decided.
+type attestBudget func(w http.ResponseWriter, rid string) bool
+
+// attestBudget returns the budget of the attestation in (its address as
+// the Guard found it): a decision of max_per_ip alone
+// (engine.Input.AttestationBudget), published like any other.
+func (s *Server) attestBudget(ctx context.Context, in engine.Input) attestBudget {
+	in.AttestationBudget = true
+	return func(w http.ResponseWriter, rid string) bool {
+		d := engine.GetDecision()
+		defer engine.PutDecision(d)
+		if err := s.o.Engine.Decide(ctx, &in, d); err != nil {
+			s.o.Logger.Error("guard: attestation budget", "request_id", rid, "err", err)
+			writeError(w, rid, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+			return false
+		}
+		if s.o.Events != nil {
+			s.publish(rid, &in, d)
+		}
+		return WriteDecision(w, rid, d)
+	}
+}
+
+// takeAttestBudget takes the attestation budget r's Guard handed it
+// (true, taking nothing, when r came through none: the handler mounted
+// alone bounds nothing by address).
+func takeAttestBudget(w http.ResponseWriter, r *http.Request, rid string) bool {
+	take, ok := r.Context().Value(attestBudgetKey{}).(attestBudget)
+	return !ok || take(w, rid)
 }

@@ -51,6 +51,9 @@ type attestAnswer struct {
 	Error       struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		Details struct {
+			Limit string `json:"limit"`
+		} `json:"details"`
 	} `json:"error"`
 }
 

@@ -98,11 +98,14 @@ type Input struct {
 	// account's trusted devices). Otherwise unverified_multiplier applies,
 	// whatever is stored for the device.
 	DeviceVerified bool
-	// Attestation marks a request that attests a device id (POST
-	// /v1/attest/apple or /v1/attest/android): besides the limits of its
-	// route, it takes from the policy's risk.attestation.max_per_ip limit
-	// (policy.Attestation.MaxPerIP), keyed by its IP.
-	Attestation bool
+	// AttestationBudget marks the decision of an attestation (POST
+	// /v1/attest/apple or /v1/attest/android) that verified and binds a
+	// new device id: it is decided against the policy's
+	// risk.attestation.max_per_ip limit alone (policy.Attestation.MaxPerIP,
+	// keyed by its IP), no route limit and no lock, which were decided
+	// when the request arrived (api Server.Guard). Allowed, without a
+	// store call, when the policy has none.
+	AttestationBudget bool
 
 	// ipKey is the ip key part's value (IPKey), set by Decide.
 	ipKey string

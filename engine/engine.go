@@ -158,7 +158,7 @@ func (e *Engine) Decide(ctx context.Context, in *Input, d *Decision) error {
 	}
 	req := e.request(d, in, verifiedDevice, start)
 	e.appendLimits(p, ci, in, d, routeVal, verified, verifiedDevice)
-	locks := e.appendLocks(p, ci, in, d, verifiedDevice)
+	locks := !in.AttestationBudget && e.appendLocks(p, ci, in, d, verifiedDevice)
 	if len(req.Limits) == 0 && !locks {
 		d.Outcome = Allowed
 		d.Now = start

@@ -44,9 +44,11 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	var claimOf int8   // the claim subject's index + 1 (claims.go)
 	claim := in.DeviceID != "" && !verifiedDevice
 	var attrs attrSubjects
-	limits := p.Applicable(ci, in.UserID != "")
-	if in.Attestation {
-		limits = withAttestationLimit(p, limits)
+	var limits []*policy.Limit
+	if in.AttestationBudget {
+		limits = attestationLimit(p)
+	} else {
+		limits = p.Applicable(ci, in.UserID != "")
 	}
 	for _, l := range limits {
 		// Unreachable for a policy from policy.Parse, which refuses one
@@ -89,15 +91,14 @@ func (e *Engine) appendLimits(p *policy.Policy, ci int, in *Input, d *Decision, 
 	}
 }
 
-// withAttestationLimit returns limits with the policy's
-// risk.attestation.max_per_ip limit first (so that MaxLimits never cuts
-// it), or limits alone when the policy has none.
-func withAttestationLimit(p *policy.Policy, limits []*policy.Limit) []*policy.Limit {
+// attestationLimit returns the policy's risk.attestation.max_per_ip
+// limit alone, or none when the policy has none.
+func attestationLimit(p *policy.Policy) []*policy.Limit {
 	a := p.Risk.Attestation
 	if a == nil || a.MaxPerIP == nil {
-		return limits
+		return nil
 	}
-	return append([]*policy.Limit{a.MaxPerIP}, limits...)
+	return []*policy.Limit{a.MaxPerIP}
 }
 
 // appendLimit appends l to req with the subjects in mask, field by field
