@@ -66,10 +66,10 @@ type AttestOptions struct {
 	// attest the id again (claim).
 	HoldFor time.Duration
 	// MaxVerifying bounds the attestations verified at once (default:
-	// half the CPUs Go uses, at least one); one more waits up to a second
-	// for a slot, then is answered 503 LIMITER_UNAVAILABLE, as are those
-	// past 64 waiting per slot. Assertions are not bounded (one P-256
-	// signature).
+	// half the CPUs Go uses, at least one); more wait for a slot while
+	// their request lasts, and past 64 waiting per slot one is answered
+	// 503 LIMITER_UNAVAILABLE at once. Assertions are not bounded (one
+	// P-256 signature).
 	MaxVerifying int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -467,8 +467,9 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}
 }
 
-// busy answers an attestation that found no verification slot
-// (AttestOptions.MaxVerifying): 503, to retry in a second.
+// busy answers an attestation that found the verifications' queue full
+// (AttestOptions.MaxVerifying), or its request ended waiting: 503, to
+// retry in a second.
 func (h *attestHandler) busy(ctx context.Context, rid, what string) *apiError {
 	h.o.Logger.LogAttrs(ctx, slog.LevelWarn, "attestation: verifications saturated", slog.String("endpoint", what), slog.String("request_id", rid))
 	return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "too many attestations are being verified; retry", details: `"retry_after_ms":1000`}

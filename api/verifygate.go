@@ -4,18 +4,12 @@ import (
 	"context"
 	"runtime"
 	"sync/atomic"
-	"time"
 )
 
-// Bounds of the attestation verifications (AttestOptions.MaxVerifying).
-const (
-	// verifyWait is how long an attestation waits for a verification
-	// slot before it is answered 503.
-	verifyWait = time.Second
-	// verifyQueue is how many attestations may wait per slot; more are
-	// answered 503 at once.
-	verifyQueue = 64
-)
+// verifyQueue is how many attestations may wait per verification slot
+// (AttestOptions.MaxVerifying); more are answered 503 at once. At 2 ms a
+// verification the last of them waits about 130 ms.
+const verifyQueue = 64
 
 // verifyGate bounds the attestation verifications in flight, and those
 // waiting for a slot. Verifying an App Attest chain is the one CPU-heavy
@@ -27,7 +21,6 @@ type verifyGate struct {
 	slots   chan struct{}
 	waiting atomic.Int64
 	queue   int64
-	wait    time.Duration
 }
 
 // newVerifyGate returns a gate of n slots (n <= 0: half the CPUs Go
@@ -36,11 +29,11 @@ func newVerifyGate(n int) *verifyGate {
 	if n <= 0 {
 		n = max(1, runtime.GOMAXPROCS(0)/2)
 	}
-	return &verifyGate{slots: make(chan struct{}, n), queue: int64(n) * verifyQueue, wait: verifyWait}
+	return &verifyGate{slots: make(chan struct{}, n), queue: int64(n) * verifyQueue}
 }
 
-// enter takes a slot, waiting for one at most g.wait; false, taking none,
-// when g's queue is full, the wait ends or ctx is done. A true enter is
+// enter takes a slot, waiting for one while ctx lasts; false, taking
+// none, when g's queue is full or ctx is done first. A true enter is
 // followed by one leave.
 func (g *verifyGate) enter(ctx context.Context) bool {
 	select {
@@ -53,15 +46,12 @@ func (g *verifyGate) enter(ctx context.Context) bool {
 		return false
 	}
 	defer g.waiting.Add(-1)
-	t := time.NewTimer(g.wait)
-	defer t.Stop()
 	select {
 	case g.slots <- struct{}{}:
 		return true
-	case <-t.C:
 	case <-ctx.Done():
+		return false
 	}
-	return false
 }
 
 // leave gives back the slot of one true enter.

@@ -15,7 +15,7 @@ import (
 func TestVerifyGate(t *testing.T) {
 	t.Parallel()
 	g := newVerifyGate(1)
-	g.queue, g.wait = 1, time.Hour
+	g.queue = 1
 	ctx := context.Background()
 	if !g.enter(ctx) {
 		t.Fatal("first enter refused")
@@ -47,14 +47,15 @@ func TestVerifyGate(t *testing.T) {
 	}
 }
 
-// TestAttestVerificationsSaturated: an attestation that finds no
-// verification slot in time is answered 503 LIMITER_UNAVAILABLE, on
-// either platform, and its challenge stays usable.
+// TestAttestVerificationsSaturated: an attestation that finds every
+// verification slot taken and the queue full is answered 503
+// LIMITER_UNAVAILABLE at once, on either platform, and its challenge
+// stays usable.
 func TestAttestVerificationsSaturated(t *testing.T) {
 	t.Parallel()
 	e := newAttEnv(t, attestation.NewMemoryChallenges(0), attestation.NewMemoryDevices(0, func() time.Time { return attNow }))
 	h := e.h.(*attestHandler)
-	h.gate.wait = 0
+	h.gate.queue = 0
 	for range cap(h.gate.slots) {
 		h.gate.slots <- struct{}{}
 	}
