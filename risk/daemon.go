@@ -83,7 +83,9 @@ type Options struct {
 	// MaxTrust bounds the trusted devices remembered for re-assertion
 	// (default DefaultMaxTrust; when full, expired ones go first, then the
 	// hundredth of the record that ends first, counted in
-	// tollgate_riskd_signal_evictions_total{structure="trusts"}).
+	// tollgate_riskd_signal_evictions_total{structure="trusts"}, as are
+	// the devices of an account past bucket.MaxTrustedDevices, which are
+	// not remembered).
 	MaxTrust int
 	// Trust, when set, is the record of trusted devices the daemon adds
 	// to and re-asserts from (riskd: one for the whole process, kept from

@@ -39,7 +39,11 @@ const DefaultMaxTrust = 500_000
 // "\x00" device -> until and when it was enrolled. When full, expired
 // entries go, then the hundredth of the record that ends first, in one
 // pass (makeRoom), so a full record costs an enrolment O(1) amortised,
-// not a scan. It also records the revocations of the audit stream (an
+// not a scan. An account has at most bucket.MaxTrustedDevices entries,
+// as its trust set in the store: past it a new device of the account is
+// not recorded (the store still trusts it), so that the minted ids one
+// attacker logs in to accounts of his own take no room from the other
+// accounts' enrolments. It also records the revocations of the audit stream (an
 // admin's trust_revoke, a freed device id's attestation_forget), so that
 // no enrolment older than its revocation is recorded again (a report read
 // back at start, or delivered again). Safe for concurrent use.
@@ -51,8 +55,13 @@ type trustRecord struct {
 	// the account) or "\x00" device (a freed id, in every account) ->
 	// the latest revocation's time; at most max, the oldest dropped first.
 	revoked map[string]time.Time
-	// evicted counts the enrolments in force dropped for room: riskd no
-	// longer re-asserts them (the store keeps them until they end).
+	// perAccount counts the enrolments of m by account (the part of
+	// their key before "\x00"): at most bucket.MaxTrustedDevices each,
+	// as the store keeps (nil until the first).
+	perAccount map[string]int
+	// evicted counts the enrolments in force dropped for room, or not
+	// recorded past their account's bound: riskd does not re-assert them
+	// (the store keeps them until they end).
 	evicted uint64
 	// examined counts the entries (enrolments, revocations) that
 	// revocations looked at: their cost, which tests bound.
@@ -94,7 +103,8 @@ func (r *trustRecord) set(account, device string, until, at, issued, now time.Ti
 	if r.revokedSince(account, device, at) || r.tokenRevoked(k, issued) {
 		return false
 	}
-	if old, ok := r.m[k]; ok && !r.covered(k, old.at) {
+	old, ok := r.m[k]
+	if ok && !r.covered(k, old.at) {
 		if until.After(old.until) {
 			old.until = until
 		}
@@ -104,11 +114,42 @@ func (r *trustRecord) set(account, device string, until, at, issued, now time.Ti
 		r.m[k] = old
 		return true
 	}
+	if ok {
+		r.drop(k) // revoked since: this enrolment, after it, replaces it
+	}
+	if r.perAccount[account] >= bucket.MaxTrustedDevices {
+		r.evicted++
+		return true // the store trusts it, and bounds the set itself
+	}
 	if len(r.m) >= r.max {
 		r.makeRoom(now)
 	}
-	r.m[k] = trustVal{until: until, at: at}
+	r.add(k, account, trustVal{until: until, at: at})
 	return true
+}
+
+// add records the new enrolment k of account; r.mu must be held.
+func (r *trustRecord) add(k, account string, v trustVal) {
+	if r.perAccount == nil {
+		r.perAccount = map[string]int{}
+	}
+	r.m[k] = v
+	r.perAccount[k[:len(account)]]++ // a part of k: no copy of account
+}
+
+// drop forgets the enrolment k (account "\x00" device); r.mu must be
+// held.
+func (r *trustRecord) drop(k string) {
+	if _, ok := r.m[k]; !ok {
+		return
+	}
+	delete(r.m, k)
+	a, _, _ := strings.Cut(k, "\x00")
+	if n := r.perAccount[a] - 1; n > 0 {
+		r.perAccount[a] = n
+	} else {
+		delete(r.perAccount, a)
+	}
 }
 
 // revokeSkew is how long after its ts a revocation still covers an
@@ -186,7 +227,7 @@ func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []tr
 	}
 	r.examined++
 	if v, ok := r.m[k]; ok && !v.at.After(ts.Add(revokeSkew)) {
-		delete(r.m, k)
+		r.drop(k)
 		return []trustEntry{{account: account, device: device, until: v.until}}
 	}
 	return nil
@@ -205,7 +246,7 @@ func (r *trustRecord) pruneRevoked(horizon time.Time) {
 	for k, v := range r.m {
 		r.examined++
 		if r.covered(k, v.at) {
-			delete(r.m, k)
+			r.drop(k)
 		}
 	}
 	free := max(r.max/100, 1)
@@ -249,7 +290,7 @@ func (r *trustRecord) makeRoom(now time.Time) {
 	live := make([]kv, 0, len(r.m))
 	for k, v := range r.m {
 		if !v.until.After(now) || r.covered(k, v.at) {
-			delete(r.m, k)
+			r.drop(k)
 			continue
 		}
 		live = append(live, kv{k, v.until})
@@ -260,7 +301,7 @@ func (r *trustRecord) makeRoom(now time.Time) {
 	}
 	slices.SortFunc(live, func(a, b kv) int { return a.u.Compare(b.u) })
 	for _, e := range live[:drop] {
-		delete(r.m, e.k)
+		r.drop(e.k)
 	}
 	r.evicted += uint64(drop)
 }
@@ -285,7 +326,7 @@ func (r *trustRecord) active(now time.Time) []trustEntry {
 	out := make([]trustEntry, 0, len(r.m))
 	for k, v := range r.m {
 		if !v.until.After(now) || r.covered(k, v.at) {
-			delete(r.m, k)
+			r.drop(k)
 			continue
 		}
 		a, d, _ := strings.Cut(k, "\x00")

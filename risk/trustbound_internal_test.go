@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/bucket"
 )
 
 // TestTrustRecordFullIsCheap: riskd's record of trusted devices holds
@@ -19,12 +21,12 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 	const max, more = 100_000, 10_000
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
-	for i := range max {
-		r.set("acct", "d"+strconv.Itoa(i), now.Add(time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now)
+	for i := range max { // an account each: bucket.MaxTrustedDevices bounds one account
+		r.set("a"+strconv.Itoa(i), "d", now.Add(time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now)
 	}
 	start := time.Now()
 	for i := range more {
-		r.set("acct", "new"+strconv.Itoa(i), now.Add(1000*time.Hour), now, time.Time{}, now)
+		r.set("new"+strconv.Itoa(i), "d", now.Add(1000*time.Hour), now, time.Time{}, now)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("%d enrolments on a full record of %d took %v", more, max, d)
@@ -35,9 +37,12 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 	if r.evicted != uint64(max+more-len(r.m)) {
 		t.Fatalf("evicted %d, want %d", r.evicted, max+more-len(r.m))
 	}
+	if len(r.perAccount) != len(r.m) {
+		t.Fatalf("%d accounts counted for %d enrolments of an account each", len(r.perAccount), len(r.m))
+	}
 	// the enrolments dropped are those ending first: every new one is kept
 	for i := range more {
-		if _, ok := r.m["acct\x00new"+strconv.Itoa(i)]; !ok {
+		if _, ok := r.m["new"+strconv.Itoa(i)+"\x00d"]; !ok {
 			t.Fatalf("new enrolment %d dropped before older ones ending sooner", i)
 		}
 	}
@@ -93,5 +98,58 @@ func TestTrustRevocationsAreCheap(t *testing.T) {
 	// the newest revocations are kept: none of them is trusted again
 	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), time.Time{}, now) {
 		t.Fatal("an enrolment a kept revocation covers was recorded again")
+	}
+}
+
+// TestTrustRecordBoundPerAccount: an attacker who logs the ids one phone
+// minted in to an account of his own enrolled each in riskd's record,
+// which is bounded only as a whole (MaxTrust): 150 of them in one
+// account evicted the owner's phone of another account from a record of
+// 150, so a Redis that lost its trust sets got the attacker's devices
+// back and not the owner's. An account now holds at most
+// bucket.MaxTrustedDevices entries in the record, as in the store: the
+// rest are counted and not recorded, an enrolment the account already
+// holds is still renewed, and a device is recorded again once one of the
+// account's entries ends.
+func TestTrustRecordBoundPerAccount(t *testing.T) {
+	t.Parallel()
+	const minted = 150
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := trustRecord{max: minted, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	if !r.set("alice", "alice-phone", now.Add(30*24*time.Hour), now, time.Time{}, now) {
+		t.Fatal("alice's phone refused")
+	}
+	for i := range minted {
+		// the first ends first: the attacker's enrolments would outlast
+		// alice's under an eviction by end alone
+		if !r.set("mallory", "minted-"+strconv.Itoa(i), now.Add(40*24*time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now) {
+			t.Fatalf("minted id %d refused: the store must still be told", i)
+		}
+	}
+	if !r.holds("alice", "alice-phone", now.Add(30*24*time.Hour)) {
+		t.Fatal("alice's phone was evicted by another account's enrolments")
+	}
+	if n, want := r.perAccount["mallory"], bucket.MaxTrustedDevices; n != want || len(r.m) != want+1 {
+		t.Fatalf("mallory holds %d entries (record %d), want %d (record %d)", n, len(r.m), want, want+1)
+	}
+	if r.evicted != minted-bucket.MaxTrustedDevices {
+		t.Fatalf("evicted %d, want %d (the devices past the account's bound)", r.evicted, minted-bucket.MaxTrustedDevices)
+	}
+	// renewed: an entry the account holds
+	r.set("mallory", "minted-0", now.Add(50*24*time.Hour), now.Add(time.Hour), time.Time{}, now)
+	if !r.holds("mallory", "minted-0", now.Add(50*24*time.Hour)) {
+		t.Fatal("an enrolment the account holds was not renewed")
+	}
+	// one of the account's entries revoked: a new device takes its room
+	r.revoke("mallory", "minted-1", now.Add(2*time.Hour), now)
+	if !r.set("mallory", "minted-new", now.Add(50*24*time.Hour), now.Add(3*time.Hour), time.Time{}, now) || !r.holds("mallory", "minted-new", now.Add(50*24*time.Hour)) {
+		t.Fatal("a new device of the account was not recorded once one of its entries went")
+	}
+	if n := r.perAccount["mallory"]; n != bucket.MaxTrustedDevices {
+		t.Fatalf("mallory holds %d entries, want %d", n, bucket.MaxTrustedDevices)
+	}
+	// every entry ended: the account's count goes with them
+	if n := len(r.active(now.Add(60 * 24 * time.Hour))); n != 0 || len(r.perAccount) != 0 {
+		t.Fatalf("after every end: %d in force, %d accounts counted, want none", n, len(r.perAccount))
 	}
 }
