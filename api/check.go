@@ -93,6 +93,7 @@ func DecisionEvent(ev *streams.Decision, rid string, in *engine.Input, d *engine
 		Allowed: d.Outcome == engine.Allowed || d.Outcome == engine.Degraded, Result: d.Outcome.String(),
 		Remaining: d.Remaining, IP: in.IP, ASN: in.ASN, UserID: in.UserID, DeviceID: in.DeviceID, Account: in.Account,
 		Cost: in.Cost, Attributes: in.Attributes, DeviceVerified: in.DeviceVerified, LeaseID: d.LeaseID(),
+		AttestationBudget: in.AttestationBudget,
 	}
 	switch {
 	case d.Outcome == engine.AllowedList:

@@ -228,7 +228,8 @@ type Route struct {
 
 // Limit is one entry of `limits`.
 type Limit struct {
-	// Index is the limit's position in Policy.Limits.
+	// Index is the limit's position in Policy.Limits (-1 for a limit of
+	// no entry there: risk.attestation.max_per_ip's).
 	Index int
 	// Name is the limit's unique name.
 	Name string

@@ -180,3 +180,44 @@ risk:
 		t.Errorf("newly denied per device %v, want d-claimed 4 and d-proven none", got)
 	}
 }
+
+// TestReplayerAttestationBudget: an attestation's budget decision
+// (attestation_budget, the limiter's second event of an attestation that
+// verified and binds a new id) is decided again against
+// risk.attestation.max_per_ip alone, and an attestation's route decision
+// never takes from it: under a candidate of max_per_ip 3/h, of 5 budget
+// events from one address 2 are newly denied by attestation-ip, and the
+// route limit sees the 5 route decisions alone.
+func TestReplayerAttestationBudget(t *testing.T) {
+	t.Parallel()
+	cand := mustParse(t, "att.yaml", `version: 1
+routes:
+  - {match: "* *", class: write}
+limits:
+  - {name: ip-write, by: [ip], rate: 100/h}
+risk:
+  attestation: {max_per_ip: 3/h}
+`)
+	r, err := NewReplayer(Policies{Candidate: cand, Baseline: mustParse(t, "loose.yaml", loosePolicy)}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := t0
+	for i := range 5 {
+		for _, budget := range []bool{false, true} {
+			ts = ts.Add(time.Millisecond)
+			r.Decision(&streams.Decision{TS: ts, RequestID: fmt.Sprint("att-", i), Endpoint: "POST /v1/attest/apple", IP: "198.51.100.9",
+				Cost: 1, AttestationBudget: budget})
+		}
+	}
+	rows := map[string]Row{}
+	for _, row := range r.Result().Limits {
+		rows[row.Limit] = row
+	}
+	if got := rows[policy.AttestationLimitName]; got.Requests != 5 || got.DeniedCandidate != 2 || got.NewlyDenied != 2 {
+		t.Errorf("%s row %+v, want 5 requests, 2 newly denied", policy.AttestationLimitName, got)
+	}
+	if got := rows["ip-write"]; got.Requests != 5 || got.DeniedCandidate != 0 {
+		t.Errorf("ip-write row %+v, want the 5 route decisions, none denied", got)
+	}
+}

@@ -105,6 +105,7 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	in.Endpoint, in.IP, in.UserID, in.DeviceID = rec.Endpoint, rec.IP, rec.UserID, rec.DeviceID
 	in.Account, in.ASN, in.Cost, in.Now, in.Addr, in.Attributes = rec.Account, rec.ASN, rec.Cost, rec.TS, addr, rec.Attributes
 	in.DeviceVerified = rec.DeviceVerified // the record says whether the request proved its device (6.3)
+	in.AttestationBudget = rec.AttestationBudget
 	if s.in.Cost < 0 {
 		s.in.Cost = 1
 	}

@@ -264,10 +264,15 @@ func (t *tally) mark(which int, s *sim) {
 		t.byLimit[which][d.Class] = rows
 	}
 	for i, l := range d.Applied() {
-		r := rows[l.Index]
+		var r *Row
+		if l.Index >= 0 { // risk.attestation.max_per_ip's limit has none
+			r = rows[l.Index]
+		}
 		if r == nil {
 			r = t.row(d.Class, l.Name, l.Kind.String())
-			rows[l.Index] = r
+			if l.Index >= 0 {
+				rows[l.Index] = r
+			}
 		}
 		t.touch(r, applied, deny, d.Outcome == engine.Limited && !l.Shadow && !d.LimitResult(i).Allowed)
 	}

@@ -176,6 +176,10 @@ func (d *decoder) field(x *Decision, key []byte) bool {
 		v, ok := d.s.Bool()
 		x.DeviceVerified = v
 		return ok
+	case "attestation_budget":
+		v, ok := d.s.Bool()
+		x.AttestationBudget = v
+		return ok
 	case "remaining":
 		n, _, ok := d.s.Integer()
 		if !d.skipOutcome {

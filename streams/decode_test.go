@@ -48,6 +48,8 @@ var decodeCases = []string{
 	`{"v":1,"decisions":[{"endpoint":"GET /a\u0026b","user_id":"\u00e9"}]}`,
 	`{"v":1,"decisions":[{"account":"zoë@example.com","device_id":"日本"}]}`,
 	`{"v":1,"decisions":[{"device_id":"d1","device_verified":true},{"device_verified":false}]}`,
+	`{"v":1,"decisions":[{"endpoint":"POST /v1/attest/apple","limit":"attestation-ip","attestation_budget":true},{"attestation_budget":false}]}`,
+	`{"v":1,"decisions":[{"attestation_budget":"yes"}]}`,
 	"{\"v\":1,\"decisions\":[{\"account\":\"bad \xff utf8\"}]}",
 	`{"V":1,"Decisions":[{"IP":"1.2.3.4"}]}`,
 	`{"v":1,"decisions":[{"ip":null,"remaining":null,"ts":null,"allowed":null}]}`,

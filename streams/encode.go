@@ -111,6 +111,9 @@ func appendKeyParts(b []byte, d *Decision) []byte {
 	if d.DeviceVerified {
 		b = append(b, `,"device_verified":true`...)
 	}
+	if d.AttestationBudget {
+		b = append(b, `,"attestation_budget":true`...)
+	}
 	return b
 }
 

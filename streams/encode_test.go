@@ -15,11 +15,13 @@ func FuzzAppendDecisionBatch(f *testing.F) {
 	f.Add(int64(0), "\"<&>\"", "\x00\n\t\u2028", "", "", "", false, "limited", int64(-1), "\xff", "", "", "", "", true, "", "", 0.000001, 2, "concurrency", "01JLEASE\x00\"")
 	f.Add(int64(-62135596800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "k", "v", math.Inf(1), 0, "", "")
 	f.Add(int64(253402300800_000_000_0), "", "", "", "", "", false, "", int64(0), "", "", "", "", "", false, "", "", math.NaN(), 3, "quota", "l")
+	f.Add(int64(1_800_000_000_123_456_789), "r2", "POST /v1/attest/apple", "write", "", "attestation-ip", false, "limited", int64(0), "198.51.100.7", "", "", "", "", false, "", "", 1.0, 5, "bucket", "")
 	f.Fuzz(func(t *testing.T, ts int64, rid, endpoint, class, route, limit string, allowed bool, result string, remaining int64,
 		ip, asn, user, device, account string, verified bool, ak, av string, cost float64, n int, kind, lease string) {
 		d := Decision{TS: time.Unix(0, ts).UTC(), RequestID: rid, Endpoint: endpoint, Class: class, Route: route, Limit: limit,
 			Allowed: allowed, Result: result, Remaining: remaining, IP: ip, ASN: asn, UserID: user, DeviceID: device,
-			Account: account, DeviceVerified: verified, Cost: cost, Kind: kind, LeaseID: lease}
+			Account: account, DeviceVerified: verified, Cost: cost, Kind: kind, LeaseID: lease,
+			AttestationBudget: n&4 != 0} // n%4 decisions, bit 2 the budget's flag
 		if ak != "" {
 			d.Attributes = map[string]string{ak: av, "tenant": av + ak, "app_version": ak}
 		}

@@ -60,6 +60,13 @@ type Decision struct {
 	// DeviceVerified is true when the request presented a valid device
 	// token for DeviceID (contract 6.3; omitted when false).
 	DeviceVerified bool `json:"device_verified,omitempty"`
+	// AttestationBudget marks the decision of an attestation's address
+	// budget (risk.attestation.max_per_ip alone), taken once the
+	// attestation verified and binds a new device id, after the
+	// decision of the same request's route limits (the event before it,
+	// same request_id); omitted when false. Replay decides it again as
+	// such (engine.Input.AttestationBudget).
+	AttestationBudget bool `json:"attestation_budget,omitempty"`
 	// Attributes are the request's attributes (contract 6.9), omitted when
 	// it has none.
 	Attributes map[string]string `json:"attributes,omitempty"`
