@@ -53,8 +53,8 @@ type trustRecord struct {
 	m   map[string]trustVal
 	// revoked: account "\x00" device, account "\x00" (every device of
 	// the account) or "\x00" device (a freed id, in every account) ->
-	// the latest revocation's time; at most max, the oldest dropped first.
-	revoked map[string]time.Time
+	// the latest revocation; at most max, the oldest dropped first.
+	revoked map[string]revocation
 	// perAccount counts the enrolments of m by account (the part of
 	// their key before "\x00"): at most bucket.MaxTrustedDevices each,
 	// as the store keeps (nil until the first).
@@ -72,6 +72,22 @@ type trustRecord struct {
 // login_succeeded that made it (judged against revocations).
 type trustVal struct{ until, at time.Time }
 
+// revocation is one recorded revocation: its time, and the policy's
+// attestation.valid_for when riskd read it (the longest a device token
+// issued before it can last: tokenRevoked).
+type revocation struct {
+	ts       time.Time
+	validFor time.Duration
+}
+
+// tokenProof is the device token a login presented: its expiry and the
+// policy's attestation.valid_for when riskd read the login. Zero: no
+// token, or a limiter older than Report.TokenExpires.
+type tokenProof struct {
+	expires  time.Time
+	validFor time.Duration
+}
+
 // TrustRecord is a record of trusted devices that outlives a Daemon:
 // riskd makes one for the life of the process and hands it to the daemon
 // of each leadership (Options.Trust). A Redis that restarted empty also
@@ -88,19 +104,19 @@ func NewTrustRecord(max int) *TrustRecord {
 	if max <= 0 {
 		max = DefaultMaxTrust
 	}
-	return &TrustRecord{r: trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}}
+	return &TrustRecord{r: trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]revocation{}}}
 }
 
 // set records device as trusted by account until until, enrolled at at
-// by a login whose device token was issued at issued (zero: unknown), a
+// by a login that presented the device token tok (zero: unknown), a
 // later end winning, and reports true; false, recording nothing, when a
-// revocation recorded covers at (revokedSince) or came at or after
+// revocation recorded covers at (revokedSince) or came after tok was
 // issued (tokenRevoked).
-func (r *trustRecord) set(account, device string, until, at, issued, now time.Time) bool {
+func (r *trustRecord) set(account, device string, until, at time.Time, tok tokenProof, now time.Time) bool {
 	k := account + "\x00" + device
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.revokedSince(account, device, at) || r.tokenRevoked(k, issued) {
+	if r.revokedSince(account, device, at) || r.tokenRevoked(k, tok) {
 		return false
 	}
 	old, ok := r.m[k]
@@ -168,16 +184,35 @@ func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 }
 
 // tokenRevoked reports whether a revocation of k (as covered) is
-// recorded at or after issued, the issue of the device token a login
-// presented: the token proves the device as it was before the admin
-// disowned it (a stolen phone's, the freed id's former holder's), so its
-// logins trust nothing however long after the revocation they come; the
-// device attests again for a token that does. No skew: a token issued by
-// a host behind the revoking one's clock is refused until its renewal,
-// and a host ahead lets one issued up to the skew before it by.
-// r.mu must be held.
-func (r *trustRecord) tokenRevoked(k string, issued time.Time) bool {
-	return !issued.IsZero() && r.covered(k, issued.Add(revokeSkew))
+// recorded that the device token tok may have been issued before: the
+// token proves the device as it was before the admin disowned it (a
+// stolen phone's, the freed id's former holder's), so its logins trust
+// nothing however long after the revocation they come; the device
+// attests again for a token that does. A token lasts valid_for from its
+// issue, and only its expiry is known, so one expiring within valid_for
+// of the revocation may be older than it: valid_for as it was when riskd
+// read the revocation or as it is now, whichever is longer (a valid_for
+// lowered after tokens were issued would otherwise make them look newer
+// than they are; a token issued after the revocation under a lowered
+// valid_for is refused until its expiry passes that bound, and trusts at
+// the device's next renewal after). No skew: a token issued by a host
+// behind the revoking one's clock is refused until its renewal, and a
+// host ahead lets one issued up to the skew before it by. r.mu must be
+// held.
+func (r *trustRecord) tokenRevoked(k string, tok tokenProof) bool {
+	if tok.expires.IsZero() || len(r.revoked) == 0 {
+		return false
+	}
+	i := strings.IndexByte(k, 0)
+	if i < 0 {
+		return false
+	}
+	for _, rk := range [...]string{k, k[:i+1], k[i:]} {
+		if rev, ok := r.revoked[rk]; ok && !tok.expires.After(rev.ts.Add(max(rev.validFor, tok.validFor))) {
+			return true
+		}
+	}
+	return false
 }
 
 // covered reports whether a revocation recorded covers the enrolment at
@@ -194,7 +229,7 @@ func (r *trustRecord) covered(k string, at time.Time) bool {
 		return false
 	}
 	for _, rk := range [...]string{k, k[:i+1], k[i:]} {
-		if ts, ok := r.revoked[rk]; ok && !ts.Add(revokeSkew).Before(at) {
+		if rev, ok := r.revoked[rk]; ok && !rev.ts.Add(revokeSkew).Before(at) {
 			return true
 		}
 	}
@@ -202,26 +237,31 @@ func (r *trustRecord) covered(k string, at time.Time) bool {
 }
 
 // revoke records the revocation at ts of device's trust by account
-// (account "": by every account, a freed id; device "": of every device
-// of the account), which covers the enrolments made at or before ts +
-// revokeSkew. A revocation of one device drops its enrolment at once and
-// returns it; a revocation of every device of an account or of a freed
-// id looks at no enrolment: those it covers are refused by every read of
-// the record (holds, active, set) and dropped by its passes (active,
-// makeRoom), so that a breach answered with a trust_revoke per account
-// does not cost a pass over the record each. Revocations older than
-// horizon (no enrolment they cover is still in force) go first when the
-// record of revocations is full, then its oldest hundredth.
-func (r *trustRecord) revoke(account, device string, ts, horizon time.Time) []trustEntry {
+// (account "": by every account, a freed id; device "": of every device of
+// the account), read while the policy's attestation.valid_for was
+// validFor, which covers the enrolments made at or before ts + revokeSkew
+// and the device tokens issued before ts (tokenRevoked). A revocation of
+// one device drops its enrolment at once and returns it; a revocation of
+// every device of an account or of a freed id looks at no enrolment: those
+// it covers are refused by every read of the record (holds, active, set)
+// and dropped by its passes (active, makeRoom), so that a breach answered
+// with a trust_revoke per account does not cost a pass over the record
+// each. Revocations older than horizon (no enrolment they cover is still
+// in force) go first when the record of revocations is full, then its
+// oldest hundredth.
+func (r *trustRecord) revoke(account, device string, ts, horizon time.Time, validFor time.Duration) []trustEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := account + "\x00" + device
-	if old, ok := r.revoked[k]; !ok || ts.After(old) {
-		if !ok && len(r.revoked) >= r.max {
-			r.pruneRevoked(horizon)
-		}
-		r.revoked[k] = ts
+	old, ok := r.revoked[k]
+	if !ok && len(r.revoked) >= r.max {
+		r.pruneRevoked(horizon)
 	}
+	if !ok || ts.After(old.ts) {
+		old.ts = ts
+	}
+	old.validFor = max(old.validFor, validFor)
+	r.revoked[k] = old
 	if account == "" || device == "" {
 		return nil
 	}
@@ -251,13 +291,13 @@ func (r *trustRecord) pruneRevoked(horizon time.Time) {
 	}
 	free := max(r.max/100, 1)
 	kept := make([]kt, 0, len(r.revoked))
-	for k, ts := range r.revoked {
+	for k, rev := range r.revoked {
 		r.examined++
-		if ts.Before(horizon) {
+		if rev.ts.Before(horizon) {
 			delete(r.revoked, k)
 			continue
 		}
-		kept = append(kept, kt{k, ts})
+		kept = append(kept, kt{k, rev.ts})
 	}
 	drop := len(r.revoked) - (r.max - free)
 	if drop <= 0 {
@@ -345,7 +385,7 @@ func (d *Daemon) recordTrust(actions []signals.Action, from int, rep *streams.Re
 	for _, a := range actions[from:] {
 		// a report enrols one device at most: the clock and the policy
 		// are read only for it, not for every report
-		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, tokenIssued(rep, d.o.Policy()), d.o.Now()) {
+		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, tokenOf(rep, d.o.Policy()), d.o.Now()) {
 			continue
 		}
 		kept = append(kept, a)
@@ -353,19 +393,23 @@ func (d *Daemon) recordTrust(actions []signals.Action, from int, rep *streams.Re
 	return kept
 }
 
-// tokenIssued returns when rep's device token was issued, its expiry
-// less p's attestation.valid_for (a token lasts as long as the
-// attestation it was issued for); zero when rep carries no expiry (no
-// token, or a limiter older than Report.TokenExpires).
-func tokenIssued(rep *streams.Report, p *policy.Policy) time.Time {
+// tokenOf returns the device token rep presented, with p's
+// attestation.valid_for (a token lasts as long as the attestation it was
+// issued for); zero when rep carries no expiry (no token, or a limiter
+// older than Report.TokenExpires).
+func tokenOf(rep *streams.Report, p *policy.Policy) tokenProof {
 	if rep.TokenExpires.IsZero() {
-		return time.Time{}
+		return tokenProof{}
 	}
-	validFor := policy.DefaultAttestationValidFor
+	return tokenProof{expires: rep.TokenExpires, validFor: validFor(p)}
+}
+
+// validFor is p's attestation.valid_for, or its default.
+func validFor(p *policy.Policy) time.Duration {
 	if a := p.Risk.Attestation; a != nil && a.ValidFor > 0 {
-		validFor = a.ValidFor
+		return a.ValidFor
 	}
-	return rep.TokenExpires.Add(-validFor)
+	return policy.DefaultAttestationValidFor
 }
 
 // revokeTrust applies a trust revocation of the audit stream (Audit's
@@ -378,7 +422,7 @@ func tokenIssued(rep *streams.Report, p *policy.Policy) time.Time {
 // revocation is kept in the record. d.execMu held.
 func (d *Daemon) revokeTrust(ctx context.Context, account, device string, ts time.Time, live bool) {
 	now := d.o.Now()
-	dropped := d.trusts.revoke(account, device, ts, now.Add(-d.trustFor()-revokeSkew))
+	dropped := d.trusts.revoke(account, device, ts, now.Add(-d.trustFor()-revokeSkew), validFor(d.o.Policy()))
 	if !live {
 		return
 	}
@@ -480,7 +524,7 @@ func (d *Daemon) scanTrust(ctx context.Context) error {
 func (d *Daemon) scanTrustOnce(ctx context.Context, sc bucket.TrustScanner) (int, error) {
 	now, trustFor, n := d.o.Now(), d.trustFor(), 0
 	err := sc.ScanTrust(ctx, func(account, device string, until time.Time) error {
-		if d.trusts.set(account, device, until, until.Add(-trustFor), time.Time{}, now) {
+		if d.trusts.set(account, device, until, until.Add(-trustFor), tokenProof{}, now) {
 			n++
 		}
 		return nil

@@ -20,13 +20,13 @@ func TestTrustRecordFullIsCheap(t *testing.T) {
 	t.Parallel()
 	const max, more = 100_000, 10_000
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]revocation{}}
 	for i := range max { // an account each: bucket.MaxTrustedDevices bounds one account
-		r.set("a"+strconv.Itoa(i), "d", now.Add(time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now)
+		r.set("a"+strconv.Itoa(i), "d", now.Add(time.Hour+time.Duration(i)*time.Second), now, tokenProof{}, now)
 	}
 	start := time.Now()
 	for i := range more {
-		r.set("new"+strconv.Itoa(i), "d", now.Add(1000*time.Hour), now, time.Time{}, now)
+		r.set("new"+strconv.Itoa(i), "d", now.Add(1000*time.Hour), now, tokenProof{}, now)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("%d enrolments on a full record of %d took %v", more, max, d)
@@ -62,23 +62,23 @@ func TestTrustRevocationsAreCheap(t *testing.T) {
 	t.Parallel()
 	const max, more = 100_000, 2_000
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
+	r := trustRecord{max: max, m: map[string]trustVal{}, revoked: map[string]revocation{}}
 	for i := range max {
-		r.set("a"+strconv.Itoa(i), "phone", now.Add(time.Hour), now, time.Time{}, now)
+		r.set("a"+strconv.Itoa(i), "phone", now.Add(time.Hour), now, tokenProof{}, now)
 	}
 	for i := range max { // the record of revocations full of ones in force
-		r.revoke("gone"+strconv.Itoa(i), "", now.Add(time.Duration(i)), now)
+		r.revoke("gone"+strconv.Itoa(i), "", now.Add(time.Duration(i)), now, 0)
 	}
 	r.examined = 0
 	for i := range more {
 		a := "a" + strconv.Itoa(i)
 		switch i % 3 {
 		case 0: // one device of an account
-			r.revoke(a, "phone", now.Add(time.Minute), now)
+			r.revoke(a, "phone", now.Add(time.Minute), now, 0)
 		case 1: // every device of an account
-			r.revoke(a, "", now.Add(time.Minute), now)
+			r.revoke(a, "", now.Add(time.Minute), now, 0)
 		default: // a freed id nobody else holds
-			r.revoke("", "tablet"+strconv.Itoa(i), now.Add(time.Minute), now)
+			r.revoke("", "tablet"+strconv.Itoa(i), now.Add(time.Minute), now, 0)
 		}
 		if held, want := r.holds(a, "phone", now.Add(time.Hour)), i%3 == 2; held != want {
 			t.Fatalf("after revocation %d %s's phone held %v, want %v", i, a, held, want)
@@ -96,7 +96,7 @@ func TestTrustRevocationsAreCheap(t *testing.T) {
 		t.Fatalf("%d enrolments in force, want %d", n, max-more+more/3)
 	}
 	// the newest revocations are kept: none of them is trusted again
-	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), time.Time{}, now) {
+	if r.set("a1", "phone", now.Add(2*time.Hour), now.Add(time.Minute), tokenProof{}, now) {
 		t.Fatal("an enrolment a kept revocation covers was recorded again")
 	}
 }
@@ -115,14 +115,14 @@ func TestTrustRecordBoundPerAccount(t *testing.T) {
 	t.Parallel()
 	const minted = 150
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r := trustRecord{max: minted, m: map[string]trustVal{}, revoked: map[string]time.Time{}}
-	if !r.set("alice", "alice-phone", now.Add(30*24*time.Hour), now, time.Time{}, now) {
+	r := trustRecord{max: minted, m: map[string]trustVal{}, revoked: map[string]revocation{}}
+	if !r.set("alice", "alice-phone", now.Add(30*24*time.Hour), now, tokenProof{}, now) {
 		t.Fatal("alice's phone refused")
 	}
 	for i := range minted {
 		// the first ends first: the attacker's enrolments would outlast
 		// alice's under an eviction by end alone
-		if !r.set("mallory", "minted-"+strconv.Itoa(i), now.Add(40*24*time.Hour+time.Duration(i)*time.Second), now, time.Time{}, now) {
+		if !r.set("mallory", "minted-"+strconv.Itoa(i), now.Add(40*24*time.Hour+time.Duration(i)*time.Second), now, tokenProof{}, now) {
 			t.Fatalf("minted id %d refused: the store must still be told", i)
 		}
 	}
@@ -136,13 +136,13 @@ func TestTrustRecordBoundPerAccount(t *testing.T) {
 		t.Fatalf("evicted %d, want %d (the devices past the account's bound)", r.evicted, minted-bucket.MaxTrustedDevices)
 	}
 	// renewed: an entry the account holds
-	r.set("mallory", "minted-0", now.Add(50*24*time.Hour), now.Add(time.Hour), time.Time{}, now)
+	r.set("mallory", "minted-0", now.Add(50*24*time.Hour), now.Add(time.Hour), tokenProof{}, now)
 	if !r.holds("mallory", "minted-0", now.Add(50*24*time.Hour)) {
 		t.Fatal("an enrolment the account holds was not renewed")
 	}
 	// one of the account's entries revoked: a new device takes its room
-	r.revoke("mallory", "minted-1", now.Add(2*time.Hour), now)
-	if !r.set("mallory", "minted-new", now.Add(50*24*time.Hour), now.Add(3*time.Hour), time.Time{}, now) || !r.holds("mallory", "minted-new", now.Add(50*24*time.Hour)) {
+	r.revoke("mallory", "minted-1", now.Add(2*time.Hour), now, 0)
+	if !r.set("mallory", "minted-new", now.Add(50*24*time.Hour), now.Add(3*time.Hour), tokenProof{}, now) || !r.holds("mallory", "minted-new", now.Add(50*24*time.Hour)) {
 		t.Fatal("a new device of the account was not recorded once one of its entries went")
 	}
 	if n := r.perAccount["mallory"]; n != bucket.MaxTrustedDevices {
