@@ -30,6 +30,26 @@ const (
 	PathAttestAssertion = "/v1/attest/apple/assertion"
 )
 
+// Results of AttestOptions.Count.
+const (
+	// ResultVerified: an attestation verified and bound a new device id.
+	ResultVerified = "verified"
+	// ResultRenewed: an attestation or assertion renewed a device id's
+	// (the same App Attest key, the id's last device token).
+	ResultRenewed = "renewed"
+	// ResultFailed: 400 ATTESTATION_INVALID at the step counted.
+	ResultFailed = "failed"
+	// ResultLimited: a new id the address's budget
+	// (risk.attestation.max_per_ip) refused, or could not decide.
+	ResultLimited = "limited"
+	// ResultBusy: 503, the verifications' queue full (MaxVerifying).
+	ResultBusy = "busy"
+	// ResultInvalid: another 4xx (a malformed body, a bad field).
+	ResultInvalid = "invalid"
+	// ResultError: another 5xx (a store down, an internal error).
+	ResultError = "error"
+)
+
 // Defaults of AttestOptions.
 const (
 	// DefaultAttestValidFor is AttestOptions.ValidFor when unset.
@@ -71,6 +91,12 @@ type AttestOptions struct {
 	// 503 LIMITER_UNAVAILABLE at once. Assertions are not bounded (one
 	// P-256 signature).
 	MaxVerifying int
+	// Count, when set, counts each answer of the apple, android and
+	// assertion endpoints (not challenges): endpoint "apple", "android"
+	// or "assertion"; result ResultVerified, ResultRenewed,
+	// ResultFailed (step names the failed step), ResultLimited,
+	// ResultBusy, ResultInvalid or ResultError.
+	Count func(endpoint, result, step string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives verification failures and store errors (default: discard).
@@ -118,16 +144,17 @@ func NewAttestHandler(o AttestOptions) http.Handler {
 // ServeHTTP implements http.Handler.
 func (h *attestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(w, r)
-	var serve func(http.ResponseWriter, *http.Request, string) *apiError
+	var serve func(http.ResponseWriter, *http.Request, string, *string) *apiError
+	endpoint := ""
 	switch r.URL.Path {
 	case PathAttestChallenge:
 		serve = h.challenge
 	case PathAttestApple:
-		serve = h.apple
+		serve, endpoint = h.apple, "apple"
 	case PathAttestAndroid:
-		serve = h.android
+		serve, endpoint = h.android, "android"
 	case PathAttestAssertion:
-		serve = h.assertion
+		serve, endpoint = h.assertion, "assertion"
 	default:
 		writeError(w, rid, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.Method + " " + clip(r.URL.Path)})
 		return
@@ -137,12 +164,34 @@ func (h *attestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rid, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed, message: r.Method + " is not allowed here; use POST"})
 		return
 	}
-	if aerr := serve(w, r, rid); aerr != nil {
+	result := ""
+	aerr := serve(w, r, rid, &result)
+	if aerr != nil {
 		if aerr.status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
 		writeError(w, rid, aerr)
 	}
+	if h.o.Count != nil && endpoint != "" {
+		result, step := resultOf(result, aerr)
+		h.o.Count(endpoint, result, step)
+	}
+}
+
+// resultOf is the AttestOptions.Count result (and step) of an answer:
+// result as the endpoint set it when it answered itself, else aerr's.
+func resultOf(result string, aerr *apiError) (string, string) {
+	switch {
+	case aerr == nil:
+		return result, ""
+	case aerr.code == CodeAttestationInvalid:
+		return ResultFailed, aerr.reason
+	case aerr.reason == ResultBusy:
+		return ResultBusy, ""
+	case aerr.status >= 500:
+		return ResultError, ""
+	}
+	return ResultInvalid, ""
 }
 
 // Bodies of the attestation endpoints. Pointers tell a missing field
@@ -188,7 +237,7 @@ type (
 	}
 )
 
-func (h *attestHandler) challenge(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+func (h *attestHandler) challenge(w http.ResponseWriter, r *http.Request, rid string, _ *string) *apiError {
 	if h.o.Apple == nil && h.o.Play == nil {
 		return notConfigured("attestation is not configured")
 	}
@@ -208,7 +257,7 @@ func (h *attestHandler) challenge(w http.ResponseWriter, r *http.Request, rid st
 	return nil
 }
 
-func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string, result *string) *apiError {
 	if h.o.Apple == nil {
 		return notConfigured("apple attestation is not configured")
 	}
@@ -262,7 +311,7 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	if aerr != nil {
 		return aerr
 	}
-	if cur == nil && !takeAttestBudget(w, r, rid) {
+	if !h.budget(w, r, rid, cur, result) {
 		return nil
 	}
 	if cur != nil && cur.Platform == attestation.PlatformApple && cur.KeyID == st.KeyID && cur.Counter > st.Counter {
@@ -273,7 +322,7 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	return h.verified(ctx, w, rid, id, st)
 }
 
-func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid string, result *string) *apiError {
 	if h.o.Play == nil {
 		return notConfigured("android attestation is not configured")
 	}
@@ -314,7 +363,7 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 	if aerr != nil {
 		return aerr
 	}
-	if cur == nil && !takeAttestBudget(w, r, rid) {
+	if !h.budget(w, r, rid, cur, result) {
 		return nil
 	}
 	return h.verified(ctx, w, rid, id, st)
@@ -366,6 +415,22 @@ func (h *attestHandler) claim(ctx context.Context, rid, id string, st attestatio
 			cur.Platform, rfc3339(cur.ExpiresAt), rfc3339(cur.KeptUntil()))})
 }
 
+// budget takes the address's attestation budget for an attestation that
+// binds a new id (cur nil: claim), which a renewal does not, and sets
+// result to what the answer will be; false when the budget answered.
+func (h *attestHandler) budget(w http.ResponseWriter, r *http.Request, rid string, cur *attestation.Status, result *string) bool {
+	if cur != nil {
+		*result = ResultRenewed
+		return true
+	}
+	if !takeAttestBudget(w, r, rid) {
+		*result = ResultLimited
+		return false
+	}
+	*result = ResultVerified
+	return true
+}
+
 // verified records a fresh attestation of device id and answers 200.
 func (h *attestHandler) verified(ctx context.Context, w http.ResponseWriter, rid, id string, st attestation.Status) *apiError {
 	if aerr := h.record(ctx, rid, id, st, false); aerr != nil {
@@ -377,7 +442,7 @@ func (h *attestHandler) verified(ctx context.Context, w http.ResponseWriter, rid
 	return nil
 }
 
-func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid string) *apiError {
+func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid string, result *string) *apiError {
 	if h.o.Apple == nil {
 		return notConfigured("apple attestation is not configured")
 	}
@@ -427,6 +492,7 @@ func (h *attestHandler) assertion(w http.ResponseWriter, r *http.Request, rid st
 	if aerr := h.record(ctx, rid, id, st, true); aerr != nil {
 		return aerr
 	}
+	*result = ResultRenewed
 	writeJSON(w, http.StatusOK, verifiedResponse{Status: "verified", Counter: &n, ExpiresAt: rfc3339(st.ExpiresAt),
 		DeviceToken: h.o.Tokens.Issue(id, st.ExpiresAt), RequestID: rid})
 	return nil
@@ -458,7 +524,7 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 		h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation failed", slog.String("endpoint", what), slog.String("device_id", id),
 			slog.String("step", ae.Step), slog.String("err", ae.Err.Error()), slog.String("request_id", rid))
 		return &apiError{status: http.StatusBadRequest, code: CodeAttestationInvalid, message: ae.Message(),
-			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "step"), ae.Step))}
+			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "step"), ae.Step)), reason: ae.Step}
 	case errors.Is(err, attestation.ErrUnavailable), errors.Is(err, bucket.ErrUnavailable), errors.Is(err, bucket.ErrFull):
 		h.o.Logger.LogAttrs(ctx, slog.LevelError, "attestation: store", slog.String("endpoint", what), slog.String("err", err.Error()), slog.String("request_id", rid))
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "store unavailable", details: `"retry_after_ms":1000`}
@@ -472,7 +538,8 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 // retry in a second.
 func (h *attestHandler) busy(ctx context.Context, rid, what string) *apiError {
 	h.o.Logger.LogAttrs(ctx, slog.LevelWarn, "attestation: verifications saturated", slog.String("endpoint", what), slog.String("request_id", rid))
-	return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "too many attestations are being verified; retry", details: `"retry_after_ms":1000`}
+	return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "too many attestations are being verified; retry",
+		details: `"retry_after_ms":1000`, reason: ResultBusy}
 }
 
 func notConfigured(msg string) *apiError {

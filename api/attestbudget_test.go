@@ -20,7 +20,11 @@ import (
 func TestAttestBudgetNewIDsOnly(t *testing.T) {
 	t.Parallel()
 	e := newAttEnv(t, attestation.NewMemoryChallenges(0), attestation.NewMemoryDevices(0, func() time.Time { return attNow }))
-	var taken []string // the device id of each budget taken
+	var taken []string   // the device id of each budget taken
+	var counted []string // endpoint/result/step of each answer counted
+	e.h.(*attestHandler).o.Count = func(endpoint, result, step string) {
+		counted = append(counted, endpoint+"/"+result+"/"+step)
+	}
 	deny := false
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var take attestBudget = func(w http.ResponseWriter, rid string) bool {
@@ -76,5 +80,12 @@ func TestAttestBudgetNewIDsOnly(t *testing.T) {
 	check("a new id over the budget", code, 429, []string{"i1", "a1", "a2"})
 	if v, err := AttestationView(context.Background(), e.devices, "a2"); err != nil || v != nil {
 		t.Fatalf("the denied id was recorded: %+v %v", v, err)
+	}
+	code, _ = attDo(t, h, "POST", PathAttestAndroid, `{"device_id":"a3"}`)
+	check("a malformed body", code, 400, []string{"i1", "a1", "a2"})
+	want := []string{"apple/failed/format", "apple/verified/", "apple/renewed/", "apple/renewed/", "apple/failed/device",
+		"android/verified/", "android/renewed/", "android/limited/", "android/invalid/"}
+	if strings.Join(counted, " ") != strings.Join(want, " ") {
+		t.Errorf("counted %q, want %q", counted, want)
 	}
 }

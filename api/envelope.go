@@ -33,6 +33,9 @@ type apiError struct {
 	message string
 	// details is a pre-rendered JSON object body (without braces), or "".
 	details string
+	// reason tags the error for counting (the attestation endpoints: a
+	// failed step, or "busy"); never rendered.
+	reason string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }

@@ -55,6 +55,12 @@ func TestAttestVerificationsSaturated(t *testing.T) {
 	t.Parallel()
 	e := newAttEnv(t, attestation.NewMemoryChallenges(0), attestation.NewMemoryDevices(0, func() time.Time { return attNow }))
 	h := e.h.(*attestHandler)
+	busy := 0
+	h.o.Count = func(_, result, _ string) {
+		if result == ResultBusy {
+			busy++
+		}
+	}
 	h.gate.queue = 0
 	for range cap(h.gate.slots) {
 		h.gate.slots <- struct{}{}
@@ -69,6 +75,9 @@ func TestAttestVerificationsSaturated(t *testing.T) {
 		if code != 503 || resp.Error == nil || resp.Error.Code != CodeLimiterUnavailable {
 			t.Fatalf("%s with every slot taken: %d %+v, want 503 %s", path, code, resp.Error, CodeLimiterUnavailable)
 		}
+	}
+	if busy != 2 {
+		t.Fatalf("%d answers counted busy, want 2", busy)
 	}
 	<-h.gate.slots
 	if code, resp := attDo(t, h, "POST", PathAttestApple, attAppleBody("busy", att, ch)); code != 200 {

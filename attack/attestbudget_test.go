@@ -68,6 +68,10 @@ func TestAttackBogusAttestationsStarveTheAddress(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="allowed"} %d`, policy.AttestationLimitName, perIP),
 		fmt.Sprintf(`tollgate_decisions_total{class="write",limit="%s",result="limited"} 1`, policy.AttestationLimitName),
+		fmt.Sprintf(`tollgate_attestations_total{endpoint="apple",result="failed",step="decode"} %d`, 2*perIP),
+		fmt.Sprintf(`tollgate_attestations_total{endpoint="apple",result="verified",step=""} %d`, perIP),
+		fmt.Sprintf(`tollgate_attestations_total{endpoint="apple",result="renewed",step=""} %d`, perIP+1),
+		`tollgate_attestations_total{endpoint="apple",result="limited",step=""} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

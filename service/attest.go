@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/api"
@@ -32,6 +33,20 @@ type attestState struct {
 	// token_key_env; tokens the verifier in force (6.3).
 	random *attestation.Tokens
 	tokens atomic.Pointer[attestation.Tokens]
+	// count counts the endpoints' answers (api.AttestOptions.Count); nil
+	// counts nothing.
+	count func(endpoint, result, step string)
+}
+
+// countAttestations registers tollgate_attestations_total on reg and
+// returns its api.AttestOptions.Count.
+func countAttestations(reg prometheus.Registerer) func(endpoint, result, step string) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_attestations_total",
+		Help: "Answers of the attestation endpoints (apple, android, assertion) by result (verified: a new device id, renewed, failed at step, limited by max_per_ip, busy, invalid, error).",
+	}, []string{"endpoint", "result", "step"})
+	reg.MustRegister(c)
+	return func(endpoint, result, step string) { c.WithLabelValues(endpoint, result, step).Inc() }
 }
 
 func newAttestState(log *slog.Logger, rc redis.UniversalClient, prefix string) *attestState {
@@ -71,7 +86,7 @@ func attestationFromPolicy(p *policy.Policy, getenv func(string) string) (*attes
 // apply builds the handler and the device-token verifier for p.
 func (a *attestState) apply(p *policy.Policy) error {
 	tokens := a.random
-	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Logger: a.log}
+	o := api.AttestOptions{Challenges: a.challenges, Devices: a.devices, Logger: a.log, Count: a.count}
 	if pa := p.Risk.Attestation; pa != nil {
 		apple, play, t, err := attestationFromPolicy(p, a.getenv)
 		if err != nil {

@@ -96,6 +96,7 @@ func buildLimiter(ctx context.Context, cfg Config, g *group) (*limiter, error) {
 	}
 	l.att = newAttestState(cfg.Logger.With("component", "attestation"), l.store.client, cfg.KeyPrefix)
 	l.att.getenv = cfg.Getenv
+	l.att.count = countAttestations(l.reg)
 	if err := l.att.apply(l.holder.Current()); err != nil {
 		return nil, err
 	}
