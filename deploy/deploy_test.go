@@ -274,6 +274,7 @@ func TestDashboard(t *testing.T) {
 		"tollgate_riskd_alerts_total", "tollgate_policy_reloads_total", "tollgate_rls_requests_total",
 		"tollgate_list_reloads_total", "tollgate_list_entries", "tollgate_reports_total",
 		"tollgate_riskd_velocity_actions_total", "tollgate_decisions_by_kind_total", "tollgate_lease_releases_total",
+		"tollgate_attestations_total",
 	} {
 		if !used[m] {
 			t.Errorf("no panel queries %s", m)
@@ -371,6 +372,7 @@ func TestAlertRules(t *testing.T) {
 		"TollgateBlockRateSpike", "TollgateLimitTooTight", "TollgateRedisDown", "TollgateDegraded",
 		"TollgateEventsDropped", "TollgateRiskdLagging", "TollgateRiskdDown", "TollgatePolicyReloadFailed",
 		"TollgateListReloadFailed", "TollgateAlertDeliveryFailing", "TollgateLockouts", "TollgateAnomalies",
+		"TollgateAttestationsBusy",
 	} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
@@ -536,6 +538,11 @@ func startLimiter(t *testing.T) string {
 		if c := postJSON(t, base+"/v1/report", `{"type":"login_failed","account":"alice","ip":"198.51.100.7"}`); c != http.StatusAccepted {
 			t.Fatalf("POST /v1/report: %d", c)
 		}
+	}
+	// An attestation with a body it cannot take (tollgate_attestations_total:
+	// the example policy configures no verifier, so a 404, counted invalid).
+	if c := postJSON(t, "http://"+r.Addr+"/v1/attest/apple", `{}`); c != http.StatusNotFound {
+		t.Fatalf("POST /v1/attest/apple: %d", c)
 	}
 	// A message riskd cannot decode: tollgate_riskd_errors_total{op="decode"}.
 	nc, err := nats.Connect(r.NATSURL)
