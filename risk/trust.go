@@ -38,15 +38,16 @@ const DefaultMaxTrust = 500_000
 // trustRecord is riskd's record of the trusted devices in force: account
 // "\x00" device -> until and when it was enrolled. When full, expired
 // entries go, then the hundredth of the record that ends first, in one
-// pass (makeRoom), so a full record costs an enrolment O(1) amortised,
-// not a scan. An account has at most bucket.MaxTrustedDevices entries,
-// as its trust set in the store: past it a new device of the account is
-// not recorded (the store still trusts it), so that the minted ids one
+// pass (makeRoom), so a full record costs an enrolment O(1) amortised, not
+// a scan. An account has at most bucket.MaxTrustedDevices entries, as its
+// trust set in the store: past it a new device of the account is not
+// recorded (the store still trusts it), so that the minted ids one
 // attacker logs in to accounts of his own take no room from the other
-// accounts' enrolments. It also records the revocations of the audit stream (an
-// admin's trust_revoke, a freed device id's attestation_forget), so that
-// no enrolment older than its revocation is recorded again (a report read
-// back at start, or delivered again). Safe for concurrent use.
+// accounts' enrolments. It also records the revocations of the audit
+// stream (an admin's trust_revoke, a freed device id's
+// attestation_forget), so that no enrolment older than its revocation is
+// recorded again (a report read back at start, or delivered again). Safe
+// for concurrent use.
 type trustRecord struct {
 	mu  sync.Mutex
 	max int
@@ -109,9 +110,10 @@ func NewTrustRecord(max int) *TrustRecord {
 
 // set records device as trusted by account until until, enrolled at at
 // by a login that presented the device token tok (zero: unknown), a
-// later end winning, and reports true; false, recording nothing, when a
-// revocation recorded covers at (revokedSince) or came after tok was
-// issued (tokenRevoked).
+// later end winning, and reports whether the enrolment stands: false,
+// recording nothing, when a revocation recorded covers at (revokedSince)
+// or came after tok was issued (tokenRevoked). A new device of an account
+// that holds bucket.MaxTrustedDevices entries stands and is not recorded.
 func (r *trustRecord) set(account, device string, until, at time.Time, tok tokenProof, now time.Time) bool {
 	k := account + "\x00" + device
 	r.mu.Lock()
@@ -200,27 +202,24 @@ func (r *trustRecord) revokedSince(account, device string, at time.Time) bool {
 // host ahead lets one issued up to the skew before it by. r.mu must be
 // held.
 func (r *trustRecord) tokenRevoked(k string, tok tokenProof) bool {
-	if tok.expires.IsZero() || len(r.revoked) == 0 {
-		return false
-	}
-	i := strings.IndexByte(k, 0)
-	if i < 0 {
-		return false
-	}
-	for _, rk := range [...]string{k, k[:i+1], k[i:]} {
-		if rev, ok := r.revoked[rk]; ok && !tok.expires.After(rev.ts.Add(max(rev.validFor, tok.validFor))) {
-			return true
-		}
-	}
-	return false
+	return !tok.expires.IsZero() && r.anyRevocation(k, func(rev revocation) bool {
+		return !tok.expires.After(rev.ts.Add(max(rev.validFor, tok.validFor)))
+	})
 }
 
-// covered reports whether a revocation recorded covers the enrolment at
-// at of k (account "\x00" device): one of the device by the account, of
-// every device of the account, or of the freed id in every account. Its
-// keys are parts of k, so a pass over the record allocates nothing;
-// r.mu must be held.
+// covered reports whether a revocation recorded of k (anyRevocation)
+// covers its enrolment at at: one at or after at - revokeSkew. r.mu must
+// be held.
 func (r *trustRecord) covered(k string, at time.Time) bool {
+	return r.anyRevocation(k, func(rev revocation) bool { return !rev.ts.Add(revokeSkew).Before(at) })
+}
+
+// anyRevocation reports whether hit holds for a revocation recorded of
+// k (account "\x00" device): of the device by the account, of every
+// device of the account, or of the freed id in every account. Its keys
+// are parts of k, so a pass over the record allocates nothing; r.mu must
+// be held.
+func (r *trustRecord) anyRevocation(k string, hit func(revocation) bool) bool {
 	if len(r.revoked) == 0 {
 		return false
 	}
@@ -229,7 +228,7 @@ func (r *trustRecord) covered(k string, at time.Time) bool {
 		return false
 	}
 	for _, rk := range [...]string{k, k[:i+1], k[i:]} {
-		if rev, ok := r.revoked[rk]; ok && !rev.ts.Add(revokeSkew).Before(at) {
+		if rev, ok := r.revoked[rk]; ok && hit(rev) {
 			return true
 		}
 	}
