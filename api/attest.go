@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/internal/logthrottle"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -107,6 +108,10 @@ type AttestOptions struct {
 type attestHandler struct {
 	o    AttestOptions
 	gate *verifyGate
+	// failed and busy throttle the lines of failed and saturated
+	// attestations to one a second each (Count counts them all): a flood
+	// of forged attestations must not become a flood of log.
+	failed, busy logthrottle.Throttle
 }
 
 // NewAttestHandler returns the handler of POST /v1/attest/challenge,
@@ -287,7 +292,7 @@ func (h *attestHandler) apple(w http.ResponseWriter, r *http.Request, rid string
 	}
 	cdh := sha256.Sum256([]byte(challenge))
 	if !h.gate.enter(ctx) {
-		return h.busy(ctx, rid, "apple")
+		return h.saturated(ctx, rid, "apple")
 	}
 	key, err := h.o.Apple.VerifyAttestation(obj, keyID, cdh[:], now)
 	h.gate.leave()
@@ -346,7 +351,7 @@ func (h *attestHandler) android(w http.ResponseWriter, r *http.Request, rid stri
 		return h.failure(ctx, rid, "android", id, err)
 	}
 	if !h.gate.enter(ctx) {
-		return h.busy(ctx, rid, "android")
+		return h.saturated(ctx, rid, "android")
 	}
 	_, err := h.o.Play.Verify(*b.Token, challenge, now)
 	h.gate.leave()
@@ -521,8 +526,10 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 	var ae *attestation.Error
 	switch {
 	case errors.As(err, &ae):
-		h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation failed", slog.String("endpoint", what), slog.String("device_id", id),
-			slog.String("step", ae.Step), slog.String("err", ae.Err.Error()), slog.String("request_id", rid))
+		if n, ok := h.failed.Allow(h.o.Now()); ok {
+			h.o.Logger.LogAttrs(ctx, slog.LevelInfo, "attestation failed", slog.String("endpoint", what), slog.String("device_id", id),
+				slog.String("step", ae.Step), slog.String("err", ae.Err.Error()), slog.String("request_id", rid), slog.Int64("suppressed", n))
+		}
 		return &apiError{status: http.StatusBadRequest, code: CodeAttestationInvalid, message: ae.Message(),
 			details: string(jsonw.AppendString(jsonw.AppendMember(nil, "step"), ae.Step)), reason: ae.Step}
 	case errors.Is(err, attestation.ErrUnavailable), errors.Is(err, bucket.ErrUnavailable), errors.Is(err, bucket.ErrFull):
@@ -533,11 +540,14 @@ func (h *attestHandler) failure(ctx context.Context, rid, what, id string, err e
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}
 }
 
-// busy answers an attestation that found the verifications' queue full
+// saturated answers an attestation that found the verifications' queue full
 // (AttestOptions.MaxVerifying), or its request ended waiting: 503, to
 // retry in a second.
-func (h *attestHandler) busy(ctx context.Context, rid, what string) *apiError {
-	h.o.Logger.LogAttrs(ctx, slog.LevelWarn, "attestation: verifications saturated", slog.String("endpoint", what), slog.String("request_id", rid))
+func (h *attestHandler) saturated(ctx context.Context, rid, what string) *apiError {
+	if n, ok := h.busy.Allow(h.o.Now()); ok {
+		h.o.Logger.LogAttrs(ctx, slog.LevelWarn, "attestation: verifications saturated", slog.String("endpoint", what), slog.String("request_id", rid),
+			slog.Int64("suppressed", n))
+	}
 	return &apiError{status: http.StatusServiceUnavailable, code: CodeLimiterUnavailable, message: "too many attestations are being verified; retry",
 		details: `"retry_after_ms":1000`, reason: ResultBusy}
 }

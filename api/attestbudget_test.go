@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -87,5 +88,36 @@ func TestAttestBudgetNewIDsOnly(t *testing.T) {
 		"android/verified/", "android/renewed/", "android/limited/", "android/invalid/"}
 	if strings.Join(counted, " ") != strings.Join(want, " ") {
 		t.Errorf("counted %q, want %q", counted, want)
+	}
+}
+
+// TestAttestFailureLogThrottled: failed attestations are logged one line
+// a second, the next line saying how many were left out (the counter
+// counts every one): a flood of forged attestations is no flood of log.
+func TestAttestFailureLogThrottled(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	now := attNow
+	h := NewAttestHandler(AttestOptions{Apple: attestationtest.NewCA(t, attNow).Apple(attAppID, attestation.EnvironmentProduction),
+		Now: func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	forged := func() {
+		t.Helper()
+		code, ch := attDo(t, h, "POST", PathAttestChallenge, attJSON("device_id", "f1"))
+		if code != 200 {
+			t.Fatalf("challenge: %d", code)
+		}
+		body := attJSON("device_id", "f1", "key_id", attB64([]byte("k")), "attestation_object", attB64([]byte("forged")), "challenge", ch.Challenge)
+		if code, _ := attDo(t, h, "POST", PathAttestApple, body); code != 400 {
+			t.Fatalf("forged attestation: %d, want 400", code)
+		}
+	}
+	for range 5 {
+		forged()
+	}
+	now = now.Add(time.Second)
+	forged()
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "suppressed=0") || !strings.Contains(lines[1], "suppressed=4") {
+		t.Fatalf("6 failures over a second logged:\n%s\nwant 2 lines, the second with suppressed=4", logs.String())
 	}
 }

@@ -71,7 +71,7 @@ func (l *limiter) releaseRemote(rid, lease string) {
 		}
 	}
 	if err != nil {
-		if n, ok := l.throttle.allow(l.now()); ok {
+		if n, ok := l.throttle.Allow(l.now()); ok {
 			l.log.LogAttrs(ctx, slog.LevelWarn, "release", slog.String("request_id", rid), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 		}
 	}

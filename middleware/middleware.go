@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-dev/tollgate/attestation"
 	"github.com/tollgate-dev/tollgate/engine"
 	"github.com/tollgate-dev/tollgate/internal/jsonw"
+	"github.com/tollgate-dev/tollgate/internal/logthrottle"
 	"github.com/tollgate-dev/tollgate/policy"
 )
 
@@ -142,7 +143,7 @@ type limiter struct {
 	failOpenAccounts bool
 	log              *slog.Logger
 	now              func() time.Time
-	throttle         logThrottle
+	throttle         logthrottle.Throttle
 }
 
 // New returns the middleware o describes. The middleware is safe for
@@ -514,7 +515,7 @@ func copyHeaders(dst, src http.Header, names []string) {
 // middleware's own 400 BAD_REQUEST when it sent none (a proxy between
 // them answered). The app is not called, whatever FailOpen says.
 func (l *limiter) badRequest(w http.ResponseWriter, r *http.Request, rid string, header http.Header, answer []byte) {
-	if n, ok := l.throttle.allow(l.now()); ok {
+	if n, ok := l.throttle.Allow(l.now()); ok {
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter refused the check: 400", slog.String("request_id", rid),
 			slog.String("answer", clip(string(answer))), slog.Int64("suppressed", n))
 	}
@@ -533,7 +534,7 @@ func (l *limiter) badRequest(w http.ResponseWriter, r *http.Request, rid string,
 // request naming an account fails open only with FailOpenAccounts.
 func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.Handler, rid string, account bool, err error) {
 	open := l.failOpen && (!account || l.failOpenAccounts)
-	if n, ok := l.throttle.allow(l.now()); ok {
+	if n, ok := l.throttle.Allow(l.now()); ok {
 		l.log.LogAttrs(r.Context(), slog.LevelWarn, "limiter unavailable", slog.String("request_id", rid),
 			slog.Bool("fail_open", open), slog.String("err", err.Error()), slog.Int64("suppressed", n))
 	}
@@ -545,26 +546,4 @@ func (l *limiter) unavailable(w http.ResponseWriter, r *http.Request, next http.
 	w.Header()["Retry-After"] = []string{strconv.Itoa(int(unavailableRetry / time.Second))}
 	api.WriteError(w, rid, http.StatusServiceUnavailable, api.CodeLimiterUnavailable, "Rate limiter unavailable",
 		string(jsonw.AppendInt(jsonw.AppendMember(nil, "retry_after_ms"), unavailableRetry.Milliseconds())))
-}
-
-// logThrottle lets one log line through per second. The zero value is
-// ready; it is safe for concurrent use.
-type logThrottle struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int64
-}
-
-// allow reports whether to log at now, and how many lines were suppressed
-// since the last one logged.
-func (t *logThrottle) allow(now time.Time) (int64, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.last.IsZero() && now.Sub(t.last) < time.Second && !now.Before(t.last) {
-		t.suppressed++
-		return 0, false
-	}
-	n := t.suppressed
-	t.last, t.suppressed = now, 0
-	return n, true
 }

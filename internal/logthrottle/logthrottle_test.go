@@ -1,14 +1,15 @@
-package middleware
+package logthrottle
 
 import (
 	"testing"
 	"time"
 )
 
-func TestLogThrottle(t *testing.T) {
+// TestThrottle: one line a second, the others counted.
+func TestThrottle(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1713522600, 0)
-	var th logThrottle
+	var th Throttle
 	steps := []struct {
 		at             time.Duration
 		wantOK         bool
@@ -24,9 +25,9 @@ func TestLogThrottle(t *testing.T) {
 		{-time.Hour + time.Millisecond, false, 0},
 	}
 	for i, s := range steps {
-		n, ok := th.allow(t0.Add(s.at))
+		n, ok := th.Allow(t0.Add(s.at))
 		if ok != s.wantOK || n != s.wantSuppressed {
-			t.Errorf("step %d: allow = %d, %v; want %d, %v", i, n, ok, s.wantSuppressed, s.wantOK)
+			t.Errorf("step %d: Allow = %d, %v; want %d, %v", i, n, ok, s.wantSuppressed, s.wantOK)
 		}
 	}
 }
