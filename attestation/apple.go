@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -78,7 +79,26 @@ type Apple struct {
 	Environment string
 	// Roots holds Apple's App Attestation root CA (LoadAppleRoot).
 	Roots *x509.CertPool
+
+	// inter is the intermediate CA that last chained to Roots (Apple's
+	// one, in practice), kept so that the next chains through it cost
+	// one signature instead of two (verifyChain). An Apple is not to be
+	// copied once in use.
+	inter atomic.Pointer[verifiedInter]
 }
+
+// verifiedInter is an intermediate CA verified to chain to the roots at
+// checked, trusted as an anchor until until: at most interRecheck later,
+// and never past its own end.
+type verifiedInter struct {
+	der            []byte
+	pool           *x509.CertPool
+	checked, until time.Time
+}
+
+// interRecheck is how long an intermediate that chained to the roots is
+// trusted as an anchor before its chain is verified again.
+const interRecheck = time.Hour
 
 // Validate reports a missing AppID or Roots or an unknown Environment,
 // wrapping ErrNotConfigured.
@@ -292,6 +312,14 @@ func (a *Apple) verifyChain(x5c [][]byte, now time.Time) (*x509.Certificate, err
 	if err != nil {
 		return nil, failErr(StepCertificateChain, fmt.Errorf("leaf certificate: %w", err))
 	}
+	if c := a.inter.Load(); c != nil && len(x5c) == 2 && bytes.Equal(x5c[1], c.der) && !now.Before(c.checked) && now.Before(c.until) {
+		// the intermediate chained to the roots within interRecheck:
+		// the leaf's signature by it is what is left to verify
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			return nil, failErr(StepCertificateChain, err)
+		}
+		return leaf, nil
+	}
 	inter := x509.NewCertPool()
 	for i, der := range x5c[1:] {
 		c, err := x509.ParseCertificate(der)
@@ -300,15 +328,39 @@ func (a *Apple) verifyChain(x5c [][]byte, now time.Time) (*x509.Certificate, err
 		}
 		inter.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
+	chains, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         a.Roots,
 		Intermediates: inter,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, failErr(StepCertificateChain, err)
 	}
+	a.keepInter(chains, now)
 	return leaf, nil
+}
+
+// keepInter keeps the intermediate of chains, when one of them is leaf,
+// intermediate, root, as the anchor of the next chains (verifyChain).
+func (a *Apple) keepInter(chains [][]*x509.Certificate, now time.Time) {
+	for _, ch := range chains {
+		if len(ch) != 3 {
+			continue
+		}
+		c := ch[1]
+		pool := x509.NewCertPool()
+		pool.AddCert(c)
+		a.inter.Store(&verifiedInter{der: c.Raw, pool: pool, checked: now, until: minTime(now.Add(interRecheck), c.NotAfter)})
+		return
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // checkNonce checks that SHA-256(authData || clientDataHash) is the leaf's

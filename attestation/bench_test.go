@@ -12,8 +12,9 @@ import (
 // BenchmarkVerifyAttestation is the CPU a forged App Attest attestation
 // costs the limiter before it is refused (docs/attestation.md: failed
 // attestations take no address budget, so the route limits bound what
-// they cost): "valid" runs every check, "wrong root" fails at the chain,
-// "garbage" at the CBOR decoding.
+// they cost): "valid" runs every check (past the first, its intermediate
+// known: the leaf's signature alone), "wrong root" fails at the chain
+// (two signatures), "garbage" at the CBOR decoding.
 func BenchmarkVerifyAttestation(b *testing.B) {
 	now := time.Now()
 	ca, other := attestationtest.NewCA(b, now), attestationtest.NewCA(b, now)
