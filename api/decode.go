@@ -261,20 +261,32 @@ func normalizeAccount(acct **string) {
 }
 
 // accountID returns the account raw names (policy.NormalizeAccount), or ""
-// when it names none a request may carry: bad UTF-8 or a control
-// character as sent, or over MaxIDLen once normalised. Its length is
-// judged normalised, as Envoy's account entry and the check API judge it:
-// an app trims the white space that padded "frank" past MaxIDLen, and
-// logs the login in as frank (TestAttackPaddedAccountHeaderEscapesLockout).
+// when it names none a request may carry (CheckAccount).
 func accountID(raw string) string {
-	if printable(raw) != "" {
-		return ""
-	}
-	a := policy.NormalizeAccount(raw)
-	if CheckID(a) != "" {
+	a, msg := CheckAccount(raw)
+	if msg != "" {
 		return ""
 	}
 	return a
+}
+
+// CheckAccount returns the account raw names (policy.NormalizeAccount)
+// and "", or what is wrong with it as the check API words it: bad UTF-8
+// or a control character as sent, or over MaxIDLen once normalised. Its
+// length is judged normalised, as Envoy's account entry and the check
+// API judge it: an app trims the white space that padded "frank" past
+// MaxIDLen, and logs the login in as frank
+// (TestAttackPaddedAccountHeaderEscapesLockout). An account that is empty
+// once normalised is "" with no error: none.
+func CheckAccount(raw string) (string, string) {
+	if msg := printable(raw); msg != "" {
+		return "", msg
+	}
+	a := policy.NormalizeAccount(raw)
+	if msg := CheckID(a); msg != "" {
+		return "", msg
+	}
+	return a, ""
 }
 
 // idField is an optional identifier of a request body and where it goes.

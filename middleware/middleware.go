@@ -255,21 +255,20 @@ func normalize(id *Identity, in *engine.Input) string {
 		name string
 		v    string
 		dst  *string
-	}{{"user id", id.UserID, &in.UserID}, {"device id", id.DeviceID, &in.DeviceID}, {"account", id.Account, &in.Account}} {
+	}{{"user id", id.UserID, &in.UserID}, {"device id", id.DeviceID, &in.DeviceID}} {
 		if msg := api.CheckID(f.v); msg != "" {
 			return "identity: the " + f.name + " " + msg
 		}
 		*f.dst = f.v
-		if f.dst == &in.Account {
-			// checked again once normalised, as the check API checks it:
-			// lower-casing can grow an id (U+023A is 2 bytes, its lower
-			// case 3), and the limiter would refuse the grown one
-			*f.dst = policy.NormalizeAccount(f.v)
-			if msg := api.CheckID(*f.dst); msg != "" {
-				return "identity: the " + f.name + " " + msg
-			}
-		}
 	}
+	// the account is judged once normalised, as the check API judges it:
+	// lower-casing can grow it past the bound (U+023A is 2 bytes, its
+	// lower case 3), trimming shrink it under (padded "frank" is frank)
+	acct, msg := api.CheckAccount(id.Account)
+	if msg != "" {
+		return "identity: the account " + msg
+	}
+	in.Account = acct
 	if len(id.DeviceToken) <= api.MaxIDLen && api.CheckID(id.DeviceToken) == "" {
 		in.DeviceToken = id.DeviceToken // a bad token is no error: the device is unverified
 	}

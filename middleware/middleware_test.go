@@ -514,6 +514,24 @@ func TestRemoteIdentityRefused(t *testing.T) {
 	}
 }
 
+// TestPaddedAccountIsItsName: an account's length is judged once
+// normalised, as the check API and Envoy's account entry judge it: an
+// app trims the white space that pads "frank" past 256 bytes and logs
+// frank in, so the middleware limits it as frank. It answered 400
+// instead, refusing a login the check API would have taken as frank's.
+func TestPaddedAccountIsItsName(t *testing.T) {
+	t.Parallel()
+	padded := "  Frank" + strings.Repeat(" ", 300)
+	f := &fakeLimiter{status: 200, body: `{"allowed":true}`}
+	h, a := build(t, middleware.Options{LimiterURL: startFake(t, f), Timeout: 5 * time.Second})
+	w := serve(h, "POST", "/auth/login", "198.51.100.7", "rid-1", "X-Account", padded)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.Code != 200 || a.calls.Load() != 1 || len(f.reqs) != 1 || !strings.Contains(f.reqs[0].body, `"account":"frank"`) {
+		t.Fatalf("remote: %d %q, app calls %d, limiter asked %+v; want 200 with account frank", w.Code, w.Body, a.calls.Load(), f.reqs)
+	}
+}
+
 // TestRemoteBadRequest: the limiter's 400 is the caller's bad input, not
 // the limiter's unavailability: it is answered 400 (the limiter's
 // envelope verbatim, or the middleware's own when it sent none), and the
