@@ -46,17 +46,17 @@ func TestAttackBogusAttestationsStarveTheAddress(t *testing.T) {
 	// a genuine phone behind the same address attests, then renews with
 	// its key more times than the budget holds
 	for i := range perIP + 2 {
-		if code, a := appleAttestFrom(t, tg, ca, nat, "nat-genuine-phone", attestationtest.Options{Key: key}); code != http.StatusOK || a.DeviceToken == "" {
+		if _, code, a := appleAttestFrom(t, tg, ca, nat, "nat-genuine-phone", attestationtest.Options{Key: key}); code != http.StatusOK || a.DeviceToken == "" {
 			t.Fatalf("genuine phone's attestation %d behind the flooded address: %d %+v, want 200 with a device token", i, code, a)
 		}
 	}
 	// new ids: the budget's other perIP-1 pass, the next is limited
 	for i := range perIP - 1 {
-		if code, a := appleAttestFrom(t, tg, ca, nat, fmt.Sprintf("nat-phone-%d", i), attestationtest.Options{}); code != http.StatusOK {
+		if _, code, a := appleAttestFrom(t, tg, ca, nat, fmt.Sprintf("nat-phone-%d", i), attestationtest.Options{}); code != http.StatusOK {
 			t.Fatalf("new id %d: %d %+v, want 200", i, code, a)
 		}
 	}
-	code, a := appleAttestFrom(t, tg, ca, nat, "nat-phone-over", attestationtest.Options{})
+	_, code, a := appleAttestFrom(t, tg, ca, nat, "nat-phone-over", attestationtest.Options{})
 	if code != http.StatusTooManyRequests || a.Error.Code != "RATE_LIMITED" || a.Error.Details.Limit != policy.AttestationLimitName {
 		t.Fatalf("new id past max_per_ip: %d %+v, want 429 RATE_LIMITED by %s", code, a, policy.AttestationLimitName)
 	}
@@ -82,7 +82,7 @@ func TestAttackBogusAttestationsStarveTheAddress(t *testing.T) {
 // appleAttestFrom attests for device from ip as the app does: a
 // challenge, then the attestation object over its hash (o.Key nil: a new
 // key).
-func appleAttestFrom(t *testing.T, tg *target, ca *attestationtest.CA, ip, device string, o attestationtest.Options) (int, attestAnswer) {
+func appleAttestFrom(t *testing.T, tg *target, ca *attestationtest.CA, ip, device string, o attestationtest.Options) (*attestationtest.Attested, int, attestAnswer) {
 	t.Helper()
 	code, ch := attestPost(t, tg, "challenge", ip, `{"device_id":"`+device+`"}`)
 	if code != http.StatusOK || ch.Challenge == "" {
@@ -91,7 +91,8 @@ func appleAttestFrom(t *testing.T, tg *target, ca *attestationtest.CA, ip, devic
 	sum := sha256.Sum256([]byte(ch.Challenge))
 	o.AppID, o.ClientDataHash = audit3AppID, sum[:]
 	att := ca.Attest(t, o)
-	return attestPost(t, tg, "apple", ip, appleJSON(device, ch.Challenge, att.KeyID, att.Object))
+	code, a := attestPost(t, tg, "apple", ip, appleJSON(device, ch.Challenge, att.KeyID, att.Object))
+	return att, code, a
 }
 
 // appleBody fetches a challenge for device from ip and returns an

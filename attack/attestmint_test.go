@@ -2,7 +2,6 @@ package attack
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -37,7 +36,6 @@ func TestAttackOnePhoneMintsAttestedDeviceIDs(t *testing.T) {
 	ca := attestationtest.NewCA(t, time.Now())
 	tg := start(t, withAppleAnd(t, ca, "    max_per_ip: "+strconv.Itoa(perIP)+"/h\n"))
 	bodies := make([]string, n)
-	b64 := base64.StdEncoding.EncodeToString
 	for i := range n {
 		device := fmt.Sprintf("minted-%d", i)
 		code, ch := attestPost(t, tg, "challenge", attacker, `{"device_id":"`+device+`"}`)
@@ -46,7 +44,7 @@ func TestAttackOnePhoneMintsAttestedDeviceIDs(t *testing.T) {
 		}
 		sum := sha256.Sum256([]byte(ch.Challenge))
 		att := ca.Attest(t, attestationtest.Options{AppID: audit3AppID, ClientDataHash: sum[:]}) // a new key each time
-		bodies[i] = `{"device_id":"` + device + `","key_id":"` + b64(att.KeyID) + `","attestation_object":"` + b64(att.Object) + `","challenge":"` + ch.Challenge + `"}`
+		bodies[i] = appleJSON(device, ch.Challenge, att.KeyID, att.Object)
 	}
 	type answer struct {
 		code       int

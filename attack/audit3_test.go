@@ -1,7 +1,6 @@
 package attack
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -68,21 +67,11 @@ func attestPost(t *testing.T, tg *target, p, ip, body string) (int, attestAnswer
 	return code, a
 }
 
-// appleAttest attests key (nil: a new one) for device as the app does:
-// a challenge, then the attestation object over its hash.
+// appleAttest attests key (nil: a new one) for device as the app does
+// (appleAttestFrom), from the suite's usual app address.
 func appleAttest(t *testing.T, tg *target, ca *attestationtest.CA, device string, o attestationtest.Options) (*attestationtest.Attested, int, attestAnswer) {
 	t.Helper()
-	code, ch := attestPost(t, tg, "challenge", "198.51.100.30", `{"device_id":"`+device+`"}`)
-	if code != 200 || ch.Challenge == "" {
-		t.Fatalf("challenge: %d %+v", code, ch)
-	}
-	sum := sha256.Sum256([]byte(ch.Challenge))
-	o.AppID, o.ClientDataHash = audit3AppID, sum[:]
-	att := ca.Attest(t, o)
-	b64 := base64.StdEncoding.EncodeToString
-	code, a := attestPost(t, tg, "apple", "198.51.100.30", `{"device_id":"`+device+`","key_id":"`+b64(att.KeyID)+
-		`","attestation_object":"`+b64(att.Object)+`","challenge":"`+ch.Challenge+`"}`)
-	return att, code, a
+	return appleAttestFrom(t, tg, ca, "198.51.100.30", device, o)
 }
 
 // Attack: an assertion seen once (a log, a proxy, a compromised network)
