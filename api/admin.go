@@ -326,7 +326,7 @@ func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, 
 		if sid == "" {
 			continue
 		}
-		for _, kind := range lockKinds(subject) {
+		for _, kind := range bucket.LockKinds(subject) {
 			cleared, err := s.o.Store.ClearLock(r.Context(), bucket.Subject{Kind: kind, ID: sid})
 			if err != nil {
 				s.storeError(w, rid, err)
@@ -336,16 +336,6 @@ func (s *Server) liftLock(w http.ResponseWriter, r *http.Request, rid, subject, 
 		}
 	}
 	return was, s.record(w, r, rid, &streams.Audit{Action: streams.AuditLockoutLift, Subject: subject, ID: id, Cleared: &was})
-}
-
-// lockKinds are the subject kinds whose locks an admin path of subject
-// addresses: a device's are its own and its claim's (the limiter answers
-// both with scope "device").
-func lockKinds(subject string) []string {
-	if subject == "device" {
-		return []string{"device", bucket.ClaimKind}
-	}
-	return []string{subject}
 }
 
 // subjectView is the body of GET /v1/admin/subjects/{subject}/{id}.
@@ -473,7 +463,7 @@ func (s *Server) lockouts(r *http.Request, subject, id string) ([]lockView, erro
 		}
 	}
 	var ls []bucket.Lock
-	for _, kind := range lockKinds(subject) {
+	for _, kind := range bucket.LockKinds(subject) {
 		for _, sid := range ids {
 			l, err := s.o.Store.Locks(r.Context(), bucket.Subject{Kind: kind, ID: sid})
 			if err != nil {

@@ -285,6 +285,17 @@ func AppendOwnPart(dst []byte, device string) []byte {
 // that what claims do never lowers or spends the proven device's budget.
 const ClaimKind = "claim"
 
+// LockKinds are the subject kinds whose locks a lockout of subject is
+// kept under, and so what a lift of it clears: a device's are its own and
+// its claim's (the limiter answers both with scope "device"). The admin
+// API, riskd and replay lift through it.
+func LockKinds(subject string) []string {
+	if subject == "device" {
+		return []string{"device", ClaimKind}
+	}
+	return []string{subject}
+}
+
 // AppendClaimPart appends to a bucket key the part of a device id named
 // without its token (a limit keyed by device after another subject):
 // "|%!" and the escaped id. An escaped id never holds "%!" ('%' is

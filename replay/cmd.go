@@ -50,6 +50,7 @@ func flags(a *Args, fromSeq *int64) []cli.Flag {
 		cli.String(&a.Streams.Name, "stream-name", "TOLLGATE_STREAM_NAME", streams.DefaultName, "NAME", "prefix of the JetStream stream names, as the limiters'"),
 		cli.Int(&a.Limits.MaxKeys, "max-keys", "", DefaultMaxKeys, "bound on buckets held by each policy's memory store"),
 		cli.Int(&a.Limits.MaxIdentities, "max-identities", "", DefaultMaxIdentities, "bound on identities tallied (more are counted as untracked)"),
+		cli.Int(&a.Limits.MaxAdminChanges, "max-admin-changes", "", DefaultMaxAdminChanges, "bound on the admin changes of the audit stream applied (the newest are kept)"),
 		cli.Duration(&a.ReorderWindow, "reorder-window", "", DefaultReorderWindow, "how far out of event-time order events may arrive and still replay in order"),
 		cli.Bool(&a.Quiet, "quiet", "", false, "no progress lines on stderr"),
 	})

@@ -8,10 +8,12 @@ import (
 )
 
 // Event ranks: at the same time, a decision replays before a report (the
-// check comes before the login's outcome).
+// check comes before the login's outcome). An admin change (rankAudit)
+// applies before either at its time (Replayer.Audit).
 const (
 	rankDecision uint8 = iota
 	rankReport
+	rankAudit
 )
 
 // event is one recorded event.
@@ -22,6 +24,7 @@ type event struct {
 	rank uint8
 	d    *streams.Decision
 	r    *streams.Report
+	a    *streams.Audit
 }
 
 // DefaultReorderWindow is how far out of order (by event time) events of

@@ -43,6 +43,9 @@ type Limits struct {
 	SignalKeys int
 	// MaxIdentities bounds the identity tables (DefaultMaxIdentities).
 	MaxIdentities int
+	// MaxAdminChanges bounds the admin changes of the audit stream held
+	// (DefaultMaxAdminChanges): the newest are kept.
+	MaxAdminChanges int
 }
 
 func (l *Limits) defaults() {
@@ -55,13 +58,17 @@ func (l *Limits) defaults() {
 	if l.MaxIdentities <= 0 {
 		l.MaxIdentities = DefaultMaxIdentities
 	}
+	if l.MaxAdminChanges <= 0 {
+		l.MaxAdminChanges = DefaultMaxAdminChanges
+	}
 }
 
 // Replayer re-runs recorded events under two policies and tallies the
-// differences. Feed it events in event-time order with Decision and
-// Report, then call Report. It is not safe for concurrent use.
+// differences. Feed it events in event-time order with Decision, Report
+// and Audit, then call Result. It is not safe for concurrent use.
 type Replayer struct {
 	p        Policies
+	l        Limits
 	sims     [2]*sim
 	t        *tally
 	from, to time.Time
@@ -77,7 +84,7 @@ func NewReplayer(p Policies, l Limits) (*Replayer, error) {
 		return nil, errors.New("replay: candidate and baseline policies are required")
 	}
 	l.defaults()
-	r := &Replayer{p: p, t: newTally(l.MaxIdentities)}
+	r := &Replayer{p: p, l: l, t: newTally(l.MaxIdentities)}
 	for which, pol := range []*policy.Policy{base: p.Baseline, cand: p.Candidate} {
 		rules, err := r.rules(pol)
 		if err != nil {
@@ -241,22 +248,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	aud, err := openAudit(ctx, o.JetStream, o.Streams, o.ReorderWindow)
+	if err != nil {
+		return nil, err
+	}
+	if dec.last == 0 {
+		aud.last = 0 // no decisions: nothing to compare
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dch, rch := make(chan []event, 4), make(chan []event, 4)
-	errs := make(chan error, 2)
+	dch, rch, ach := make(chan []event, 4), make(chan []event, 4), make(chan []event, 4)
+	errs := make(chan error, 3)
+	go func() { errs <- aud.run(ctx, o.JetStream, ach) }()
 	go func() { errs <- dec.run(ctx, o.JetStream, dch) }()
 	go func() { errs <- rep.run(ctx, o.JetStream, rch) }()
 	stopProgress := startProgress(o, dec, rep)
-	merge(r, dch, rch, int64(warmup))
+	// the admin changes are read first, whole: each applies at its place
+	// among the events (merge)
+	audits, dropped := collectAudits(ach, r.l.MaxAdminChanges)
+	merge(r, dch, rch, audits, int64(warmup))
 	stopProgress()
-	for range 2 {
+	for range 3 {
 		if err := <-errs; err != nil {
 			return nil, err
 		}
 	}
 	out := r.Result()
-	out.Record.Skipped += dec.skipped.Load() + rep.skipped.Load()
+	out.Bounds.DroppedAdminChanges = dropped
+	out.Record.Skipped += dec.skipped.Load() + rep.skipped.Load() + aud.skipped.Load()
 	out.Record.FirstSeq, out.Record.LastSeq = dec.first.Load(), dec.seq.Load()
 	return out, nil
 }
@@ -275,9 +294,12 @@ func Warmup(policies ...*policy.Policy) time.Duration {
 }
 
 // merge replays the two ordered streams of chunks into r, in event-time
-// order (decisions first at equal times), until both are closed. Reports
-// more than warmup ns before the first decision are dropped.
-func merge(r *Replayer, dch, rch <-chan []event, warmup int64) {
+// order (decisions first at equal times), until both are closed, and
+// applies the admin changes of audits (in event-time order) before the
+// first event after them. Reports more than warmup ns before the first
+// decision are dropped; admin changes are not (one made before the range
+// may still be in force).
+func merge(r *Replayer, dch, rch <-chan []event, audits []event, warmup int64) {
 	var da, ra []event
 	dOpen, rOpen := true, true
 	start := int64(-1)
@@ -310,14 +332,30 @@ func merge(r *Replayer, dch, rch <-chan []event, warmup int64) {
 			if len(da) > 1 {
 				r.prefetch(da[1].d)
 			}
+			if len(audits) > 0 && audits[0].ns <= da[0].ns {
+				audits = r.audits(audits, da[0].ns)
+			}
 			r.streamTime(da[0].at)
 			r.Decision(da[0].d)
 			da = da[1:]
 		}
 		if len(ra) > 0 && (len(da) == 0 && !dOpen || len(da) > 0 && !before(&da[0], &ra[0])) {
+			if len(audits) > 0 && audits[0].ns <= ra[0].ns {
+				audits = r.audits(audits, ra[0].ns)
+			}
 			r.streamTime(ra[0].at)
 			r.Report(ra[0].r)
 			ra = ra[1:]
 		}
 	}
+}
+
+// audits applies the admin changes of evs made at or before ns and
+// returns the rest.
+func (r *Replayer) audits(evs []event, ns int64) []event {
+	for len(evs) > 0 && evs[0].ns <= ns {
+		r.Audit(evs[0].a)
+		evs = evs[1:]
+	}
+	return evs
 }

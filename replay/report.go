@@ -52,6 +52,10 @@ type Record struct {
 	Decisions int64 `json:"decisions"`
 	Reports   int64 `json:"reports"`
 	Skipped   int64 `json:"skipped"`
+	// AdminChanges is how many changes of the audit stream (multipliers
+	// set and cleared by hand, lockouts lifted, trust revoked,
+	// attestations forgotten) were applied, each at its time.
+	AdminChanges int64 `json:"admin_changes"`
 	// From and To are the first and last event times (zero when empty).
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -66,11 +70,14 @@ type Bounds struct {
 	UntrackedIdentities int64 `json:"untracked_identities"`
 	UntrackedGood       int64 `json:"untracked_good_identities"`
 	StoreFull           bool  `json:"store_full"`
+	// DroppedAdminChanges counts the oldest admin changes not applied
+	// (Limits.MaxAdminChanges).
+	DroppedAdminChanges int64 `json:"dropped_admin_changes"`
 }
 
 // build turns the tally into a Report.
 func (t *tally) build() *Report {
-	r := &Report{Record: Record{Decisions: t.decisions, Reports: t.reports, Skipped: t.skipped}}
+	r := &Report{Record: Record{Decisions: t.decisions, Reports: t.reports, Skipped: t.skipped, AdminChanges: t.admin}}
 	r.Total = t.total.public()
 	for _, c := range t.classes {
 		r.Classes = append(r.Classes, c.public())
@@ -178,6 +185,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, " (decisions stream sequences %d-%d)", rec.FirstSeq, rec.LastSeq)
 	}
 	b.WriteString(".")
+	if rec.AdminChanges > 0 {
+		fmt.Fprintf(&b, " %d admin changes (audit stream) were applied at their times.", rec.AdminChanges)
+	}
 	if rec.Skipped > 0 {
 		fmt.Fprintf(&b, " %d events could not be decoded or evaluated and were skipped.", rec.Skipped)
 	}
@@ -257,6 +267,10 @@ func (r *Report) writeBounds(b *strings.Builder) {
 	if bd.UntrackedIdentities > 0 || bd.UntrackedGood > 0 {
 		fmt.Fprintf(b, "Note: the identity tables were full; %d identity counts and %d login or token records were not tracked (raise --max-identities).\n\n",
 			bd.UntrackedIdentities, bd.UntrackedGood)
+	}
+	if bd.DroppedAdminChanges > 0 {
+		fmt.Fprintf(b, "Note: the audit stream held more admin changes than the replay keeps; the oldest %d were not applied (raise --max-admin-changes).\n\n",
+			bd.DroppedAdminChanges)
 	}
 	if bd.StoreFull {
 		b.WriteString("Note: a replay memory store reached its bound and evicted buckets; counts are approximate (raise --max-keys).\n\n")

@@ -30,6 +30,9 @@ type sim struct {
 	store *bucket.MemoryStore
 	eng   *engine.Engine
 	sig   *signals.Engine
+	// trust is riskd's record of trusted devices and their revocations
+	// (Audit): a login whose device an admin disowned trusts nothing.
+	trust *risk.TrustRecord
 	// now is the event clock: the time of the event being replayed.
 	now time.Time
 
@@ -57,7 +60,7 @@ type simOptions struct {
 
 // newSim returns a sim for p; rules are p's reputation rules (nil: none).
 func newSim(p *policy.Policy, rules *reputation.Rules, o simOptions) (*sim, error) {
-	s := &sim{pol: p, maxKeys: o.MaxKeys}
+	s := &sim{pol: p, maxKeys: o.MaxKeys, trust: risk.NewTrustRecord(o.SignalKeys)}
 	clock := func() time.Time { return s.now }
 	// the sim is the store's only user (the risk engine's actions go
 	// through it too), one event at a time
@@ -123,11 +126,16 @@ func (s *sim) decide(rec *streams.Decision, addr netip.Addr) bool {
 	return true
 }
 
-// report feeds the recorded report r to the risk engine.
+// report feeds the recorded report r to the risk engine, and its
+// enrolment of a trusted device to the trust record, as riskd does.
 func (s *sim) report(r *streams.Report) {
 	s.tick(r.TS)
 	s.acts = s.sig.ApplyReport(0, 0, r, s.acts[:0])
+	n := len(s.acts)
 	s.acts = risk.TrustAction(r, risk.TrustFor(s.pol), s.acts)
+	if len(s.acts) > n {
+		s.acts = s.trust.Admit(s.acts, n, r, s.pol, s.now)
+	}
 	s.execute()
 }
 

@@ -150,6 +150,7 @@ type tally struct {
 	measures    map[measureKey]*Measure
 
 	decisions, reports, skipped int64
+	admin                       int64 // admin changes applied (Replayer.Audit)
 	untrackedIDs, untrackedGood int64
 }
 

@@ -229,11 +229,7 @@ func (d *Daemon) applyAudit(ctx context.Context, m jetstream.Msg, live bool) {
 		lifted := d.eng.LiftSubjectLock(subject, a.ID, a.TS)
 		d.mu.Unlock()
 		if lifted {
-			kinds := []string{subject}
-			if subject == "device" {
-				kinds = append(kinds, bucket.ClaimKind) // a device's lift lifts its claim too (signals)
-			}
-			for _, kind := range kinds {
+			for _, kind := range bucket.LockKinds(subject) { // a device's lift lifts its claim too (signals)
 				if _, err := d.o.Store.ClearLock(ctx, bucket.Subject{Kind: kind, ID: a.ID}); err != nil {
 					d.count("store")
 				}

@@ -380,16 +380,42 @@ func (r *trustRecord) active(now time.Time) []trustEntry {
 // read back at start, never trusts a device an admin disowned after it)
 // or since the issue of rep's device token (tokenRevoked).
 func (d *Daemon) recordTrust(actions []signals.Action, from int, rep *streams.Report) []signals.Action {
+	return d.trusts.admit(actions, from, rep, d.o.Policy, d.o.Now)
+}
+
+// admit records the enrolments among actions[from:], made by the
+// login_succeeded rep, and returns actions less those a revocation
+// recorded has revoked (set). pol and now give the policy and the time; a
+// report enrols one device at most, so they are called only for it, not
+// for every report.
+func (r *trustRecord) admit(actions []signals.Action, from int, rep *streams.Report, pol func() *policy.Policy, now func() time.Time) []signals.Action {
 	kept := actions[:from]
 	for _, a := range actions[from:] {
-		// a report enrols one device at most: the clock and the policy
-		// are read only for it, not for every report
-		if a.Kind == ActionTrust && !d.trusts.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, tokenOf(rep, d.o.Policy()), d.o.Now()) {
+		if a.Kind == ActionTrust && !r.set(a.ID, a.Lock.Rule, a.Lock.Until, rep.TS, tokenOf(rep, pol()), now()) {
 			continue
 		}
 		kept = append(kept, a)
 	}
 	return kept
+}
+
+// Admit is riskd's judgement of a login's enrolments, for a replay of the
+// record (limiter replay): it records those among actions[from:] (the
+// TrustAction of the login_succeeded rep) and returns actions less those
+// an admin revocation recorded (Revoke) has revoked, as riskd does, under
+// the policy p at now.
+func (t *TrustRecord) Admit(actions []signals.Action, from int, rep *streams.Report, p *policy.Policy, now time.Time) []signals.Action {
+	return t.r.admit(actions, from, rep, func() *policy.Policy { return p }, func() time.Time { return now })
+}
+
+// Revoke records an admin revocation at ts, as riskd records a
+// trust_revoke (account, device; device "": every device of the account)
+// or an attestation_forget (account "", device the freed id) of the audit
+// stream, under the policy p at now: the enrolments it covers are
+// forgotten and the logins it covers (Admit) trust nothing. The store is
+// the caller's to update, as the limiter's admin API did.
+func (t *TrustRecord) Revoke(account, device string, ts time.Time, p *policy.Policy, now time.Time) {
+	t.r.revoke(account, device, ts, now.Add(-TrustFor(p)-revokeSkew), validFor(p))
 }
 
 // tokenOf returns the device token rep presented, with p's
