@@ -163,3 +163,27 @@ func BenchmarkRawEvalSha(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMemoryUntrustDevice frees a device id trusted by one account
+// of a store whose 100,000 accounts each trust a device: what the admin
+// API's attestation_forget, and a replay of one, cost the memory store.
+func BenchmarkMemoryUntrustDevice(b *testing.B) {
+	ctx := context.Background()
+	s := bucket.NewMemoryStore(bucket.MemoryOptions{MaxSubjects: 200_000})
+	until := time.Now().Add(time.Hour)
+	for i := range 100_000 {
+		if err := s.Trust(ctx, bucket.Subject{Kind: "account", ID: "a" + strconv.Itoa(i)}, "d"+strconv.Itoa(i), until); err != nil {
+			b.Fatal(err)
+		}
+	}
+	acct := bucket.Subject{Kind: "account", ID: "a0"}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := s.Trust(ctx, acct, "freed", until); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := s.UntrustDevice(ctx, "freed"); err != nil || n != 1 {
+			b.Fatal(n, err)
+		}
+	}
+}

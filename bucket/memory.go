@@ -60,13 +60,17 @@ type MemoryStore struct {
 	unshared    bool // made by NewSingleGoroutineMemoryStore: Decide takes no locks
 	shards      [memShards]memShard
 
-	mu    sync.RWMutex // guards mults, locks, lockRules and trusts
+	mu    sync.RWMutex // guards mults, locks, lockRules, trusts and trustedBy
 	mults map[string]map[string]Multiplier
 	locks map[string]Lock
 	// lockRules names, per subject lock key, the rules that keep a lock
 	// of their own on the subject (Lock.Own), as the Redis store's rule set.
 	lockRules map[string]map[string]struct{}
 	trusts    map[string]map[string]time.Time // trust key -> device -> until
+	// trustedBy indexes trusts by device (device -> the trust keys that
+	// hold it), as the Redis store's device index: UntrustDevice finds a
+	// freed id's accounts without a pass over every trust set.
+	trustedBy map[string]map[string]struct{}
 	// setAt is when each lock (by key) and multiplier (key "|" source)
 	// was set, for listings (ListLocks, ListMultipliers).
 	setAt map[string]time.Time
@@ -143,6 +147,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		locks:       make(map[string]Lock),
 		lockRules:   make(map[string]map[string]struct{}),
 		trusts:      make(map[string]map[string]time.Time),
+		trustedBy:   make(map[string]map[string]struct{}),
 		setAt:       make(map[string]time.Time),
 	}
 	return s
@@ -259,13 +264,10 @@ func (s *MemoryStore) sweepSubjectsLocked(now time.Time) time.Time {
 	for k, set := range s.trusts {
 		for dev, until := range set {
 			if !until.After(now) {
-				delete(set, dev)
+				s.dropTrustLocked(k, set, dev)
 			} else {
 				soonest(until)
 			}
-		}
-		if len(set) == 0 {
-			delete(s.trusts, k)
 		}
 	}
 	return next

@@ -218,23 +218,33 @@ func (s *MemoryStore) Trust(_ context.Context, sub Subject, device string, until
 		set = make(map[string]time.Time, 1)
 		s.trusts[key] = set
 	}
-	if until.After(set[device]) { // the later end, as the Redis store's ZADD GT
+	old, ok := set[device]
+	if !ok {
+		by := s.trustedBy[device]
+		if by == nil {
+			by = make(map[string]struct{}, 1)
+			s.trustedBy[device] = by
+		}
+		by[key] = struct{}{}
+	}
+	if until.After(old) { // the later end, as the Redis store's ZADD GT
 		set[device] = until
 		s.noteExpiryLocked(until)
 	}
 	if len(set) > MaxTrustedDevices {
-		dropFirstEnding(set, s.now())
+		s.dropFirstEndingLocked(key, set, s.now())
 	}
 	return nil
 }
 
-// dropFirstEnding drops a trust set's ended devices and, while it holds
-// more than MaxTrustedDevices, the device whose trust ends first (of two
-// ending together, the lesser id, as Redis's ZREMRANGEBYRANK orders them).
-func dropFirstEnding(set map[string]time.Time, now time.Time) {
+// dropFirstEndingLocked drops the trust set key's ended devices and,
+// while it holds more than MaxTrustedDevices, the device whose trust ends
+// first (of two ending together, the lesser id, as Redis's
+// ZREMRANGEBYRANK orders them). s.mu must be held for writing.
+func (s *MemoryStore) dropFirstEndingLocked(key string, set map[string]time.Time, now time.Time) {
 	for d, until := range set {
 		if !until.After(now) {
-			delete(set, d)
+			s.dropTrustLocked(key, set, d)
 		}
 	}
 	for len(set) > MaxTrustedDevices {
@@ -244,7 +254,23 @@ func dropFirstEnding(set map[string]time.Time, now time.Time) {
 				first = d
 			}
 		}
-		delete(set, first)
+		s.dropTrustLocked(key, set, first)
+	}
+}
+
+// dropTrustLocked takes device out of the trust set key (set) and out of
+// the device index, and forgets the set once empty. s.mu must be held for
+// writing.
+func (s *MemoryStore) dropTrustLocked(key string, set map[string]time.Time, device string) {
+	delete(set, device)
+	if by := s.trustedBy[device]; by != nil {
+		delete(by, key)
+		if len(by) == 0 {
+			delete(s.trustedBy, device)
+		}
+	}
+	if len(set) == 0 {
+		delete(s.trusts, key)
 	}
 }
 

@@ -235,18 +235,17 @@ func (s *MemoryStore) Untrust(_ context.Context, sub Subject, device string) (bo
 	for d, until := range set {
 		if device == "" || d == device {
 			was = was || until.After(now)
-			delete(set, d)
+			s.dropTrustLocked(key, set, d)
 		}
-	}
-	if len(set) == 0 {
-		delete(s.trusts, key)
 	}
 	return was, nil
 }
 
-// UntrustDevice implements TrustAdmin: the memory store finds the device
-// by a pass over its trust sets (bounded by MaxSubjects), under the
-// store's lock, so an admin call, not a decision, pays for it.
+// UntrustDevice implements TrustAdmin: the memory store finds the device's
+// accounts in its device index, as the Redis store does, so a freed id
+// costs the accounts that trusted it, not a pass over every trust set
+// under the store's lock (which a replay of a breach's thousands of
+// forgotten attestations would pay once each).
 func (s *MemoryStore) UntrustDevice(_ context.Context, device string) (int, error) {
 	if device == "" {
 		return 0, fmt.Errorf("%w: untrust device: empty id", ErrBadRequest)
@@ -255,19 +254,15 @@ func (s *MemoryStore) UntrustDevice(_ context.Context, device string) (int, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for key, set := range s.trusts {
+	for key := range s.trustedBy[device] {
 		if kind, _, ok := ParseSubjectKey(key); !ok || kind != "account" {
 			continue
 		}
-		if until, ok := set[device]; ok {
-			if until.After(now) {
-				n++
-			}
-			delete(set, device)
-			if len(set) == 0 {
-				delete(s.trusts, key)
-			}
+		set := s.trusts[key]
+		if set[device].After(now) {
+			n++
 		}
+		s.dropTrustLocked(key, set, device)
 	}
 	return n, nil
 }
