@@ -307,6 +307,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.readAudit(ctx, audit, true); err != nil {
 		return err
 	}
+	if err := d.readJournal(ctx); err != nil {
+		return err
+	}
 	if err := d.readTrust(ctx); err != nil {
 		return err
 	}
@@ -1173,6 +1176,7 @@ func (d *Daemon) housekeeping(ctx context.Context, cons []jetstream.Consumer, sr
 				m.Lag.WithLabelValues(srcs[i].stream).Set(float64(info.NumPending))
 			}
 		}
+		d.journalTrust(ctx)
 		if d.o.OffenderSink != nil && d.Leading() {
 			sctx, cancel := d.leadCtx(ctx)
 			if err := d.o.OffenderSink(sctx, list); err != nil {

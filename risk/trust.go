@@ -67,11 +67,19 @@ type trustRecord struct {
 	// examined counts the entries (enrolments, revocations) that
 	// revocations looked at: their cost, which tests bound.
 	examined uint64
+	// dirty are the keys of the enrolments due to be journaled (queued
+	// set), oldest first; a key dropped meanwhile is skipped (takeDirty).
+	dirty []string
 }
 
 // trustVal is one recorded enrolment: its end, and the time of the
-// login_succeeded that made it (judged against revocations).
-type trustVal struct{ until, at time.Time }
+// login_succeeded that made it (judged against revocations); journaled
+// is the end the trust journal holds (zero: none), queued whether it is
+// in the record's dirty keys.
+type trustVal struct {
+	until, at, journaled time.Time
+	queued               bool
+}
 
 // revocation is one recorded revocation: its time, and the policy's
 // attestation.valid_for when riskd read it (the longest a device token
@@ -129,7 +137,7 @@ func (r *trustRecord) set(account, device string, until, at time.Time, tok token
 		if at.After(old.at) {
 			old.at = at
 		}
-		r.m[k] = old
+		r.m[k] = r.queue(k, old)
 		return true
 	}
 	if ok {
@@ -142,8 +150,70 @@ func (r *trustRecord) set(account, device string, until, at time.Time, tok token
 	if len(r.m) >= r.max {
 		r.makeRoom(now)
 	}
-	r.add(k, account, trustVal{until: until, at: at})
+	r.add(k, account, r.queue(k, trustVal{until: until, at: at}))
 	return true
+}
+
+// journalStep is how much later than the journaled end an enrolment's
+// end must be for it to be journaled again: a device that logs in every
+// hour is journaled once a day, not every hour.
+const journalStep = 24 * time.Hour
+
+// queue returns v marked queued, its key appended to the dirty keys, if
+// nothing is journaled of it or its end is journalStep or more past the
+// journaled one; r.mu must be held.
+func (r *trustRecord) queue(k string, v trustVal) trustVal {
+	if v.queued || !v.journaled.IsZero() && v.until.Before(v.journaled.Add(journalStep)) {
+		return v
+	}
+	v.queued = true
+	r.dirty = append(r.dirty, k)
+	return v
+}
+
+// takeDirty returns at most n of the enrolments due to be journaled,
+// oldest first, each now taken for journaled (failed puts it back).
+func (r *trustRecord) takeDirty(n int) []trustEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]trustEntry, 0, min(n, len(r.dirty)))
+	i := 0
+	for ; i < len(r.dirty) && len(out) < n; i++ {
+		k := r.dirty[i]
+		v, ok := r.m[k]
+		if !ok || !v.queued {
+			continue // dropped, or taken under an earlier queueing
+		}
+		v.queued, v.journaled = false, v.until
+		r.m[k] = v
+		a, d, _ := strings.Cut(k, "\x00")
+		out = append(out, trustEntry{account: a, device: d, until: v.until, at: v.at})
+	}
+	r.dirty = append(r.dirty[:0], r.dirty[i:]...)
+	return out
+}
+
+// failed queues e again: its journal write failed.
+func (r *trustRecord) failed(e trustEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := e.account + "\x00" + e.device
+	if v, ok := r.m[k]; ok && v.journaled.Equal(e.until) {
+		v.journaled = time.Time{}
+		r.m[k] = r.queue(k, v)
+	}
+}
+
+// journaled marks account's enrolment of device as journaled until until
+// (read back from the journal: nothing to write again).
+func (r *trustRecord) journaled(account, device string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := account + "\x00" + device
+	if v, ok := r.m[k]; ok && !until.Before(v.until) {
+		v.journaled, v.queued = until, false
+		r.m[k] = v
+	}
 }
 
 // add records the new enrolment k of account; r.mu must be held.
@@ -352,10 +422,11 @@ func (r *trustRecord) evictions() uint64 {
 	return r.evicted
 }
 
-// trustEntry is one recorded enrolment.
+// trustEntry is one recorded enrolment (at: its login's time, where
+// known).
 type trustEntry struct {
 	account, device string
-	until           time.Time
+	until, at       time.Time
 }
 
 // active returns the enrolments in force at now, forgetting the others.

@@ -53,9 +53,9 @@ func (s *trustWrites) ScanTrust(ctx context.Context, fn func(account, device str
 }
 
 // runTrustDaemon runs a daemon of filterPolicy on pub and store, writing
-// its trust record back every 20 ms, until the test ends; it returns once
-// the daemon is ready.
-func runTrustDaemon(t *testing.T, pub *streams.Publisher, store risk.Writer, m *risk.Metrics, log *slog.Logger) {
+// its trust record back every 20 ms, until the test ends or stop is
+// called; it returns once the daemon is ready.
+func runTrustDaemon(t *testing.T, pub *streams.Publisher, store risk.Writer, m *risk.Metrics, log *slog.Logger) (stop func()) {
 	t.Helper()
 	p, err := policy.Parse("p.yaml", []byte(filterPolicy))
 	if err != nil {
@@ -69,12 +69,16 @@ func runTrustDaemon(t *testing.T, pub *streams.Publisher, store risk.Writer, m *
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-d.Ready():
 	case err := <-done:
@@ -82,6 +86,7 @@ func runTrustDaemon(t *testing.T, pub *streams.Publisher, store risk.Writer, m *
 	case <-time.After(60 * time.Second):
 		t.Fatal("daemon not ready within 60 s")
 	}
+	return stop
 }
 
 // waitWrites waits until k has been written n times more than before.

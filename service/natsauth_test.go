@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // shippedNATS starts nats-server with deploy/nats/nats-server.conf (the
@@ -76,11 +77,13 @@ func TestShippedNATSPermissions(t *testing.T) {
 		}
 		return ""
 	})
-	// only the limiter publishes reports and audit events, only riskd alerts
+	// only the limiter publishes reports and audit events, only riskd
+	// alerts and its trust journal (which it reads back as enrolments)
+	journal := streams.TrustSubject("tollgate.", "grace", "phone")
 	for user, subjects := range map[string][]string{
 		"riskd":   {"tollgate.reports.login_failed", "tollgate.audit.multiplier_set"},
-		"alerts":  {"tollgate.reports.login_failed", "tollgate.audit.multiplier_set", "tollgate.alerts.lockout"},
-		"limiter": {"tollgate.alerts.lockout"},
+		"alerts":  {"tollgate.reports.login_failed", "tollgate.audit.multiplier_set", "tollgate.alerts.lockout", journal},
+		"limiter": {"tollgate.alerts.lockout", journal},
 	} {
 		nc, violations := permissionErrors(t, url(user))
 		js, err := jetstream.New(nc)
@@ -113,7 +116,7 @@ func TestShippedNATSPermissions(t *testing.T) {
 var credsUsers = []testenv.NATSUser{
 	{Name: "limiter", PubAllow: []string{"tollgate.decisions.>", "tollgate.reports.>", "tollgate.audit.>", "$JS.API.>", "$JS.ACK.>"},
 		PubDeny: jsDeny, SubAllow: []string{"_INBOX.>"}},
-	{Name: "riskd", PubAllow: []string{"tollgate.alerts.>", "$JS.API.>", "$JS.ACK.>"}, PubDeny: jsDeny, SubAllow: []string{"_INBOX.>"}},
+	{Name: "riskd", PubAllow: []string{"tollgate.alerts.>", "tollgate.trust.>", "$JS.API.>", "$JS.ACK.>"}, PubDeny: jsDeny, SubAllow: []string{"_INBOX.>"}},
 }
 
 // jsDeny is what neither daemon may do to a stream.

@@ -9,6 +9,8 @@
 package streams
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -253,4 +255,34 @@ type Audit struct {
 	// Untrusted is, for attestation_forget, how many accounts trusted the
 	// freed device id (it is no longer trusted by any).
 	Untrusted *int `json:"untrusted,omitempty"`
+}
+
+// TrustEnrolment is one trusted device of an account (7.1) as riskd
+// journals it on <prefix>trust.<key> (TrustSubject) in TrustStream, which
+// keeps the latest per account and device: a riskd that starts on a Redis
+// that lost its trust sets, after the events stream dropped the logins
+// that made them (48 h, where trust lasts trusted_for), reads them back.
+// riskd journals an enrolment when it is new and when a login extends it
+// by a day or more, so a journaled end may be up to a day short.
+type TrustEnrolment struct {
+	// V is SchemaVersion.
+	V int `json:"v"`
+	// Account trusts Device until Until; At is the time of the
+	// login_succeeded that made (or last extended) it, which revocations
+	// are judged against.
+	Account string    `json:"account"`
+	Device  string    `json:"device"`
+	Until   time.Time `json:"until"`
+	At      time.Time `json:"at"`
+}
+
+// TrustSubject is the subject of account's enrolment of device:
+// prefix + "trust." + the first 32 hex digits of
+// SHA-256(account "\x00" device), one token whatever the ids hold.
+func TrustSubject(prefix, account, device string) string {
+	h := sha256.New()
+	h.Write([]byte(account))
+	h.Write([]byte{0})
+	h.Write([]byte(device))
+	return prefix + "trust." + hex.EncodeToString(h.Sum(nil)[:16])
 }

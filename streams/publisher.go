@@ -295,6 +295,25 @@ func (p *Publisher) Audit(ctx context.Context, a *Audit) error {
 	return nil
 }
 
+// TrustAsync journals e on its TrustSubject without waiting for the ack:
+// the future carries it (or the failure). riskd journals a second's
+// enrolments this way and waits for their acks together.
+func (p *Publisher) TrustAsync(e *TrustEnrolment) (jetstream.PubAckFuture, error) {
+	if !p.nc.IsConnected() {
+		return nil, ErrNotConnected
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("streams: encode trust enrolment: %w", err)
+	}
+	msg := &nats.Msg{Subject: TrustSubject(p.o.Prefix, e.Account, e.Device), Data: data}
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(p.o.ReportTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("streams: publish trust enrolment: %w", err)
+	}
+	return f, nil
+}
+
 // AlertAsync publishes a on <prefix>alerts.<kind> without waiting for
 // the ack: the future carries it (or the failure). a.ID is the message
 // id, as with Alert, so publishing a again after a failed or unanswered

@@ -21,6 +21,10 @@ const (
 	// AuditStream holds admin changes (<prefix>audit.>), kept for
 	// AuditMaxAge: riskd rebuilds its record of admin overrides from it.
 	AuditStream = "_AUDIT"
+	// TrustStream is riskd's journal of trusted devices (<prefix>trust.>,
+	// the latest enrolment per account and device: TrustEnrolment), so
+	// that they outlive a Redis and a riskd lost together.
+	TrustStream = "_TRUST"
 )
 
 // Config names the subjects and retention.
@@ -45,6 +49,10 @@ type Config struct {
 	// changes go first).
 	AuditMaxAge   time.Duration
 	AuditMaxBytes int64
+	// TrustMaxBytes bounds the trust journal (default 128 MiB, about
+	// 500,000 enrolments; the oldest go first). It keeps one message per
+	// account and device, for AuditMaxAge at most.
+	TrustMaxBytes int64
 	// Memory keeps streams in memory instead of files (tests, embedded mode).
 	Memory bool
 	// Replicas is how many copies of each stream and of riskd's durable
@@ -78,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.AuditMaxBytes <= 0 {
 		c.AuditMaxBytes = 256 << 20
+	}
+	if c.TrustMaxBytes <= 0 {
+		c.TrustMaxBytes = 128 << 20
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -157,6 +168,17 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 			Duplicates:  10 * time.Minute,
 			Replicas:    cfg.Replicas,
 		},
+		{
+			Name:              cfg.Name + TrustStream,
+			Description:       "Tollgate trusted devices (riskd's journal), for riskd",
+			Subjects:          []string{cfg.Prefix + "trust.>"},
+			MaxAge:            cfg.AuditMaxAge,
+			MaxBytes:          cfg.TrustMaxBytes,
+			MaxMsgsPerSubject: 1,
+			Storage:           storage,
+			Discard:           jetstream.DiscardOld,
+			Replicas:          cfg.Replicas,
+		},
 	} {
 		if err := ensureStream(ctx, js, sc); err != nil {
 			if notClustered(err) {
@@ -210,6 +232,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 func sameManaged(have, want jetstream.StreamConfig) bool {
 	return slices.Equal(have.Subjects, want.Subjects) && have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes &&
 		have.Storage == want.Storage && have.Discard == want.Discard && (want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
+		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
 		max(have.Replicas, 1) == max(want.Replicas, 1) && have.Description == want.Description
 }
 

@@ -1,0 +1,90 @@
+package risk_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-dev/tollgate/bucket"
+	"github.com/tollgate-dev/tollgate/internal/testenv"
+	"github.com/tollgate-dev/tollgate/risk"
+	"github.com/tollgate-dev/tollgate/streams"
+)
+
+// TestRedisAndRiskdLostTogetherKeepOldEnrolments (7.1): alice's phone
+// was enrolled by a login the events stream no longer holds (48 h, where
+// trust lasts 30 days), and then riskd and Redis are lost together (one
+// host rebooted, a Redis without persistence). The riskd that starts
+// finds neither the login nor the trust set; before the trust journal it
+// gave the phone nothing back, and her exempt_attested lockout shut her
+// out. Now riskd journals every enrolment (streams.TrustStream) and reads
+// the journal at start: the phone is trusted again, until its end.
+func TestRedisAndRiskdLostTogetherKeepOldEnrolments(t *testing.T) {
+	t.Parallel()
+	rs := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	rstore := bucket.NewRedisStore(c, bucket.RedisOptions{Timeout: 5 * time.Second})
+	t.Cleanup(func() { rstore.Close() })
+	ns := testenv.StartNATS(t)
+	pub := replayPublisher(t, ns.URL)
+	ctx := context.Background()
+	if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	js := pub.JetStream()
+	log := slog.New(slog.DiscardHandler)
+	stop := runTrustDaemon(t, pub, &trustWrites{Store: rstore, writes: map[string]int{}}, risk.NewMetrics(prometheus.NewRegistry()), log)
+
+	login := time.Now().UTC().Add(-72 * time.Hour).Truncate(time.Millisecond)
+	if err := pub.Report(ctx, &streams.Report{V: 1, ID: "r1", TS: login, Type: streams.ReportLoginSucceeded, Source: "api",
+		Account: "alice", DeviceID: "phone", Attested: true}); err != nil {
+		t.Fatal(err)
+	}
+	journal := streams.Config{}.Stream(streams.TrustStream)
+	var e streams.TrustEnrolment
+	testenv.Eventually(t, 30*time.Second, func() string {
+		st, err := js.Stream(ctx, journal)
+		if err != nil {
+			return err.Error()
+		}
+		m, err := st.GetLastMsgForSubject(ctx, streams.TrustSubject(streams.DefaultPrefix, "alice", "phone"))
+		if err != nil {
+			return "the enrolment is not journaled: " + err.Error()
+		}
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	until := login.Add(risk.DefaultTrustFor)
+	if e.Account != "alice" || e.Device != "phone" || !e.Until.Equal(until) || !e.At.Equal(login) {
+		t.Fatalf("journaled %+v, want alice's phone until %v, at %v", e, until, login)
+	}
+
+	// riskd and Redis lost together, the login gone from the events stream
+	stop()
+	events, err := js.Stream(ctx, streams.Config{}.Stream(streams.EventsStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs.Restart(t)
+	store := &trustWrites{Store: rstore, writes: map[string]int{}}
+	runTrustDaemon(t, pub, store, risk.NewMetrics(prometheus.NewRegistry()), log)
+	waitWrites(t, store, "alice/phone", 0, 1)
+	ds, err := rstore.TrustedDevices(ctx, bucket.Subject{Kind: "account", ID: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].Device != "phone" || !ds[0].Until.Equal(until) {
+		t.Fatalf("alice's trusted devices after riskd and Redis were lost: %+v; want her phone until %v", ds, until)
+	}
+}
