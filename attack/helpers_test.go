@@ -162,6 +162,10 @@ type target struct {
 	rdb    *redis.Client
 	prefix string
 	stream string
+	// riskdConf is riskd's configuration, stopRiskd stops the riskd
+	// running (restartRiskd)
+	riskdConf service.RiskdConfig
+	stopRiskd func()
 }
 
 // setup changes the limiter's configuration before it starts.
@@ -219,20 +223,44 @@ func startWith(t *testing.T, riskdSetup func(*service.RiskdConfig), setups ...se
 		rcancel()
 		t.Fatal(err)
 	}
+	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, grpc: r.GRPCAddr, riskd: "http://" + rr.Addr, up: up, rdb: rdb, prefix: prefix, stream: stream,
+		riskdConf: rc, stopRiskd: func() { rcancel(); <-rr.Done }}
 	t.Cleanup(func() {
-		rcancel()
-		<-rr.Done
+		tg.stopRiskd()
 		cancel()
 		<-r.Done
 	})
-	tg := &target{public: "http://" + r.Addr, api: "http://" + r.APIAddr, grpc: r.GRPCAddr, riskd: "http://" + rr.Addr, up: up, rdb: rdb, prefix: prefix, stream: stream}
-	eventually(t, 10*time.Second, func() string {
-		if code, body := do(t, "GET", "http://"+rr.Addr+"/readyz", "", nil); code != 200 {
+	tg.riskdReady(t)
+	return tg
+}
+
+// riskdReady waits until riskd answers /readyz 200.
+func (tg *target) riskdReady(t *testing.T) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		if code, body := do(t, "GET", tg.riskd+"/readyz", "", nil); code != 200 {
 			return "riskd not ready: " + body
 		}
 		return ""
 	})
-	return tg
+}
+
+// restartRiskd stops riskd, calls meanwhile, and starts a new riskd
+// process's worth of state (its own trust record) with the same
+// configuration, waiting until it is ready.
+func (tg *target) restartRiskd(t *testing.T, meanwhile func()) {
+	t.Helper()
+	tg.stopRiskd()
+	tg.stopRiskd = func() {}
+	meanwhile()
+	ctx, cancel := context.WithCancel(context.Background())
+	rr, err := service.StartRiskd(ctx, tg.riskdConf)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	tg.riskd, tg.stopRiskd = "http://"+rr.Addr, func() { cancel(); <-rr.Done }
+	tg.riskdReady(t)
 }
 
 // client is the tests' HTTP client (not http.DefaultClient, whose idle

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/attestation"
@@ -19,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/risk"
 	"github.com/tollgate-dev/tollgate/service"
+	"github.com/tollgate-dev/tollgate/streams"
 )
 
 // Attacks on the promise of 7.1: an attacker who knows an account name,
@@ -278,6 +281,64 @@ func TestAttackRiskdRestartThenRedisLossUntrustsOldPhone(t *testing.T) {
 		// anew: the upstream's 401 is the proof the lockout spared it
 		if status, c := tg.login(t, "198.51.100.10", "alice", "wrong", phone...); status != 401 {
 			return fmt.Sprintf("the phone trusted 3 days ago after riskd restarted and Redis restarted empty: %d %s", status, c)
+		}
+		return ""
+	})
+}
+
+// Attack (e): alice's phone was enrolled days ago (the events stream,
+// 48 h, no longer holds its login), then riskd and Redis are lost together
+// (one host rebooted, a Redis without persistence). The riskd that starts
+// finds neither the login nor the trust set, so when the attacker locks
+// alice out, her phone is answered 429 ACCOUNT_LOCKED.
+// Defence (7.1): riskd journals every enrolment in JetStream
+// (<NAME>_TRUST) and reads the journal at start, before it is ready.
+func TestAttackRiskdAndRedisLostTogetherUntrustOldPhone(t *testing.T) {
+	t.Parallel()
+	rs, onRedis := privateRedis(t)
+	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
+	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { tg.rdb.Close() })
+	ctx := context.Background()
+	tg.enrol(t, "alice", "alice-phone")
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	journal := streams.TrustSubject(tg.riskdConf.SubjectPrefix, "alice", "alice-phone")
+	eventually(t, 10*time.Second, func() string {
+		st, err := js.Stream(ctx, tg.stream+streams.TrustStream)
+		if err != nil {
+			return err.Error()
+		}
+		if _, err := st.GetLastMsgForSubject(ctx, journal); err != nil {
+			return "the enrolment is not journaled yet: " + err.Error()
+		}
+		return ""
+	})
+	tg.restartRiskd(t, func() {
+		// the login ages out of the events stream; Redis comes back empty
+		events, err := js.Stream(ctx, tg.stream+streams.EventsStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := events.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rs.Restart(t)
+	})
+	tg.lockOut(t, "alice")
+	phone := []string{"X-Device-Id", "alice-phone", "X-Device-Token", deviceToken(t, "alice-phone")}
+	eventually(t, 15*time.Second, func() string {
+		// a wrong password, so that no login_succeeded enrols the phone
+		// anew: the upstream's 401 is the proof the lockout spared it
+		if status, c := tg.login(t, "198.51.100.10", "alice", "wrong", phone...); status != 401 {
+			return fmt.Sprintf("the phone after riskd and Redis were lost together: %d %s", status, c)
 		}
 		return ""
 	})
