@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 )
@@ -297,12 +294,7 @@ func TestAttackReportFloodGrowsEventsStream(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	nc, err := nats.Connect(testenv.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := sharedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, tg.stream+"_EVENTS")

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/internal/testenv"
@@ -261,6 +263,22 @@ func (tg *target) restartRiskd(t *testing.T, meanwhile func()) {
 	}
 	tg.riskd, tg.stopRiskd = "http://"+rr.Addr, func() { cancel(); <-rr.Done }
 	tg.riskdReady(t)
+}
+
+// sharedJetStream is a JetStream client of the shared NATS server (the
+// suite's streams are tg.stream's), closed when the test ends.
+func sharedJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // client is the tests' HTTP client (not http.DefaultClient, whose idle

@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tollgate-dev/tollgate/internal/testenv"
 	"github.com/tollgate-dev/tollgate/service"
 	"github.com/tollgate-dev/tollgate/streams"
 )
@@ -23,15 +21,7 @@ import (
 // starts with prefix, and the largest endpoint of any decision there.
 func decisionsOn(t *testing.T, tg *target, prefix string) (n, longest int) {
 	t.Helper()
-	nc, err := nats.Connect(testenv.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := sharedJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := js.OrderedConsumer(ctx, tg.stream+"_DECISIONS", jetstream.OrderedConsumerConfig{})

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/signals"
 )
@@ -84,10 +82,7 @@ func TestAttackFreedDeviceIDInheritsTrust(t *testing.T) {
 // devices.
 func TestAttackStolenPhoneStaysTrusted(t *testing.T) {
 	t.Parallel()
-	rs, onRedis := privateRedis(t)
-	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
-	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { tg.rdb.Close() })
+	tg, rs := trustTarget(t)
 	tg.enrol(t, "alice", "alice-phone")
 	tg.enrol(t, "alice", "alice-tablet")
 	if devices := tg.trustedDevices(t, "alice"); devices != "alice-tablet,alice-phone" {

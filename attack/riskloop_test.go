@@ -252,12 +252,9 @@ func TestAttackClusterShardLossUntrustsPhone(t *testing.T) {
 // each leadership to the next.
 func TestAttackRedisLossForgetsOlderTrust(t *testing.T) {
 	t.Parallel()
-	rs, onRedis := privateRedis(t)
 	var cfg streams.Config
 	capture := func(c *service.Config) { cfg = streams.Config{Prefix: c.SubjectPrefix, Name: c.StreamName} }
-	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis, capture)
-	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { tg.rdb.Close() })
+	tg, rs := trustTarget(t, capture)
 	tg.enrol(t, "alice", "alice-phone")
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
@@ -277,15 +274,7 @@ func TestAttackRedisLossForgetsOlderTrust(t *testing.T) {
 	}
 	tg.syncRisk(t)
 	// two days on: the phone's logins have left the events stream
-	nc, err := nats.Connect(testenv.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := sharedJetStream(t)
 	st, err := js.Stream(ctx, cfg.Stream(streams.EventsStream))
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/attestation"
@@ -152,6 +150,18 @@ func privateRedis(t *testing.T) (*testenv.RedisServer, setup) {
 	return rs, func(c *service.Config) { c.RedisURL = "redis://" + rs.Addr + "/0" }
 }
 
+// trustTarget starts the suite's target under trustPolicy in front of a
+// strict upstream, on a Redis of its own (rs, to restart it empty; tg.rdb
+// is its client), with setups applied after those.
+func trustTarget(t *testing.T, setups ...setup) (tg *target, rs *testenv.RedisServer) {
+	t.Helper()
+	rs, onRedis := privateRedis(t)
+	tg = start(t, append([]setup{withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis}, setups...)...)
+	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { tg.rdb.Close() })
+	return tg, rs
+}
+
 // Attack (c): alice's account is locked out (exempt_attested) by the
 // attacker's failed logins; her trusted phone still gets in. Then Redis
 // restarts empty: riskd re-asserts the lockout, but not the trust set, so
@@ -160,10 +170,7 @@ func privateRedis(t *testing.T) (*testenv.RedisServer, setup) {
 // when the store lost its data, within 15 s.
 func TestAttackRedisLossUntrustsPhone(t *testing.T) {
 	t.Parallel()
-	rs, onRedis := privateRedis(t)
-	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
-	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { tg.rdb.Close() })
+	tg, rs := trustTarget(t)
 	tg.enrol(t, "alice", "alice-phone")
 	// ten wrong guesses (the shared 5/min budget lets only some through
 	// the proxy; the backend reports the rest of the attack's failures)
@@ -252,10 +259,7 @@ func TestAttackNamingAttestedDeviceThrottlesIt(t *testing.T) {
 // Redis before it is ready (risk scanTrust), and writes them back.
 func TestAttackRiskdRestartThenRedisLossUntrustsOldPhone(t *testing.T) {
 	t.Parallel()
-	rs, onRedis := privateRedis(t)
-	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
-	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { tg.rdb.Close() })
+	tg, rs := trustTarget(t)
 	ctx := context.Background()
 	store := bucket.NewRedisStore(tg.rdb, bucket.RedisOptions{Timeout: 5 * time.Second, Prefix: tg.prefix})
 	t.Cleanup(func() { store.Close() })
@@ -295,21 +299,10 @@ func TestAttackRiskdRestartThenRedisLossUntrustsOldPhone(t *testing.T) {
 // (<NAME>_TRUST) and reads the journal at start, before it is ready.
 func TestAttackRiskdAndRedisLostTogetherUntrustOldPhone(t *testing.T) {
 	t.Parallel()
-	rs, onRedis := privateRedis(t)
-	tg := start(t, withPolicy(t, func(string) string { return trustPolicy }), strictUpstream(t), onRedis)
-	tg.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { tg.rdb.Close() })
+	tg, rs := trustTarget(t)
 	ctx := context.Background()
 	tg.enrol(t, "alice", "alice-phone")
-	nc, err := nats.Connect(testenv.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := sharedJetStream(t)
 	journal := streams.TrustSubject(tg.riskdConf.SubjectPrefix, "alice", "alice-phone")
 	eventually(t, 10*time.Second, func() string {
 		st, err := js.Stream(ctx, tg.stream+streams.TrustStream)
