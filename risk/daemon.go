@@ -162,6 +162,10 @@ type Daemon struct {
 	evicted signals.Evictions
 	// trustEvicted is trusts' eviction count housekeeping last exported.
 	trustEvicted uint64
+	// journalFails counts the trust journal's failed flushes in a row,
+	// journalNext is when housekeeping flushes it again (journalTrust).
+	journalFails int
+	journalNext  time.Time
 	// storeFull counts the writes the store refused as full (execute).
 	storeFull atomic.Uint64
 

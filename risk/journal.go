@@ -51,42 +51,71 @@ func (d *Daemon) readJournal(ctx context.Context) error {
 }
 
 // journalTrust journals the enrolments due (trustRecord.takeDirty), at
-// most journalBatch, and waits for their acks together; one that fails
-// is queued again and counted (errors_total{op="trust_journal"}).
+// most journalBatch, and waits for their acks together, at most
+// journalWait. When a flush fails (a write refused or unacknowledged:
+// NATS down, or a riskd user not allowed to publish <prefix>trust.>)
+// the enrolments are queued again, the failure is logged and counted
+// (errors_total{op="trust_journal"}), and the next flush waits 2, 4, ...
+// up to 64 s, so that housekeeping is not held journalWait every second.
 func (d *Daemon) journalTrust(ctx context.Context) {
+	now := d.o.Now()
+	if now.Before(d.journalNext) {
+		return
+	}
 	es := d.trusts.takeDirty(journalBatch)
 	if len(es) == 0 {
 		return
 	}
-	futs := make([]jetstream.PubAckFuture, len(es))
+	if err := d.journal(ctx, es); err != nil {
+		d.count("trust_journal")
+		d.journalFails++
+		wait := time.Second << min(d.journalFails, 6)
+		d.journalNext = now.Add(wait)
+		d.log.Warn("trust journal not written; retrying", "enrolments", len(es), "retry_in", wait, "err", err)
+		return
+	}
+	d.journalFails = 0
+}
+
+// journalWait bounds the wait for a flush's acks.
+const journalWait = 2 * time.Second
+
+// journal writes es to the trust journal and waits for the acks; on an
+// error the enrolments not acknowledged are queued again.
+func (d *Daemon) journal(ctx context.Context, es []trustEntry) error {
+	futs := make([]jetstream.PubAckFuture, 0, len(es))
 	for i, e := range es {
 		f, err := d.o.Publisher.TrustAsync(&streams.TrustEnrolment{V: streams.SchemaVersion,
 			Account: e.account, Device: e.device, Until: e.until.UTC(), At: e.at.UTC()})
 		if err != nil {
-			d.trusts.failed(e)
-			d.count("trust_journal")
-			continue
+			d.requeue(es[i:])
+			return err // the rest after it would fail alike
 		}
-		futs[i] = f
+		futs = append(futs, f)
 	}
-	wait := time.NewTimer(10 * time.Second)
+	wait := time.NewTimer(journalWait)
 	defer wait.Stop()
 	for i, f := range futs {
-		if f == nil {
-			continue
-		}
+		var err error
 		select {
 		case <-f.Ok():
 			continue
-		case <-f.Err():
+		case err = <-f.Err():
 		case <-wait.C:
+			err = fmt.Errorf("no ack within %s", journalWait)
 		case <-ctx.Done():
+			err = ctx.Err()
 		}
-		// unacknowledged: journaled again (the latest per subject is kept)
-		for _, e := range es[i:] {
-			d.trusts.failed(e)
-		}
-		d.count("trust_journal")
-		return
+		// the latest per subject is kept: writing one twice is harmless
+		d.requeue(es[i:])
+		return err
+	}
+	return nil
+}
+
+// requeue queues es to be journaled again.
+func (d *Daemon) requeue(es []trustEntry) {
+	for _, e := range es {
+		d.trusts.failed(e)
 	}
 }

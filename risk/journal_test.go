@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-dev/tollgate/bucket"
@@ -87,4 +89,52 @@ func TestRedisAndRiskdLostTogetherKeepOldEnrolments(t *testing.T) {
 	if len(ds) != 1 || ds[0].Device != "phone" || !ds[0].Until.Equal(until) {
 		t.Fatalf("alice's trusted devices after riskd and Redis were lost: %+v; want her phone until %v", ds, until)
 	}
+}
+
+// TestTrustJournalRetries (7.5): a journal that cannot be written (its
+// stream gone, as a riskd user without leave to publish tollgate.trust.>
+// is refused) costs riskd nothing but the journal: the failure is logged
+// and counted (errors_total{op="trust_journal"}), later flushes back off,
+// and once the stream is back the enrolment is journaled.
+func TestTrustJournalRetries(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t)
+	pub := replayPublisher(t, ns.URL)
+	ctx := context.Background()
+	js := pub.JetStream()
+	m := risk.NewMetrics(prometheus.NewRegistry())
+	var logs testenv.SyncBuffer
+	store := &trustWrites{Store: bucket.NewMemoryStore(bucket.MemoryOptions{}), writes: map[string]int{}}
+	runTrustDaemon(t, pub, store, m, slog.New(slog.NewTextHandler(&logs, nil)))
+	journal := streams.Config{}.Stream(streams.TrustStream)
+	if err := js.DeleteStream(ctx, journal); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Report(ctx, &streams.Report{V: 1, ID: "r1", TS: time.Now().UTC(), Type: streams.ReportLoginSucceeded, Source: "api",
+		Account: "alice", DeviceID: "phone", Attested: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitWrites(t, store, "alice/phone", 0, 1) // enrolled in the store all the same
+	testenv.Eventually(t, 20*time.Second, func() string {
+		if n := testutil.ToFloat64(m.Errors.WithLabelValues("trust_journal")); n < 1 {
+			return "no trust_journal error counted"
+		}
+		if !strings.Contains(logs.String(), `msg="trust journal not written; retrying" enrolments=1`) {
+			return "the failed flush was not logged:\n" + logs.String()
+		}
+		return ""
+	})
+	if err := streams.EnsureStreams(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() string {
+		st, err := js.Stream(ctx, journal)
+		if err != nil {
+			return err.Error()
+		}
+		if _, err := st.GetLastMsgForSubject(ctx, streams.TrustSubject(streams.DefaultPrefix, "alice", "phone")); err != nil {
+			return "not journaled after the stream came back: " + err.Error()
+		}
+		return ""
+	})
 }
