@@ -169,8 +169,8 @@ func SharedStreams(t testing.TB) (streamName, subjectPrefix string) {
 	return streamName, subjectPrefix
 }
 
-// DeleteStreams deletes the streams named name+"_DECISIONS", name+"_EVENTS"
-// and name+"_AUDIT".
+// DeleteStreams deletes the streams named name+"_DECISIONS", name+"_EVENTS",
+// name+"_AUDIT" and name+"_TRUST".
 func DeleteStreams(url, name string) {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -183,7 +183,7 @@ func DeleteStreams(url, name string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, s := range []string{"_DECISIONS", "_EVENTS", "_AUDIT"} {
+	for _, s := range []string{"_DECISIONS", "_EVENTS", "_AUDIT", "_TRUST"} {
 		_ = js.DeleteStream(ctx, name+s)
 	}
 }
