@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/bucket"
 	"github.com/tollgate-dev/tollgate/streams"
@@ -11,14 +12,15 @@ import (
 // newest are kept (see collectAudits).
 const DefaultMaxAdminChanges = 100_000
 
-// collectAudits reads the ordered chunks of the audit stream from ch until
-// it is closed and returns the newest max of them, oldest first, and how
-// many older ones it dropped. The audit stream is read whole before the
-// replay starts (every change in it may be in force during the range), so
-// it is bounded: a script that revoked the trust of a million accounts
-// must not hold a million events, and the oldest changes are the least
-// likely to still be in force.
-func collectAudits(ch <-chan []event, max int) (evs []event, dropped int64) {
+// collectWhole reads the ordered chunks of a stream read whole (the audit
+// stream, riskd's trust journal) from ch until it is closed and returns
+// the newest max of them, oldest first, and how many older ones it
+// dropped. Such a stream is read whole before the replay starts (every
+// change in it may be in force during the range), so it is bounded: a
+// script that revoked the trust of a million accounts must not hold a
+// million events, and the oldest changes are the least likely to still be
+// in force.
+func collectWhole(ch <-chan []event, max int) (evs []event, dropped int64) {
 	for c := range ch {
 		evs = append(evs, c...)
 		if len(evs) >= 2*max {
@@ -51,6 +53,37 @@ func (r *Replayer) Audit(a *streams.Audit) {
 	r.sims[base].audit(a)
 	r.sims[cand].audit(a)
 	r.t.admin++
+}
+
+// seedTrust makes the journaled enrolments of evs (riskd's trust
+// journal, streams.TrustStream) that were in force at start (made before
+// it, ending after it) trusted devices of both policies' sims at start:
+// riskd held them when the range began, where the replayed reports know
+// only the logins of the warm-up. Call it once, when the replay starts,
+// after the admin changes before start. An enrolment the journal shows
+// made after start is not seeded (the journal keeps the latest login per
+// device only: an earlier one is unknown); the reports enrol it when its
+// login is in the range.
+func (r *Replayer) seedTrust(evs []event, start int64) {
+	at := time.Unix(0, start)
+	for i := range evs {
+		e := evs[i].e
+		if evs[i].ns >= start || !e.Until.After(at) {
+			continue
+		}
+		r.sims[base].enrol(e, at)
+		r.sims[cand].enrol(e, at)
+		r.t.seeded++
+	}
+}
+
+// enrol makes e a trusted device of its account at now, in the trust
+// record and the store, unless a revocation recorded covers it.
+func (s *sim) enrol(e *streams.TrustEnrolment, now time.Time) {
+	s.tick(now)
+	if s.trust.Enrol(e.Account, e.Device, e.Until, e.At, now) {
+		_ = s.store.Trust(context.Background(), bucket.Subject{Kind: "account", ID: e.Account}, e.Device, e.Until)
+	}
 }
 
 // audit applies the admin change a to the sim's store, risk engine and

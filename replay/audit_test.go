@@ -107,10 +107,10 @@ func TestReplayerAdminChanges(t *testing.T) {
 	}
 }
 
-// TestCollectAuditsKeepsTheNewest: past its bound the replay holds the
+// TestCollectWholeKeepsTheNewest: past its bound the replay holds the
 // newest admin changes, oldest first, and counts the others, holding at
 // most twice the bound while it reads.
-func TestCollectAuditsKeepsTheNewest(t *testing.T) {
+func TestCollectWholeKeepsTheNewest(t *testing.T) {
 	t.Parallel()
 	ch := make(chan []event, 8)
 	for c := range 5 {
@@ -121,7 +121,7 @@ func TestCollectAuditsKeepsTheNewest(t *testing.T) {
 		ch <- chunk
 	}
 	close(ch)
-	evs, dropped := collectAudits(ch, 4)
+	evs, dropped := collectWhole(ch, 4)
 	var ns []int64
 	for _, e := range evs {
 		ns = append(ns, e.ns)

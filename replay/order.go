@@ -14,6 +14,7 @@ const (
 	rankDecision uint8 = iota
 	rankReport
 	rankAudit
+	rankTrust // an enrolment of riskd's trust journal (seedTrust)
 )
 
 // event is one recorded event.
@@ -25,6 +26,7 @@ type event struct {
 	d    *streams.Decision
 	r    *streams.Report
 	a    *streams.Audit
+	e    *streams.TrustEnrolment
 }
 
 // DefaultReorderWindow is how far out of order (by event time) events of

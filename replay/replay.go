@@ -252,30 +252,37 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	jour, err := openJournal(ctx, o.JetStream, o.Streams, o.ReorderWindow)
+	if err != nil {
+		return nil, err
+	}
 	if dec.last == 0 {
-		aud.last = 0 // no decisions: nothing to compare
+		aud.last, jour.last = 0, 0 // no decisions: nothing to compare
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dch, rch, ach := make(chan []event, 4), make(chan []event, 4), make(chan []event, 4)
-	errs := make(chan error, 3)
+	dch, rch, ach, jch := make(chan []event, 4), make(chan []event, 4), make(chan []event, 4), make(chan []event, 4)
+	errs := make(chan error, 4)
 	go func() { errs <- aud.run(ctx, o.JetStream, ach) }()
+	go func() { errs <- jour.run(ctx, o.JetStream, jch) }()
 	go func() { errs <- dec.run(ctx, o.JetStream, dch) }()
 	go func() { errs <- rep.run(ctx, o.JetStream, rch) }()
 	stopProgress := startProgress(o, dec, rep)
-	// the admin changes are read first, whole: each applies at its place
-	// among the events (merge)
-	audits, dropped := collectAudits(ach, r.l.MaxAdminChanges)
-	merge(r, dch, rch, audits, int64(warmup))
+	// the admin changes and the trust journal are read first, whole: each
+	// change applies at its place among the events, the enrolments in
+	// force at the start before the first (merge)
+	audits, dropped := collectWhole(ach, r.l.MaxAdminChanges)
+	trusts, droppedTrust := collectWhole(jch, r.l.SignalKeys)
+	merge(r, dch, rch, audits, trusts, int64(warmup))
 	stopProgress()
-	for range 3 {
+	for range 4 {
 		if err := <-errs; err != nil {
 			return nil, err
 		}
 	}
 	out := r.Result()
-	out.Bounds.DroppedAdminChanges = dropped
-	out.Record.Skipped += dec.skipped.Load() + rep.skipped.Load() + aud.skipped.Load()
+	out.Bounds.DroppedAdminChanges, out.Bounds.DroppedTrustedDevices = dropped, droppedTrust
+	out.Record.Skipped += dec.skipped.Load() + rep.skipped.Load() + aud.skipped.Load() + jour.skipped.Load()
 	out.Record.FirstSeq, out.Record.LastSeq = dec.first.Load(), dec.seq.Load()
 	return out, nil
 }
@@ -298,8 +305,10 @@ func Warmup(policies ...*policy.Policy) time.Duration {
 // applies the admin changes of audits (in event-time order) before the
 // first event after them. Reports more than warmup ns before the first
 // decision are dropped; admin changes are not (one made before the range
-// may still be in force).
-func merge(r *Replayer, dch, rch <-chan []event, audits []event, warmup int64) {
+// may still be in force). At the start (warmup before the first
+// decision), after the admin changes before it, the enrolments of trusts
+// in force then are seeded (seedTrust).
+func merge(r *Replayer, dch, rch <-chan []event, audits, trusts []event, warmup int64) {
 	var da, ra []event
 	dOpen, rOpen := true, true
 	start := int64(-1)
@@ -323,6 +332,8 @@ func merge(r *Replayer, dch, rch <-chan []event, audits []event, warmup int64) {
 				return
 			}
 			start = da[0].ns - warmup
+			audits = r.audits(audits, start-1)
+			r.seedTrust(trusts, start)
 		}
 		for len(ra) > 0 && ra[0].ns < start {
 			ra = ra[1:]

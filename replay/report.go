@@ -56,6 +56,9 @@ type Record struct {
 	// set and cleared by hand, lockouts lifted, trust revoked,
 	// attestations forgotten) were applied, each at its time.
 	AdminChanges int64 `json:"admin_changes"`
+	// TrustedDevices is how many trusted devices in force at the start
+	// were read from riskd's trust journal.
+	TrustedDevices int64 `json:"trusted_devices_seeded"`
 	// From and To are the first and last event times (zero when empty).
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -71,13 +74,15 @@ type Bounds struct {
 	UntrackedGood       int64 `json:"untracked_good_identities"`
 	StoreFull           bool  `json:"store_full"`
 	// DroppedAdminChanges counts the oldest admin changes not applied
-	// (Limits.MaxAdminChanges).
-	DroppedAdminChanges int64 `json:"dropped_admin_changes"`
+	// (Limits.MaxAdminChanges), DroppedTrustedDevices the journaled
+	// enrolments not read (past SignalKeys, the trust record's bound).
+	DroppedAdminChanges   int64 `json:"dropped_admin_changes"`
+	DroppedTrustedDevices int64 `json:"dropped_trusted_devices"`
 }
 
 // build turns the tally into a Report.
 func (t *tally) build() *Report {
-	r := &Report{Record: Record{Decisions: t.decisions, Reports: t.reports, Skipped: t.skipped, AdminChanges: t.admin}}
+	r := &Report{Record: Record{Decisions: t.decisions, Reports: t.reports, Skipped: t.skipped, AdminChanges: t.admin, TrustedDevices: t.seeded}}
 	r.Total = t.total.public()
 	for _, c := range t.classes {
 		r.Classes = append(r.Classes, c.public())
@@ -185,6 +190,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, " (decisions stream sequences %d-%d)", rec.FirstSeq, rec.LastSeq)
 	}
 	b.WriteString(".")
+	if rec.TrustedDevices > 0 {
+		fmt.Fprintf(&b, " %d trusted devices in force at the start were read from riskd's trust journal.", rec.TrustedDevices)
+	}
 	if rec.AdminChanges > 0 {
 		fmt.Fprintf(&b, " %d admin changes (audit stream) were applied at their times.", rec.AdminChanges)
 	}
@@ -271,6 +279,9 @@ func (r *Report) writeBounds(b *strings.Builder) {
 	if bd.DroppedAdminChanges > 0 {
 		fmt.Fprintf(b, "Note: the audit stream held more admin changes than the replay keeps; the oldest %d were not applied (raise --max-admin-changes).\n\n",
 			bd.DroppedAdminChanges)
+	}
+	if bd.DroppedTrustedDevices > 0 {
+		fmt.Fprintf(b, "Note: riskd's trust journal held more enrolments than the replay keeps; %d were not read.\n\n", bd.DroppedTrustedDevices)
 	}
 	if bd.StoreFull {
 		b.WriteString("Note: a replay memory store reached its bound and evicted buckets; counts are approximate (raise --max-keys).\n\n")

@@ -152,8 +152,11 @@ func (s *streamReader) decode(data []byte, at int64, ord *reorder, chunk []event
 		}
 		return chunk
 	}
-	if s.rank == rankAudit {
+	switch s.rank {
+	case rankAudit:
 		return s.decodeAudit(data, at, ord, chunk)
+	case rankTrust:
+		return s.decodeTrust(data, at, ord, chunk)
 	}
 	r := new(streams.Report)
 	if err := json.Unmarshal(data, r); err != nil {
@@ -319,22 +322,57 @@ func (s *streamReader) decodeAudit(data []byte, at int64, ord *reorder, chunk []
 // stream (nothing was ever changed by hand, or a limiter older than it)
 // has nothing to read.
 func openAudit(ctx context.Context, js jetstream.JetStream, cfg streams.Config, window time.Duration) (*streamReader, error) {
-	pfx := cfg.Prefix
-	if pfx == "" {
-		pfx = streams.DefaultPrefix
+	return openWhole(ctx, js, cfg.Stream(streams.AuditStream), prefixOf(cfg)+"audit.>", rankAudit, window)
+}
+
+// openJournal prepares the reader of riskd's trust journal, all of it
+// (seedTrust); a record without one (riskd older than it) has nothing to
+// read.
+func openJournal(ctx context.Context, js jetstream.JetStream, cfg streams.Config, window time.Duration) (*streamReader, error) {
+	return openWhole(ctx, js, cfg.Stream(streams.TrustStream), prefixOf(cfg)+"trust.>", rankTrust, window)
+}
+
+// prefixOf is cfg's subject prefix, or the default.
+func prefixOf(cfg streams.Config) string {
+	if cfg.Prefix == "" {
+		return streams.DefaultPrefix
 	}
-	aud := &streamReader{name: cfg.Stream(streams.AuditStream), filter: pfx + "audit.>", rank: rankAudit, window: window}
-	aud.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{aud.filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	return cfg.Prefix
+}
+
+// openWhole prepares a reader of the whole stream name (filter), up to
+// its last sequence now; a stream that does not exist has nothing to read.
+func openWhole(ctx context.Context, js jetstream.JetStream, name, filter string, rank uint8, window time.Duration) (*streamReader, error) {
+	s := &streamReader{name: name, filter: filter, rank: rank, window: window}
+	s.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
 		InactiveThreshold: 5 * time.Second}
-	_, info, err := streamInfo(ctx, js, aud.name)
+	_, info, err := streamInfo(ctx, js, name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return aud, nil
+		return s, nil
 	case err != nil:
 		return nil, err
 	}
 	if info.State.Msgs > 0 {
-		aud.last = info.State.LastSeq
+		s.last = info.State.LastSeq
 	}
-	return aud, nil
+	return s, nil
+}
+
+// decodeTrust appends the journaled enrolment in data to chunk, by the
+// time of its login; one riskd would not read back is skipped.
+func (s *streamReader) decodeTrust(data []byte, at int64, ord *reorder, chunk []event) []event {
+	e := new(streams.TrustEnrolment)
+	if err := json.Unmarshal(data, e); err != nil || e.Account == "" || e.Device == "" {
+		s.skipped.Add(1)
+		return chunk
+	}
+	ns, ok := eventNs(e.At)
+	if _, until := eventNs(e.Until); !ok || !until {
+		s.skipped.Add(1)
+		return chunk
+	}
+	e.Account = policy.NormalizeAccount(e.Account) // as riskd reads it back
+	s.evs.Add(1)
+	return ord.add(event{ns: ns, at: at, rank: rankTrust, e: e}, chunk)
 }

@@ -151,6 +151,7 @@ type tally struct {
 
 	decisions, reports, skipped int64
 	admin                       int64 // admin changes applied (Replayer.Audit)
+	seeded                      int64 // trusted devices read from the journal (seedTrust)
 	untrackedIDs, untrackedGood int64
 }
 

@@ -479,6 +479,13 @@ func (t *TrustRecord) Admit(actions []signals.Action, from int, rep *streams.Rep
 	return t.r.admit(actions, from, rep, func() *policy.Policy { return p }, func() time.Time { return now })
 }
 
+// Enrol records account's enrolment of device until until, made by a
+// login at at, as riskd reads its trust journal back at start: it reports
+// false, recording nothing, when a revocation recorded covers it.
+func (t *TrustRecord) Enrol(account, device string, until, at, now time.Time) bool {
+	return t.r.set(account, device, until, at, tokenProof{}, now)
+}
+
 // Revoke records an admin revocation at ts, as riskd records a
 // trust_revoke (account, device; device "": every device of the account)
 // or an attestation_forget (account "", device the freed id) of the audit
