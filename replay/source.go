@@ -329,7 +329,10 @@ func openAudit(ctx context.Context, js jetstream.JetStream, cfg streams.Config, 
 // (seedTrust); a record without one (riskd older than it) has nothing to
 // read.
 func openJournal(ctx context.Context, js jetstream.JetStream, cfg streams.Config, window time.Duration) (*streamReader, error) {
-	return openWhole(ctx, js, cfg.Stream(streams.TrustStream), prefixOf(cfg)+"trust.>", rankTrust, window)
+	// no filter: the stream holds the journal alone, and a filter over
+	// its one subject per enrolment costs the server a pass over them all
+	// at every fetch (as riskd's readJournal found)
+	return openWhole(ctx, js, cfg.Stream(streams.TrustStream), "", rankTrust, window)
 }
 
 // prefixOf is cfg's subject prefix, or the default.
@@ -340,12 +343,15 @@ func prefixOf(cfg streams.Config) string {
 	return cfg.Prefix
 }
 
-// openWhole prepares a reader of the whole stream name (filter), up to
-// its last sequence now; a stream that does not exist has nothing to read.
+// openWhole prepares a reader of the whole stream name (filter; "": all
+// its subjects), up to its last sequence now; a stream that does not
+// exist has nothing to read.
 func openWhole(ctx context.Context, js jetstream.JetStream, name, filter string, rank uint8, window time.Duration) (*streamReader, error) {
 	s := &streamReader{name: name, filter: filter, rank: rank, window: window}
-	s.deliver = jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
-		InactiveThreshold: 5 * time.Second}
+	s.deliver = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 5 * time.Second}
+	if filter != "" {
+		s.deliver.FilterSubjects = []string{filter}
+	}
 	_, info, err := streamInfo(ctx, js, name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):

@@ -163,3 +163,59 @@ func benchLockouts(b *testing.B, pub *streams.Publisher, cfg streams.Config) {
 	<-done
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "lockouts/s")
 }
+
+// BenchmarkDaemonStartTrustJournal measures what riskd's trust journal
+// adds to its start: a daemon started on an embedded JetStream whose
+// journal holds 100,000 enrolments (sub-benchmark journal) or none
+// (empty), until it is ready; each iteration starts a new daemon (its own
+// trust record) and stops it.
+func BenchmarkDaemonStartTrustJournal(b *testing.B) {
+	for _, n := range []int{0, 100_000} {
+		name := "empty"
+		if n > 0 {
+			name = "journal"
+		}
+		b.Run(name, func(b *testing.B) {
+			pub := benchPublisher(b)
+			ctx := context.Background()
+			if err := streams.EnsureStreams(ctx, pub.JetStream(), streams.Config{}); err != nil {
+				b.Fatal(err)
+			}
+			now := time.Now().UTC()
+			for i := range n {
+				e := streams.TrustEnrolment{V: 1, Account: fmt.Sprintf("user%d@example.com", i), Device: fmt.Sprint("device-", i),
+					At: now.Add(-time.Hour), Until: now.Add(29 * 24 * time.Hour)}
+				if _, err := pub.TrustAsync(&e); err != nil {
+					b.Fatal(err)
+				}
+			}
+			select {
+			case <-pub.JetStream().PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("journal not written within a minute")
+			}
+			p, err := policy.Parse("bench.yaml", []byte(lockoutPolicy))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				d, err := risk.New(risk.Options{Publisher: pub, Store: bucket.NewMemoryStore(bucket.MemoryOptions{MaxSubjects: 2 * n}),
+					Policy: func() *policy.Policy { return p }})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rctx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { _ = d.Run(rctx); close(done) }()
+				select {
+				case <-d.Ready():
+				case <-time.After(2 * time.Minute):
+					b.Fatal("not ready within 2 minutes")
+				}
+				cancel()
+				<-done
+			}
+		})
+	}
+}

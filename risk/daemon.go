@@ -594,9 +594,11 @@ func (d *Daemon) liftBefore(m jetstream.Msg) {
 // fetch is logged, counted under op and retried (ctx bounds it), an empty
 // one is never taken for the end (7.5).
 func (d *Daemon) readBack(ctx context.Context, op, stream, filter string, start time.Time, end uint64, apply func(jetstream.Msg)) (int, error) {
-	oc, err := d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
-	})
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start}
+	if filter != "" {
+		cfg.FilterSubjects = []string{filter}
+	}
+	oc, err := d.js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("risk: %s %s: %w", op, stream, err)
 	}
