@@ -154,23 +154,36 @@ func (s *streamReader) decode(data []byte, at int64, ord *reorder, chunk []event
 	}
 	switch s.rank {
 	case rankAudit:
-		return s.decodeAudit(data, at, ord, chunk)
+		a := new(streams.Audit)
+		err := json.Unmarshal(data, a)
+		return s.addOne(event{at: at, rank: rankAudit, a: a}, a.TS, err == nil && a.ID != "", ord, chunk)
 	case rankTrust:
-		return s.decodeTrust(data, at, ord, chunk)
+		e := new(streams.TrustEnrolment)
+		err := json.Unmarshal(data, e)
+		_, ends := eventNs(e.Until)
+		e.Account = policy.NormalizeAccount(e.Account) // as riskd reads it back
+		return s.addOne(event{at: at, rank: rankTrust, e: e}, e.At, err == nil && ends && e.Account != "" && e.Device != "", ord, chunk)
 	}
 	r := new(streams.Report)
-	if err := json.Unmarshal(data, r); err != nil {
-		s.skipped.Add(1)
-		return chunk
-	}
+	err := json.Unmarshal(data, r)
 	r.Account = policy.NormalizeAccount(r.Account)
-	ns, ok := eventNs(r.TS)
-	if !ok {
+	return s.addOne(event{at: at, rank: rankReport, r: r}, r.TS, err == nil, ord, chunk)
+}
+
+// addOne appends ev, the one event of a message (a report, an admin
+// change, a journaled enrolment), at event time t, to chunk through the
+// reorder buffer; it counts it skipped instead when it is not valid (not
+// decoded, or what riskd would not apply: an admin change without an id,
+// an enrolment without its account, device or end) or t is no event time.
+func (s *streamReader) addOne(ev event, t time.Time, valid bool, ord *reorder, chunk []event) []event {
+	ns, ok := eventNs(t)
+	if !valid || !ok {
 		s.skipped.Add(1)
 		return chunk
 	}
+	ev.ns = ns
 	s.evs.Add(1)
-	return ord.add(event{ns: ns, at: at, rank: rankReport, r: r}, chunk)
+	return ord.add(ev, chunk)
 }
 
 // eventNs returns t in Unix ns, false for a zero time or one outside
@@ -298,24 +311,6 @@ func (s *streamReader) watch(ctx context.Context, cons jetstream.Consumer, it je
 	return w
 }
 
-// decodeAudit appends the admin change in data to chunk through the
-// reorder buffer, as decode does; one riskd would not apply (no time, no
-// id) is skipped.
-func (s *streamReader) decodeAudit(data []byte, at int64, ord *reorder, chunk []event) []event {
-	a := new(streams.Audit)
-	if err := json.Unmarshal(data, a); err != nil || a.ID == "" {
-		s.skipped.Add(1)
-		return chunk
-	}
-	ns, ok := eventNs(a.TS)
-	if !ok {
-		s.skipped.Add(1)
-		return chunk
-	}
-	s.evs.Add(1)
-	return ord.add(event{ns: ns, at: at, rank: rankAudit, a: a}, chunk)
-}
-
 // openAudit prepares the reader of the audit stream: all of it, as riskd
 // reads it (an admin multiplier set a month before the range is in force
 // during it), up to its last sequence now. A record without an audit
@@ -363,22 +358,4 @@ func openWhole(ctx context.Context, js jetstream.JetStream, name, filter string,
 		s.last = info.State.LastSeq
 	}
 	return s, nil
-}
-
-// decodeTrust appends the journaled enrolment in data to chunk, by the
-// time of its login; one riskd would not read back is skipped.
-func (s *streamReader) decodeTrust(data []byte, at int64, ord *reorder, chunk []event) []event {
-	e := new(streams.TrustEnrolment)
-	if err := json.Unmarshal(data, e); err != nil || e.Account == "" || e.Device == "" {
-		s.skipped.Add(1)
-		return chunk
-	}
-	ns, ok := eventNs(e.At)
-	if _, until := eventNs(e.Until); !ok || !until {
-		s.skipped.Add(1)
-		return chunk
-	}
-	e.Account = policy.NormalizeAccount(e.Account) // as riskd reads it back
-	s.evs.Add(1)
-	return ord.add(event{ns: ns, at: at, rank: rankTrust, e: e}, chunk)
 }

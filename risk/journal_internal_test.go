@@ -44,6 +44,9 @@ func TestTrustJournalDue(t *testing.T) {
 	r.revoke("carol", "phone", now.Add(time.Minute), now.Add(-DefaultTrustFor), time.Hour)
 	r.set("dave", "phone", until, now, tokenProof{}, now)
 	r.journaled("dave", "phone", until)
+	if len(r.dirty) != 1 { // carol's, revoked; dave's key taken back
+		t.Errorf("dirty keys %q after an enrolment read back from the journal, want carol's alone", r.dirty)
+	}
 	due("[]")
 	if len(r.dirty) != 0 {
 		t.Errorf("dirty keys %q left after a pass", r.dirty)
