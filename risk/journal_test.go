@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -48,22 +49,7 @@ func TestRedisAndRiskdLostTogetherKeepOldEnrolments(t *testing.T) {
 		Account: "alice", DeviceID: "phone", Attested: true}); err != nil {
 		t.Fatal(err)
 	}
-	journal := streams.Config{}.Stream(streams.TrustStream)
-	var e streams.TrustEnrolment
-	testenv.Eventually(t, 30*time.Second, func() string {
-		st, err := js.Stream(ctx, journal)
-		if err != nil {
-			return err.Error()
-		}
-		m, err := st.GetLastMsgForSubject(ctx, streams.TrustSubject(streams.DefaultPrefix, "alice", "phone"))
-		if err != nil {
-			return "the enrolment is not journaled: " + err.Error()
-		}
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			return err.Error()
-		}
-		return ""
-	})
+	e := waitJournaled(t, js, "alice", "phone")
 	until := login.Add(risk.DefaultTrustFor)
 	if e.Account != "alice" || e.Device != "phone" || !e.Until.Equal(until) || !e.At.Equal(login) {
 		t.Fatalf("journaled %+v, want alice's phone until %v, at %v", e, until, login)
@@ -127,14 +113,27 @@ func TestTrustJournalRetries(t *testing.T) {
 	if err := streams.EnsureStreams(ctx, js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	waitJournaled(t, js, "alice", "phone") // the stream came back
+}
+
+// waitJournaled waits until the trust journal of the default streams
+// holds account's enrolment of device, and returns it.
+func waitJournaled(t *testing.T, js jetstream.JetStream, account, device string) streams.TrustEnrolment {
+	t.Helper()
+	var e streams.TrustEnrolment
 	testenv.Eventually(t, 30*time.Second, func() string {
-		st, err := js.Stream(ctx, journal)
+		st, err := js.Stream(context.Background(), streams.Config{}.Stream(streams.TrustStream))
 		if err != nil {
 			return err.Error()
 		}
-		if _, err := st.GetLastMsgForSubject(ctx, streams.TrustSubject(streams.DefaultPrefix, "alice", "phone")); err != nil {
-			return "not journaled after the stream came back: " + err.Error()
+		m, err := st.GetLastMsgForSubject(context.Background(), streams.TrustSubject(streams.DefaultPrefix, account, device))
+		if err != nil {
+			return account + "'s " + device + " is not journaled: " + err.Error()
+		}
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			return err.Error()
 		}
 		return ""
 	})
+	return e
 }
